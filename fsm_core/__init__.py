@@ -1,0 +1,1 @@
+"""fsm_core: executable specification of turn cancellation and teardown."""

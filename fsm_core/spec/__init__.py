@@ -1,0 +1,56 @@
+"""Load, validate and compile the transition tables in ``specs/``.
+
+>>> spec = load_spec()
+>>> agent = spec.machines["agent"]
+>>> step = agent.fire(agent.initial, "send", wake=True, lane="next_turn")
+>>> step.row, [str(e) for e in step.effects]
+('send.idle.wake', ['enqueue(next_turn)', 'schedule_driver()'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from fsm_core._errors import SpecError
+from fsm_core._paths import specs_dir
+from fsm_core.spec._load import load_clauses, load_table
+from fsm_core.spec._machine import Effect, Machine, State, Step
+from fsm_core.spec._table import Clause
+
+__all__ = ["Clause", "Effect", "Machine", "Spec", "State", "Step", "load_spec"]
+
+CLAUSES_FILE = "clauses.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """Every table of a specs directory, compiled, with the clause catalogue they cite."""
+
+    root: Path
+    clauses: dict[str, Clause]
+    machines: dict[str, Machine]
+
+
+def load_spec(root: Path | None = None) -> Spec:
+    """Load ``specs/``: the clause catalogue, then every other ``*.toml`` as a machine.
+
+    Raises :class:`SpecError` for the first fault found, naming file and row.
+    """
+    return _load(root.resolve() if root is not None else specs_dir())
+
+
+@cache
+def _load(root: Path) -> Spec:
+    clauses = load_clauses(root / CLAUSES_FILE, f"{root.name}/{CLAUSES_FILE}")
+    machines: dict[str, Machine] = {}
+    for path in sorted(root.glob("*.toml")):
+        if path.name == CLAUSES_FILE:
+            continue
+        display = f"{root.name}/{path.name}"
+        machine = load_table(path, clauses, display)
+        if machine.name in machines:
+            raise SpecError(display, "[machine]", f"machine name {machine.name!r} is used twice")
+        machines[machine.name] = machine
+    return Spec(root, clauses, machines)

@@ -1,0 +1,533 @@
+"""Load a table from TOML, type-check it, compile it and prove it well-formed.
+
+Every fault raises :class:`~fsm_core.SpecError` naming the file, the place (row id, variable,
+event, ...) and what is wrong; a table with any fault is rejected whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from fsm_core._errors import SpecError
+from fsm_core.spec._expr import (
+    BOOL,
+    Assign,
+    Block,
+    Call,
+    Expr,
+    ExprError,
+    Lit,
+    Scope,
+    Stmt,
+    Type,
+    Value,
+    check,
+    check_stmt_value,
+    enum_type,
+    int_type,
+    parse_expr,
+    parse_stmt,
+    unparse,
+)
+from fsm_core.spec._machine import Machine, State
+from fsm_core.spec._table import (
+    Clause,
+    Definition,
+    EffectSpec,
+    EventSpec,
+    Invariant,
+    PairRule,
+    Row,
+    StateSpec,
+    Table,
+    Variable,
+)
+
+_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_INT = re.compile(r"int\[(-?\d+)\.\.(-?\d+)\]\Z")
+_KEYWORDS = frozenset({"and", "or", "not", "implies", "if", "then", "else", "in", "true", "false"})
+_TOP = {
+    "machine", "states", "types", "vars", "defs", "events", "effects",
+    "rows", "ignored", "rejected", "invariants",
+}  # fmt: skip
+
+
+class _File:
+    """Error reporting for one file."""
+
+    def __init__(self, display: str) -> None:
+        self.display = display
+
+    def fail(self, where: str, fault: str) -> NoReturn:
+        raise SpecError(self.display, where, fault)
+
+    def keys(
+        self, where: str, table: object, required: Iterable[str], optional: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        if not isinstance(table, dict):
+            self.fail(where, f"expected a table, found {type(table).__name__}")
+        required, optional = list(required), list(optional)
+        for key in table:
+            if key not in required and key not in optional:
+                allowed = ", ".join(sorted(required + optional))
+                self.fail(where, f"unknown key {key!r} (expected one of: {allowed})")
+        for key in required:
+            if key not in table:
+                self.fail(where, f"missing key {key!r}")
+        return table
+
+    def text(self, where: str, value: object, key: str) -> str:
+        if not isinstance(value, str):
+            self.fail(where, f"{key} must be a string, found {type(value).__name__}")
+        return value
+
+    def names(self, where: str, value: object, key: str) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            self.fail(where, f"{key} must be a non-empty list of names")
+        return tuple(value)
+
+    def ident(self, where: str, name: str) -> str:
+        if not _NAME.match(name) or name in _KEYWORDS:
+            self.fail(where, f"{name!r} is not a valid name (lower_snake_case, not a keyword)")
+        return name
+
+
+def read_toml(path: Path, display: str) -> dict[str, Any]:
+    """Read a TOML file; a syntax error becomes a :class:`SpecError` naming the file."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise SpecError(display, "", "file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(display, "", f"not valid TOML: {e}") from None
+
+
+def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
+    """Load the clause catalogue and check every quote against its source text."""
+    f = _File(display or f"{path.parent.name}/{path.name}")
+    data = f.keys("", read_toml(path, f.display), ["sources", "clauses"])
+    sources: dict[str, str] = {}
+    for key, rel in f.keys("[sources]", data["sources"], [], data["sources"]).items():
+        source_path = path.parent / f.text(f"source {key!r}", rel, "path")
+        try:
+            sources[key] = " ".join(source_path.read_text(encoding="utf-8").split())
+        except FileNotFoundError:
+            f.fail(f"source {key!r}", f"{rel} not found")
+    clauses: dict[str, Clause] = {}
+    for cid, body in data["clauses"].items():
+        where = f"clause {cid!r}"
+        c = f.keys(where, body, ["source", "quote", "summary"])
+        source = f.text(where, c["source"], "source")
+        if source not in sources:
+            f.fail(where, f"unknown source {source!r} (sources: {', '.join(sources)})")
+        quote = f.text(where, c["quote"], "quote")
+        if " ".join(quote.split()) not in sources[source]:
+            f.fail(where, f"quote not found verbatim in {data['sources'][source]}")
+        clauses[cid] = Clause(cid, source, quote, f.text(where, c["summary"], "summary"))
+    return clauses
+
+
+def load_table(path: Path, clauses: Mapping[str, Clause], display: str | None = None) -> Machine:
+    """Load, type-check, compile and validate one table."""
+    f = _File(display or f"{path.parent.name}/{path.name}")
+    table = _parse(f, read_toml(path, f.display), clauses)
+    machine = Machine(table)
+    _validate(f, machine)
+    return machine
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Table:
+    f.keys("", data, ["machine", "states", "vars", "events", "rows", "invariants"], _TOP)
+    m = f.keys("[machine]", data["machine"], ["name", "title", "state_var", "initial"], ["doc"])
+    state_var = f.ident("[machine]", f.text("[machine]", m["state_var"], "state_var"))
+
+    states: list[StateSpec] = []
+    for name, body in f.keys("[states]", data["states"], [], data["states"]).items():
+        where = f"state {name!r}"
+        f.ident(where, name)
+        state_body = f.keys(where, body, [], ["doc"])
+        states.append(StateSpec(name, f.text(where, state_body.get("doc", ""), "doc")))
+    state_names = tuple(s.name for s in states)
+    if not states:
+        f.fail("[states]", "a machine needs at least one state")
+    initial = f.text("[machine]", m["initial"], "initial")
+    if initial not in state_names:
+        f.fail("[machine]", f"unknown initial state {initial!r} (states: {', '.join(state_names)})")
+
+    types: dict[str, Type] = {"bool": BOOL}
+    for name, values in data.get("types", {}).items():
+        where = f"type {name!r}"
+        f.ident(where, name)
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) for v in values)
+        ):
+            f.fail(where, "an enumeration is a non-empty list of value names")
+        if len(set(values)) != len(values):
+            f.fail(where, "an enumeration lists a value twice")
+        for v in values:
+            f.ident(where, v)
+        types[name] = enum_type(name, values)
+    types[state_var] = enum_type(state_var, state_names)
+
+    def resolve_type(where: str, spec: object) -> Type:
+        text = f.text(where, spec, "type")
+        if (mi := _INT.match(text)) is not None:
+            lo, hi = int(mi.group(1)), int(mi.group(2))
+            if lo > hi:
+                f.fail(where, f"empty integer range {text}")
+            return int_type(lo, hi)
+        if text not in types:
+            f.fail(where, f"unknown type {text!r} (types: {', '.join(types)}, int[lo..hi])")
+        return types[text]
+
+    variables: list[Variable] = []
+    for name, body in data["vars"].items():
+        where = f"var {name!r}"
+        f.ident(where, name)
+        v = f.keys(where, body, ["type", "init"], ["doc"])
+        t = resolve_type(where, v["type"])
+        if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
+            f.fail(where, f"init {v['init']!r} is not a value of {t}")
+        variables.append(Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc")))
+    var_types = {state_var: types[state_var], **{v.name: v.type for v in variables}}
+
+    symbols = frozenset(str(x) for t in types.values() if t.kind == "enum" for x in t.values)
+    for name in var_types:
+        if name in symbols:
+            f.fail(f"var {name!r}", f"{name!r} is both a variable and an enumeration value")
+
+    def params_of(where: str, spec: object, scoped: bool) -> tuple[tuple[str, Type], ...]:
+        """Parameters; ``scoped`` ones (an event's) are names inside guards and effects."""
+        out = []
+        for pname, ptype in f.keys(where, spec, [], spec if isinstance(spec, dict) else []).items():
+            f.ident(where, pname)
+            if scoped and (pname in symbols or pname in var_types):
+                f.fail(where, f"parameter {pname!r} shadows a variable or enumeration value")
+            out.append((pname, resolve_type(f"{where} parameter {pname!r}", ptype)))
+        return tuple(out)
+
+    defs: dict[str, Definition] = {}
+    base = Scope(var_types, {}, {}, symbols)
+    for name, body in data.get("defs", {}).items():
+        where = f"def {name!r}"
+        f.ident(where, name)
+        if name in symbols or name in var_types:
+            f.fail(where, f"{name!r} is already a variable or enumeration value")
+        d = f.keys(where, body, ["expr"], ["doc"])
+        text = f.text(where, d["expr"], "expr")
+        scope = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols)
+        expr = _bool_expr(f, where, text, scope)
+        defs[name] = Definition(name, expr, text, f.text(where, d.get("doc", ""), "doc"))
+    if "quiescent" not in defs:
+        f.fail("[defs]", "missing definition 'quiescent' (the states where nothing runs)")
+    base = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols)
+
+    events: dict[str, EventSpec] = {}
+    for name, body in data["events"].items():
+        where = f"event {name!r}"
+        f.ident(where, name)
+        ev = f.keys(where, body, ["kind"], ["params", "doc"])
+        if ev["kind"] not in ("input", "internal"):
+            f.fail(where, f"kind must be 'input' or 'internal', not {ev['kind']!r}")
+        params = params_of(where, ev.get("params", {}), scoped=True)
+        events[name] = EventSpec(name, ev["kind"], params, f.text(where, ev.get("doc", ""), "doc"))
+
+    effects: dict[str, EffectSpec] = {}
+    for name, body in data.get("effects", {}).items():
+        where = f"effect {name!r}"
+        f.ident(where, name)
+        e = f.keys(where, body, [], ["params", "notifies", "doc"])
+        notifies = e.get("notifies", False)
+        if not isinstance(notifies, bool):
+            f.fail(where, "notifies must be true or false")
+        effects[name] = EffectSpec(
+            name,
+            params_of(where, e.get("params", {}), scoped=False),
+            notifies,
+            f.text(where, e.get("doc", ""), "doc"),
+        )
+
+    def tags(where: str, body: Mapping[str, Any]) -> tuple[str, ...]:
+        if "clauses" not in body or not body["clauses"]:
+            f.fail(
+                where, "missing clause tag (every row and invariant names the clause it implements)"
+            )
+        out = f.names(where, body["clauses"], "clauses")
+        for tag in out:
+            if tag not in clauses:
+                f.fail(where, f"unknown clause {tag!r} (see specs/clauses.toml)")
+        return out
+
+    rows: list[Row] = []
+    seen: set[str] = set()
+    for i, body in enumerate(_array(f, data, "rows")):
+        raw_id = body.get("id") if isinstance(body, dict) else None
+        where = f"row {raw_id!r}" if isinstance(raw_id, str) else f"rows[{i}]"
+        r = f.keys(
+            where, body, ["id", "on", "from", "clauses"], ["guard", "to", "reject", "do", "doc"]
+        )
+        rid = f.text(where, r["id"], "id")
+        if rid in seen:
+            f.fail(where, "duplicate row id")
+        seen.add(rid)
+        event = f.text(where, r["on"], "on")
+        if event not in events:
+            f.fail(where, f"unknown event {event!r} (events: {', '.join(events)})")
+        sources = f.names(where, r["from"], "from")
+        for s in sources:
+            if s not in state_names:
+                f.fail(where, f"unknown state {s!r} in from (states: {', '.join(state_names)})")
+        target = r.get("to")
+        if target is not None and target not in state_names:
+            f.fail(where, f"unknown state {target!r} in to (states: {', '.join(state_names)})")
+        reject = r.get("reject")
+        if reject is not None and ("to" in r or "do" in r):
+            f.fail(where, "a reject row has no 'to' and no 'do'")
+        scope = Scope(var_types, dict(events[event].params), base.defs, symbols)
+        guard_text = r.get("guard")
+        guard: Expr = Lit(True)
+        if guard_text is not None:
+            guard = _bool_expr(f, where, f.text(where, guard_text, "guard"), scope)
+        stmts = _stmts(f, where, r.get("do", []), scope, var_types, state_var, effects)
+        rows.append(
+            Row(
+                id=rid, event=event, sources=sources, guard=guard, guard_text=guard_text,
+                target=target, reject=reject if reject is None else f.text(where, reject, "reject"),
+                effects=stmts, clauses=tags(where, r), doc=f.text(where, r.get("doc", ""), "doc"),
+            )
+        )  # fmt: skip
+
+    pair_rules: list[PairRule] = []
+    kinds: tuple[Literal["ignored"], Literal["rejected"]] = ("ignored", "rejected")
+    for kind in kinds:
+        for i, body in enumerate(_array(f, data, kind)):
+            where = f"{kind}[{i}]"
+            p = f.keys(where, body, ["on", "in", "why", "clauses"])
+            on = f.names(where, p["on"], "on")
+            for event_name in on:
+                if event_name not in events:
+                    f.fail(where, f"unknown event {event_name!r} (events: {', '.join(events)})")
+            states_in = f.names(where, p["in"], "in")
+            for s in states_in:
+                if s not in state_names:
+                    f.fail(where, f"unknown state {s!r} in in (states: {', '.join(state_names)})")
+            why = f.text(where, p["why"], "why")
+            pair_rules.append(PairRule(kind, i, on, states_in, why, tags(where, p)))
+
+    invariants: list[Invariant] = []
+    inv_seen: set[str] = set()
+    for i, body in enumerate(_array(f, data, "invariants")):
+        raw_id = body.get("id") if isinstance(body, dict) else None
+        where = f"invariant {raw_id!r}" if isinstance(raw_id, str) else f"invariants[{i}]"
+        inv = f.keys(where, body, ["id", "holds", "doc", "clauses"])
+        iid = f.text(where, inv["id"], "id")
+        if iid in inv_seen:
+            f.fail(where, "duplicate invariant id")
+        inv_seen.add(iid)
+        text = f.text(where, inv["holds"], "holds")
+        invariants.append(
+            Invariant(
+                iid,
+                _bool_expr(f, where, text, base),
+                text,
+                f.text(where, inv["doc"], "doc"),
+                tags(where, inv),
+            )
+        )
+
+    return Table(
+        file=f.display, name=f.ident("[machine]", f.text("[machine]", m["name"], "name")),
+        title=f.text("[machine]", m["title"], "title"),
+        doc=f.text("[machine]", m.get("doc", ""), "doc"),
+        state_var=state_var, states=tuple(states), initial=initial, types=types,
+        variables=tuple(variables), events=events, effects=effects, defs=defs, rows=tuple(rows),
+        pair_rules=tuple(pair_rules), invariants=tuple(invariants),
+    )  # fmt: skip
+
+
+def _array(f: _File, data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        f.fail(f"[[{key}]]", f"{key} must be an array of tables ([[{key}]])")
+    return value
+
+
+def _bool_expr(f: _File, where: str, text: str, scope: Scope) -> Expr:
+    try:
+        expr, t = check(parse_expr(text), scope)
+    except ExprError as e:
+        f.fail(where, f"{e} in {text!r}")
+    if t.kind != "bool":
+        f.fail(where, f"type mismatch: expected a boolean, found {t} in {text!r}")
+    return expr
+
+
+def _stmts(  # noqa: PLR0917
+    f: _File,
+    where: str,
+    items: object,
+    scope: Scope,
+    var_types: Mapping[str, Type],
+    state_var: str,
+    effects: Mapping[str, EffectSpec],
+) -> tuple[Stmt, ...]:
+    if not isinstance(items, list):
+        f.fail(where, "do must be a list of effects")
+    out: list[Stmt] = []
+    for item in items:
+        if isinstance(item, dict):
+            b = f.keys(where, item, ["when", "do"])
+            when = _bool_expr(f, where, f.text(where, b["when"], "when"), scope)
+            out.append(Block(when, _stmts(f, where, b["do"], scope, var_types, state_var, effects)))
+            continue
+        text = f.text(where, item, "an effect")
+        try:
+            stmt = parse_stmt(text)
+            match stmt:
+                case Assign(var=v, value=value):
+                    if v == state_var:
+                        raise ExprError(f"{state_var} changes only through 'to'")
+                    if v not in var_types:
+                        raise ExprError(f"unknown variable {v!r}")
+                    out.append(Assign(v, check_stmt_value(value, var_types[v], scope, v)))
+                case Call(effect=name, args=args):
+                    if name not in effects:
+                        raise ExprError(f"unknown effect {name!r}")
+                    params = effects[name].params
+                    if len(args) != len(params):
+                        raise ExprError(f"{name} takes {len(params)} argument(s), got {len(args)}")
+                    out.append(
+                        Call(
+                            name,
+                            tuple(
+                                check_stmt_value(a, t, scope, p)
+                                for a, (p, t) in zip(args, params, strict=True)
+                            ),
+                        )
+                    )
+        except ExprError as e:
+            f.fail(where, f"{e} in {text!r}")
+    return tuple(out)
+
+
+# --- validation over the finite domain -----------------------------------------------------------
+
+
+def _validate(f: _File, m: Machine) -> None:
+    t = m.table
+    used = {name for row in t.rows for name in _calls(row.effects)}
+    for name in t.effects:
+        if name not in used:
+            f.fail(f"effect {name!r}", "declared but no row performs it")
+
+    bad = m.violated(m.initial)
+    if bad:
+        f.fail(
+            f"invariant {bad[0]!r}",
+            f"does not hold in the initial state {m.format_state(m.initial)}",
+        )
+
+    handled = {(s, r.event): r.id for r in t.rows for s in r.sources}
+    listed: dict[tuple[str, str], str] = {}
+    for rule in t.pair_rules:
+        for s in rule.states:
+            for e in rule.events:
+                where = f"{rule.kind}[{rule.index}]"
+                if (s, e) in handled:
+                    f.fail(where, f"({s}, {e}) is also handled by row {handled[(s, e)]!r}")
+                if (s, e) in listed:
+                    f.fail(where, f"({s}, {e}) is already listed by {listed[(s, e)]}")
+                listed[(s, e)] = where
+    for s in t.state_names:
+        for e in t.events:
+            if (s, e) not in handled and (s, e) not in listed:
+                fault = (
+                    f"unhandled pair ({s}, {e}): add a row, or list it [[ignored]] or [[rejected]]"
+                )
+                f.fail(f"event {e!r}", fault)
+
+    valuations = list(itertools.product(*(v.type.values for v in t.variables)))
+    for s in t.state_names:
+        states = [(s, *vals) for vals in valuations]
+        valid = [st for st in states if not m.violated(st)]
+        for e, spec in t.events.items():
+            if (s, e) not in handled:
+                continue
+            arguments = list(m.all_arguments(e))
+            for st in states:
+                for args in arguments:
+                    rows = m.enabled(st, e, args)
+                    if len(rows) > 1:
+                        a, b = rows[0].row.id, rows[1].row.id
+                        f.fail(
+                            f"row {b!r}",
+                            f"rows {a!r} and {b!r} are both enabled for {e}({_args(m, e, args)}) "
+                            f"in {m.format_state(st)}",
+                        )
+                    if rows and rows[0].row.reject is None:
+                        _check_result(f, m, rows[0].row, st, args)
+            if spec.kind == "input":
+                for st in valid:
+                    for args in arguments:
+                        if not m.enabled(st, e, args):
+                            f.fail(
+                                f"event {e!r}",
+                                f"input event not handled: no row is enabled for "
+                                f"{e}({_args(m, e, args)}) in {m.format_state(st)}",
+                            )
+
+
+def _check_result(f: _File, m: Machine, row: Row, state: State, args: tuple[Value, ...]) -> None:
+    """Every value a row assigns or passes to an effect stays inside its declared domain."""
+    t = m.table
+    store = list(state)
+
+    def perform(name: str, values: tuple[Value, ...]) -> None:
+        for (p, ptype), v in zip(t.effects[name].params, values, strict=True):
+            if v not in ptype.values:
+                f.fail(
+                    f"row {row.id!r}",
+                    f"out-of-domain argument: {name}({p}={v!r}) in {m.format_state(state)}",
+                )
+
+    m.execute(m.rows[row.id], store, args, perform)
+    for var, value in zip(t.variables, store[1:], strict=True):
+        if value not in var.type.values:
+            f.fail(
+                f"row {row.id!r}",
+                f"out-of-domain assignment: {var.name} becomes {value!r}, not in {var.type} "
+                f"(from {m.format_state(state)})",
+            )
+
+
+def _calls(stmts: Sequence[Stmt]) -> Iterable[str]:
+    for s in stmts:
+        if isinstance(s, Call):
+            yield s.effect
+        elif isinstance(s, Block):
+            yield from _calls(s.body)
+
+
+def _args(m: Machine, event: str, args: Sequence[Value]) -> str:
+    names = [p for p, _ in m.table.events[event].params]
+    return ", ".join(f"{n}={_lower(a)}" for n, a in zip(names, args, strict=True))
+
+
+def _lower(v: Value) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+__all__ = ["load_clauses", "load_table", "read_toml", "unparse"]

@@ -1,0 +1,260 @@
+"""The compiled interpreter: one table, fired as a pure function or executed in place.
+
+A *state* is a tuple of values in :attr:`Machine.names` order: the state variable first
+(``phase`` for the agent), then the table's variables. :meth:`Machine.fire` is pure: it returns
+the next state and the ordered effects, or raises. :meth:`Machine.execute` runs the same row in
+place on a mutable store and performs each effect as it is reached, so a listener that re-enters
+sees exactly the state the table says it sees. The runtime uses ``execute``; the checker and the
+tests use ``fire``; both select the row with :meth:`Machine.select`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from fsm_core._errors import NotEnabled, Rejected
+from fsm_core.spec._expr import Assign, Block, Call, Evaluator, Stmt, Value, compile_expr
+from fsm_core.spec._table import Row, Table
+
+State: TypeAlias = tuple[Value, ...]
+Perform: TypeAlias = Callable[[str, tuple[Value, ...]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One effect a row performs, with its arguments evaluated when it was reached."""
+
+    name: str
+    args: tuple[Value, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(_show(a) for a in self.args)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The result of firing one event: which row ran, the next state and the effects in order.
+
+    ``row`` is None when the table ignores the event here on purpose; then ``target`` is
+    ``source`` and there are no effects.
+    """
+
+    event: str
+    args: tuple[Value, ...]
+    row: str | None
+    source: State
+    target: State
+    effects: tuple[Effect, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """A compiled statement. kind: 0 assign, 1 call, 2 block."""
+
+    kind: int
+    index: int
+    name: str
+    fns: tuple[Evaluator, ...]
+    body: tuple[_Op, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRow:
+    row: Row
+    guard: Evaluator
+    target: str | None
+    ops: tuple[_Op, ...]
+
+
+class Machine:
+    """A compiled table. Build it with :func:`fsm_core.spec.load_spec`."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.name = table.name
+        self.names: tuple[str, ...] = table.names
+        self._index = {n: i for i, n in enumerate(self.names)}
+        self.defs: dict[str, Evaluator] = {}
+        for d in table.defs.values():
+            self.defs[d.name] = compile_expr(d.expr, self._index, {}, self.defs)
+        self.invariants: tuple[tuple[str, Evaluator], ...] = tuple(
+            (inv.id, compile_expr(inv.expr, self._index, {}, self.defs)) for inv in table.invariants
+        )
+        self.initial: State = (table.initial, *(v.init for v in table.variables))
+        self._candidates: dict[tuple[str, str], list[CompiledRow]] = {}
+        self.rows: dict[str, CompiledRow] = {}
+        for row in table.rows:
+            params = {p: i for i, (p, _) in enumerate(table.events[row.event].params)}
+            compiled = CompiledRow(
+                row,
+                compile_expr(row.guard, self._index, params, self.defs),
+                row.target,
+                tuple(self._compile_stmt(s, params) for s in row.effects),
+            )
+            self.rows[row.id] = compiled
+            for source in row.sources:
+                self._candidates.setdefault((source, row.event), []).append(compiled)
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        for rule in table.pair_rules:
+            for state in rule.states:
+                for event in rule.events:
+                    self._pairs[(state, event)] = (rule.kind, rule.why)
+
+    def _compile_stmt(self, stmt: Stmt, params: Mapping[str, int]) -> _Op:
+        def ev(e: object) -> Evaluator:
+            return compile_expr(e, self._index, params, self.defs)  # type: ignore[arg-type]
+
+        match stmt:
+            case Assign(var=v, value=value):
+                return _Op(0, self._index[v], v, (ev(value),), ())
+            case Call(effect=name, args=args):
+                return _Op(1, -1, name, tuple(ev(a) for a in args), ())
+            case Block(when=when, body=body):
+                return _Op(
+                    2, -1, "", (ev(when),), tuple(self._compile_stmt(b, params) for b in body)
+                )
+        raise AssertionError(stmt)
+
+    # --- querying ---------------------------------------------------------------------------
+
+    def state(self, **values: Value) -> State:
+        """Build a state from the initial one, overriding the named values."""
+        unknown = set(values) - set(self.names)
+        if unknown:
+            raise KeyError(f"{self.name} has no variable {sorted(unknown)[0]!r}")
+        return tuple(values.get(n, v) for n, v in zip(self.names, self.initial, strict=True))
+
+    def describe(self, state: Sequence[Value]) -> dict[str, Value]:
+        """The state as ``{name: value}``, in table order."""
+        return dict(zip(self.names, state, strict=True))
+
+    def get(self, state: Sequence[Value], name: str) -> Value:
+        return state[self._index[name]]
+
+    def holds(self, definition: str, state: Sequence[Value]) -> bool:
+        """Evaluate a named definition of the table (e.g. ``quiescent``) on a state."""
+        return bool(self.defs[definition](state, ()))
+
+    def violated(self, state: Sequence[Value]) -> list[str]:
+        """The ids of the invariants that do not hold in ``state``."""
+        return [name for name, fn in self.invariants if not fn(state, ())]
+
+    def arguments(self, event: str, **kwargs: Value) -> tuple[Value, ...]:
+        """Order keyword arguments as the event declares its parameters; reject strays."""
+        spec = self.table.events.get(event)
+        if spec is None:
+            raise KeyError(f"{self.name} has no event {event!r}")
+        names = [p for p, _ in spec.params]
+        if set(kwargs) != set(names):
+            raise TypeError(
+                f"{self.name}.{event} takes ({', '.join(names)}), got ({', '.join(kwargs)})"
+            )
+        out: list[Value] = []
+        for p, t in spec.params:
+            if kwargs[p] not in t.values:
+                raise ValueError(f"{self.name}.{event}: {p}={kwargs[p]!r} is not a value of {t}")
+            out.append(kwargs[p])
+        return tuple(out)
+
+    def domain(self) -> Iterator[State]:
+        """Every state of the finite domain, reachable or not."""
+        domains = [self.table.state_names, *(v.type.values for v in self.table.variables)]
+        return itertools.product(*domains)
+
+    def all_arguments(self, event: str) -> Iterator[tuple[Value, ...]]:
+        """Every argument tuple the event admits."""
+        return itertools.product(*(t.values for _, t in self.table.events[event].params))
+
+    # --- firing -----------------------------------------------------------------------------
+
+    def enabled(
+        self, state: Sequence[Value], event: str, args: Sequence[Value]
+    ) -> list[CompiledRow]:
+        """All rows whose guard holds (a valid table never has more than one)."""
+        rows = self._candidates.get((str(state[0]), event), ())
+        return [r for r in rows if r.guard(state, args)]
+
+    def select(
+        self, state: Sequence[Value], event: str, args: Sequence[Value]
+    ) -> CompiledRow | None:
+        """The row that handles ``event`` here, None if the table ignores it here.
+
+        Raises :class:`Rejected` when the table refuses the event here, and
+        :class:`NotEnabled` when no row is enabled.
+        """
+        for r in self._candidates.get((str(state[0]), event), ()):
+            if r.guard(state, args):
+                if r.row.reject is not None:
+                    raise Rejected(r.row.reject)
+                return r
+        rule = self._pairs.get((str(state[0]), event))
+        if rule is not None:
+            if rule[0] == "rejected":
+                raise Rejected(rule[1])
+            return None
+        if event not in self.table.events:
+            raise KeyError(f"{self.name} has no event {event!r}")
+        raise NotEnabled(
+            f"{self.name}: no row of {event}({_show_args(self, event, args)}) is enabled in "
+            f"{self.format_state(state)}"
+        )
+
+    def fire(self, state: Sequence[Value], event: str, **kwargs: Value) -> Step:
+        """Fire ``event`` on ``state`` with keyword arguments; pure."""
+        return self.fire_args(state, event, self.arguments(event, **kwargs))
+
+    def fire_args(self, state: Sequence[Value], event: str, args: tuple[Value, ...]) -> Step:
+        """Fire with arguments already in declaration order; pure."""
+        source = tuple(state)
+        row = self.select(source, event, args)
+        if row is None:
+            return Step(event, args, None, source, source, ())
+        store = list(source)
+        effects: list[Effect] = []
+        self.execute(row, store, args, lambda name, a: effects.append(Effect(name, a)))
+        return Step(event, args, row.row.id, source, tuple(store), tuple(effects))
+
+    def execute(
+        self,
+        row: CompiledRow,
+        store: MutableSequence[Value],
+        args: Sequence[Value],
+        perform: Perform,
+    ) -> None:
+        """Run ``row`` in place: move to its target, then its effects in order.
+
+        Each effect reads ``store`` as it is when reached, so state changed by a listener
+        inside an earlier notification is seen by the effects after it.
+        """
+        if row.target is not None:
+            store[0] = row.target
+        _run(row.ops, store, args, perform)
+
+    def format_state(self, state: Sequence[Value]) -> str:
+        """``idle{holder=none, latch=false, ...}``: the state variable, then the variables."""
+        pairs = ", ".join(f"{n}={_show(v)}" for n, v in zip(self.names[1:], state[1:], strict=True))
+        return f"{state[0]}{{{pairs}}}"
+
+
+def _run(
+    ops: tuple[_Op, ...], store: MutableSequence[Value], args: Sequence[Value], perform: Perform
+) -> None:
+    for op in ops:
+        if op.kind == 0:
+            store[op.index] = op.fns[0](store, args)
+        elif op.kind == 1:
+            perform(op.name, tuple(f(store, args) for f in op.fns))
+        elif op.fns[0](store, args):
+            _run(op.body, store, args, perform)
+
+
+def _show(v: Value) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def _show_args(m: Machine, event: str, args: Sequence[Value]) -> str:
+    params = [p for p, _ in m.table.events[event].params] if event in m.table.events else []
+    return ", ".join(f"{p}={_show(a)}" for p, a in zip(params, args, strict=False))

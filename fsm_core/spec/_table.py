@@ -1,0 +1,137 @@
+"""The loaded, type-checked form of one transition table (before compilation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from fsm_core.spec._expr import Expr, Stmt, Type, Value
+
+EventKind = Literal["input", "internal"]
+
+
+@dataclass(frozen=True, slots=True)
+class Clause:
+    """A seed sentence or pinned decision that rows implement, quoted verbatim."""
+
+    id: str
+    source: str
+    quote: str
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    name: str
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    name: str
+    type: Type
+    init: Value
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """An event. ``input`` events are user calls and must be handled in every valid state."""
+
+    name: str
+    kind: EventKind
+    params: tuple[tuple[str, Type], ...]
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class EffectSpec:
+    """A named effect the runtime performs. ``notifies``: listeners run inside it."""
+
+    name: str
+    params: tuple[tuple[str, Type], ...]
+    notifies: bool
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    """A named boolean predicate over the state, usable in guards, effects and invariants."""
+
+    name: str
+    expr: Expr
+    text: str
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One guarded transition.
+
+    ``target`` is None when the row stays in its source state. ``reject`` is the reason when
+    the row refuses the event (then it has no target and no effects).
+    """
+
+    id: str
+    event: str
+    sources: tuple[str, ...]
+    guard: Expr
+    guard_text: str | None
+    target: str | None
+    reject: str | None
+    effects: tuple[Stmt, ...]
+    clauses: tuple[str, ...]
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class PairRule:
+    """(state, event) pairs handled on purpose without a row: ignored, or rejected."""
+
+    kind: Literal["ignored", "rejected"]
+    index: int
+    events: tuple[str, ...]
+    states: tuple[str, ...]
+    why: str
+    clauses: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Invariant:
+    """A named state predicate that must hold in every reachable state."""
+
+    id: str
+    expr: Expr
+    text: str
+    doc: str
+    clauses: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """Everything one ``specs/*.toml`` file says, resolved and type-checked."""
+
+    file: str
+    name: str
+    title: str
+    doc: str
+    state_var: str
+    states: tuple[StateSpec, ...]
+    initial: str
+    types: dict[str, Type]
+    variables: tuple[Variable, ...]
+    events: dict[str, EventSpec]
+    effects: dict[str, EffectSpec]
+    defs: dict[str, Definition]
+    rows: tuple[Row, ...]
+    pair_rules: tuple[PairRule, ...]
+    invariants: tuple[Invariant, ...]
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.states)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Positions in a state tuple: the state variable first, then the variables."""
+        return (self.state_var, *(v.name for v in self.variables))
