@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from fsm_core._errors import NotEnabled, Rejected
-from fsm_core.spec._expr import Assign, Block, Call, Evaluator, Stmt, Value, compile_expr
+from fsm_core.spec._expr import Assign, Block, Call, Evaluator, Expr, Stmt, Value, compile_expr
 from fsm_core.spec._table import Row, Table
 
 State: TypeAlias = tuple[Value, ...]
@@ -104,8 +104,8 @@ class Machine:
                     self._pairs[(state, event)] = (rule.kind, rule.why)
 
     def _compile_stmt(self, stmt: Stmt, params: Mapping[str, int]) -> _Op:
-        def ev(e: object) -> Evaluator:
-            return compile_expr(e, self._index, params, self.defs)  # type: ignore[arg-type]
+        def ev(e: Expr) -> Evaluator:
+            return compile_expr(e, self._index, params, self.defs)
 
         match stmt:
             case Assign(var=v, value=value):
