@@ -1,0 +1,357 @@
+"""The tables as data for ports, and as a listing for people.
+
+:func:`spec_to_json` is the export port authors consume (``fsm-core spec --json``); its shape is
+pinned by ``specs/schema.json`` (JSON Schema draft 2020-12) and named by ``format`` and
+``version``. :func:`spec_to_text` is the listing ``fsm-core spec`` prints::
+
+    >>> from fsm_core.spec import load_spec
+    >>> spec = load_spec()
+    >>> doc = spec_to_json(spec, ["agent"])
+    >>> doc["format"], doc["version"], list(doc["machines"])
+    ('fsm-core/spec', 1, ['agent'])
+    >>> doc["machines"]["agent"]["rows"][0]["guard"]["expr"]
+    {'op': 'and', 'args': [{'param': 'wake'}, {'not': {'var': 'scheduled'}}]}
+
+The export carries only the clauses the chosen machines cite, in catalogue order, so every
+clause in it is one a row, pair or invariant names (``specs/clauses.toml`` holds the rest).
+Every expression appears twice: as ``text`` (the table's own words where it has them, else the
+canonical form) and as ``expr``, the resolved tree a port evaluates without parsing anything.
+Keys come in a fixed order and lists in table order, so the same tables give the same bytes.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from fsm_core.spec import Machine, Spec
+from fsm_core.spec._expr import Assign, Block, Call, Expr, Stmt, Type, Value, to_json, unparse
+from fsm_core.spec._table import PairRule, Table
+
+__all__ = ["FORMAT", "SEMANTICS", "VERSION", "spec_to_json", "spec_to_text"]
+
+FORMAT: Final = "fsm-core/spec"
+# Bumped whenever a field changes meaning or disappears; adding a field is also a bump, since
+# the schema is strict (a port validating against version 1 rejects what it does not know).
+VERSION: Final = 1
+
+SEMANTICS: Final = (
+    "A row handles event `on` in each state of `from` whose `guard` holds on the state as it is "
+    "when the event fires; a valid table never enables two rows together. A row with a `reject` "
+    "reason refuses the event and changes nothing. Otherwise the state variable moves to `to` "
+    "first (null: it stays), then `do` runs in order: `assign` sets a variable, `call` performs "
+    "an effect with its arguments evaluated when the call is reached, and a `when` block tests "
+    "its condition once, when it is reached, and runs its body iff it holds. Each statement "
+    "sees the state left by the ones before it, including whatever listeners did re-entrantly "
+    "inside an earlier effect with `notifies: true`. A (state, event) pair with no row is listed "
+    "under `ignored` (nothing happens) or `rejected` (refused with `why`). When a pair has rows "
+    "but no guard holds, the event is not enabled: for an `input` event this cannot happen in a "
+    "state that satisfies the invariants; an `internal` event fired then is a runtime bug."
+)
+
+# The same, short, for the listing's reader (who sees rows, not JSON keys).
+_HOW_A_ROW_RUNS: Final = (
+    "How a row runs: its [guard] is tested on the state as the event fires (at most one row is "
+    "enabled); the state moves to the target; then the numbered effects run in order, each "
+    "seeing the state left by the ones before it and by listeners that re-entered during an "
+    "earlier (notifies) effect. A `when` block tests its condition once, when it is reached."
+)
+
+_WIDTH: Final = 100
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+
+def spec_to_json(spec: Spec, machines: Sequence[str]) -> dict[str, object]:
+    """The export of ``machines`` (in the order given), with the clauses they cite.
+
+    >>> from fsm_core.spec import load_spec
+    >>> sorted(spec_to_json(load_spec(), ["agent"]))
+    ['clauses', 'format', 'machines', 'version']
+
+    Raises :class:`KeyError` naming an unknown machine.
+    """
+    chosen = _choose(spec, machines)
+    cited = {tag for m in chosen for tag in _cited(m.table)}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "clauses": {
+            cid: {"source": c.source, "quote": _prose(c.quote), "summary": _prose(c.summary)}
+            for cid, c in spec.clauses.items()
+            if cid in cited
+        },
+        "machines": {m.name: _machine_json(m.table) for m in chosen},
+    }
+
+
+def _machine_json(t: Table) -> dict[str, object]:
+    return {
+        "name": t.name,
+        "title": t.title,
+        "doc": _prose(t.doc),
+        "file": t.file,
+        "semantics": SEMANTICS,
+        "state_var": t.state_var,
+        "initial": t.initial,
+        "states": [{"name": s.name, "doc": _prose(s.doc)} for s in t.states],
+        # Every enumeration, the state variable's included (its values are the states).
+        "types": {name: list(ty.values) for name, ty in t.types.items() if ty.kind == "enum"},
+        "variables": [
+            {
+                "name": v.name,
+                "type": v.type.name,
+                "domain": list(v.type.values),
+                "init": v.init,
+                "doc": _prose(v.doc),
+            }
+            for v in t.variables
+        ],
+        "definitions": [
+            {"name": d.name, "text": _prose(d.text), "expr": to_json(d.expr), "doc": _prose(d.doc)}
+            for d in t.defs.values()
+        ],
+        "events": [
+            {"name": e.name, "kind": e.kind, "params": _params(e.params), "doc": _prose(e.doc)}
+            for e in t.events.values()
+        ],
+        "effects": [
+            {
+                "name": e.name,
+                "params": _params(e.params),
+                "notifies": e.notifies,
+                "doc": _prose(e.doc),
+            }
+            for e in t.effects.values()
+        ],
+        "rows": [
+            {
+                "id": r.id,
+                "on": r.event,
+                "from": list(r.sources),
+                "guard": _expr(r.guard, r.guard_text),
+                "to": r.target,
+                "reject": r.reject,
+                "do": [_stmt(s) for s in r.effects],
+                "clauses": list(r.clauses),
+                "doc": _prose(r.doc),
+            }
+            for r in t.rows
+        ],
+        "ignored": [_pair(p) for p in t.pair_rules if p.kind == "ignored"],
+        "rejected": [_pair(p) for p in t.pair_rules if p.kind == "rejected"],
+        "invariants": [
+            {
+                "id": i.id,
+                "holds": _expr(i.expr, i.text),
+                "doc": _prose(i.doc),
+                "clauses": list(i.clauses),
+            }
+            for i in t.invariants
+        ],
+    }
+
+
+def _params(params: Iterable[tuple[str, Type]]) -> list[dict[str, object]]:
+    return [{"name": p, "type": t.name, "domain": list(t.values)} for p, t in params]
+
+
+def _expr(e: Expr, text: str | None = None) -> dict[str, object]:
+    """``{text, expr}``: the table's words when it kept them, else the canonical text.
+
+    Guards, definitions and invariants keep the words a reader finds in the TOML; statement
+    values and arguments are stored parsed only, so theirs are :func:`unparse`'s. Either way the
+    text parses back to ``expr`` (``tests/test_export.py`` checks every one).
+    """
+    return {"text": _prose(text) if text is not None else unparse(e), "expr": to_json(e)}
+
+
+def _stmt(s: Stmt) -> dict[str, object]:
+    match s:
+        case Assign(var=var, value=value):
+            return {"assign": var, "value": _expr(value)}
+        case Call(effect=name, args=args):
+            return {"call": name, "args": [_expr(a) for a in args]}
+        case Block(when=when, body=body):
+            return {"when": _expr(when), "do": [_stmt(b) for b in body]}
+    raise AssertionError(s)
+
+
+def _pair(p: PairRule) -> dict[str, object]:
+    return {"on": list(p.events), "in": list(p.states), "why": p.why, "clauses": list(p.clauses)}
+
+
+# --- text ----------------------------------------------------------------------------------------
+
+
+def spec_to_text(spec: Spec, machines: Sequence[str]) -> str:
+    """The listing ``fsm-core spec`` prints: an overview, then each machine in full.
+
+    A row reads ``cancel.turn  running|cancelling --cancel(cause, keep_inbox) [holder == live]-->
+    cancelling``, then its numbered effects in the order they run and its clause tags.
+    Raises :class:`KeyError` naming an unknown machine.
+    """
+    chosen = _choose(spec, machines)
+    lines = _overview(spec, chosen)
+    for m in chosen:
+        lines += ["", "", *_listing(m.table)]
+    return "\n".join(lines) + "\n"
+
+
+def _overview(spec: Spec, chosen: Sequence[Machine]) -> list[str]:
+    rows = sum(len(m.table.rows) for m in chosen)
+    invariants = sum(len(m.table.invariants) for m in chosen)
+    cited = {tag for m in chosen for tag in _cited(m.table)}
+    plural = "machine" if len(chosen) == 1 else "machines"
+    width = max((len(m.name) for m in chosen), default=0)
+    return [
+        f"fsm-core spec: {len(chosen)} {plural} from {spec.root.name}/, {rows} rows, "
+        f"{invariants} invariants, {len(cited)} seed clauses cited",
+        *(f"  {m.name:<{width}}  {m.table.title}" for m in chosen),
+        "",
+        *_wrap(_HOW_A_ROW_RUNS, ""),
+        "",
+        "Clause tags name seed sentences and pinned decisions in specs/clauses.toml.",
+        f"Ports: `fsm-core spec --json` prints this as JSON (format {FORMAT} v{VERSION}, "
+        "specs/schema.json).",
+    ]
+
+
+def _listing(t: Table) -> list[str]:
+    out = [f"== {t.name}: {t.title}  ({t.file})", *_wrap(t.doc, "   ")]
+
+    out += ["", f"states ({t.state_var}; initial {t.initial})"]
+    width = max(len(s.name) for s in t.states)
+    for s in t.states:
+        lines = _wrap(s.doc, " " * (width + 4)) or [""]
+        out.append(f"  {s.name:<{width}}  {lines[0].lstrip()}".rstrip())
+        out += lines[1:]
+
+    out += ["", "variables (name: type = initial value)"]
+    for v in t.variables:
+        out.append(f"  {v.name}: {_type_text(v.type)} = {_show(v.init)}")
+        out += _wrap(v.doc, "      ")
+
+    if t.defs:
+        out += ["", "definitions"]
+        for d in t.defs.values():
+            out.append(f"  {d.name} := {_prose(d.text)}")
+            out += _wrap(d.doc, "      ")
+
+    if t.effects:
+        out += ["", "effects (notifies: listeners run inside it and may re-enter)"]
+        for e in t.effects.values():
+            flag = "  (notifies)" if e.notifies else ""
+            out.append(f"  {e.name}({_signature(e.params)}){flag}")
+            out += _wrap(e.doc, "      ")
+
+    out += ["", "rows, by event ([guard]; effects run in order after the state moves)"]
+    for event in t.events.values():
+        out += ["", f"{event.name}({_signature(event.params)})  [{event.kind}]"]
+        out += _wrap(event.doc, "  ")
+        for r in (r for r in t.rows if r.event == event.name):
+            out.append("")
+            names = ", ".join(p for p, _ in event.params)
+            arrow = f"--{event.name}({names})" if names else f"--{event.name}"
+            guard = f" [{_prose(r.guard_text)}]" if r.guard_text is not None else ""
+            if r.reject is not None:
+                to = f'rejected: "{r.reject}"'
+            else:
+                to = r.target if r.target is not None else "(stays)"
+            out.append(f"  {r.id}  {'|'.join(r.sources)} {arrow}{guard}--> {to}")
+            out += _wrap(r.doc, "      ")
+            out += _effect_lines(t, r.effects, "      ", "")
+            out.append(f"      clauses: {', '.join(r.clauses)}")
+
+    for kind, says in (("ignored", "nothing happens"), ("rejected", "refused with the reason")):
+        rules = [p for p in t.pair_rules if p.kind == kind]
+        if rules:
+            out += ["", f"{kind} pairs without a row ({says})"]
+            for p in rules:
+                out.append(f"  {'|'.join(p.events)} in {'|'.join(p.states)}")
+                why = f'"{p.why}"' if kind == "rejected" else p.why
+                out += _wrap(why, "      ")
+                out.append(f"      clauses: {', '.join(p.clauses)}")
+
+    out += ["", "invariants (hold in every reachable state)"]
+    for i in t.invariants:
+        out.append(f"  {i.id}: {_prose(i.text)}")
+        out += _wrap(i.doc, "      ")
+        out.append(f"      clauses: {', '.join(i.clauses)}")
+    return out
+
+
+def _effect_lines(t: Table, stmts: Sequence[Stmt], indent: str, prefix: str) -> list[str]:
+    out: list[str] = []
+    for n, s in enumerate(stmts, 1):
+        number = f"{prefix}{n}."
+        match s:
+            case Block(when=when, body=body):
+                out.append(f"{indent}{number} when {unparse(when)}:")
+                out += _effect_lines(t, body, indent + " " * (len(number) + 1), number)
+            case Call(effect=name) if t.effects[name].notifies:
+                out.append(f"{indent}{number} {_stmt_text(s)}  (notifies)")
+            case _:
+                out.append(f"{indent}{number} {_stmt_text(s)}")
+    return out
+
+
+def _stmt_text(s: Assign | Call) -> str:
+    if isinstance(s, Assign):
+        return f"{s.var} := {unparse(s.value)}"
+    return f"{s.effect}({', '.join(unparse(a) for a in s.args)})"
+
+
+def _signature(params: Iterable[tuple[str, Type]]) -> str:
+    return ", ".join(f"{p}: {_domain(t)}" for p, t in params)
+
+
+def _type_text(t: Type) -> str:
+    """``bool``, ``int[0..3]``, or an enumeration's name and values."""
+    return f"{t.name} {_domain(t)}" if t.kind == "enum" else t.name
+
+
+def _domain(t: Type) -> str:
+    if t.kind == "enum":
+        return "{" + ", ".join(str(v) for v in t.values) + "}"
+    return t.name
+
+
+def _show(v: Value) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def _wrap(text: str, indent: str) -> list[str]:
+    prose = _prose(text)
+    if not prose:
+        return []
+    return textwrap.wrap(
+        prose, _WIDTH, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+    )
+
+
+# --- shared --------------------------------------------------------------------------------------
+
+
+def _choose(spec: Spec, machines: Sequence[str]) -> list[Machine]:
+    for name in machines:
+        if name not in spec.machines:
+            known = ", ".join(spec.machines)
+            raise KeyError(f"unknown machine {name!r} (machines: {known})")
+    return [spec.machines[name] for name in dict.fromkeys(machines)]
+
+
+def _cited(t: Table) -> Iterable[str]:
+    for r in t.rows:
+        yield from r.clauses
+    for p in t.pair_rules:
+        yield from p.clauses
+    for i in t.invariants:
+        yield from i.clauses
+
+
+def _prose(text: str) -> str:
+    """Table prose on one line: TOML multi-line strings wrap where the author's editor did."""
+    return " ".join(text.split())

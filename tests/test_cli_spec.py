@@ -1,0 +1,93 @@
+"""``fsm-core spec``: the listing, the JSON export, and how bad input is reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsm_core._paths import specs_dir
+from fsm_core.cli import main
+from fsm_core.export import spec_to_json
+from fsm_core.spec import load_spec
+
+
+def test_spec_json_prints_every_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["format"] == "fsm-core/spec"
+    assert list(doc["machines"]) == ["activation", "agent"]
+    assert err == ""
+
+
+def test_spec_json_prints_only_the_named_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "--json", "activation"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["machines"]) == ["activation"]
+
+
+def test_spec_prints_the_listing_of_the_named_machine_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["spec", "agent"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("fsm-core spec: 1 machine from specs/, ")
+    assert "\n== agent: " in out
+    assert (
+        "\n  cancel.turn  running|cancelling --cancel(cause, keep_inbox) [holder == live]--> "
+        "cancelling\n"
+    ) in out
+    assert "== activation" not in out
+    assert "dispose.begin" not in out
+    assert err == ""
+
+
+def test_spec_with_unknown_machine_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "agent", "agnet"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "fsm-core: unknown machine 'agnet' (machines: activation, agent)\n"
+
+
+def test_spec_on_a_broken_table_exits_2_naming_file_and_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    specs = tmp_path / "specs"
+    shutil.copytree(specs_dir(), specs)
+    agent = specs / "agent.toml"
+    text = agent.read_text(encoding="utf-8")
+    row = 'id = "cancel.turn"\non = "cancel"\n'
+    assert text.count(row) == 1
+    agent.write_text(text.replace(row, 'id = "cancel.turn"\non = "cancle"\n'), encoding="utf-8")
+
+    assert main(["--specs", str(specs), "spec"]) == 2
+    out, err = capsys.readouterr()
+    events = ", ".join(load_spec().machines["agent"].table.events)
+    assert out == ""
+    assert re.fullmatch(
+        r"fsm-core: specs/agent\.toml: row 'cancel\.turn': unknown event 'cancle' "
+        rf"\(events: {re.escape(events)}\)\n",
+        err,
+    ), err
+
+
+def test_entry_point_prints_the_same_export_bytes(tmp_path: Path) -> None:
+    """``python -m fsm_core`` runs from anywhere, and a fresh process gives identical bytes."""
+    spec = load_spec()
+    expected = json.dumps(spec_to_json(spec, list(spec.machines)), indent=2, ensure_ascii=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "fsm_core", "spec", "--json"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr.decode()) == (0, "")
+    assert done.stdout.decode("utf-8") == expected + "\n"

@@ -1,0 +1,354 @@
+"""The JSON export ports consume, its schema, and the listing people read."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from fsm_core._paths import specs_dir
+from fsm_core.export import FORMAT, VERSION, spec_to_json, spec_to_text
+from fsm_core.spec import Spec, load_spec
+from fsm_core.spec._expr import BOOL, Scope, Type, check, int_type, parse_expr, to_json
+
+SPEC = load_spec()
+MACHINES = list(SPEC.machines)
+ROWS = [(m.name, r.id) for m in SPEC.machines.values() for r in m.table.rows]
+AGENT_ROWS = [r.id for r in SPEC.machines["agent"].table.rows]
+
+
+def exported(names: Sequence[str] = MACHINES, spec: Spec = SPEC) -> Any:
+    """The export as a port reads it: parsed back from its JSON text."""
+    return json.loads(json.dumps(spec_to_json(spec, names)))
+
+
+def schema() -> Any:
+    return json.loads((specs_dir() / "schema.json").read_text(encoding="utf-8"))
+
+
+def validator() -> Draft202012Validator:
+    return Draft202012Validator(schema())
+
+
+# --- the schema ----------------------------------------------------------------------------------
+
+
+def test_schema_is_a_valid_draft_2020_12_schema() -> None:
+    Draft202012Validator.check_schema(schema())
+
+
+def test_export_of_every_machine_matches_the_schema() -> None:
+    doc = exported()
+    validator().validate(doc)
+    assert (doc["format"], doc["version"]) == (FORMAT, VERSION)
+    assert list(doc["machines"]) == ["activation", "agent"]
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_export_of_one_machine_matches_the_schema(name: str) -> None:
+    doc = exported([name])
+    validator().validate(doc)
+    assert list(doc["machines"]) == [name]
+
+
+_DELETE = object()
+_BUSY = AGENT_ROWS.index("maintenance.busy")
+_ROW0: list[str | int] = ["machines", "agent", "rows", 0]
+
+MUTATIONS: list[tuple[str, list[str | int], object]] = [
+    ("row without id", [*_ROW0, "id"], _DELETE),
+    ("unknown expression form", [*_ROW0, "guard", "expr"], {"xor": [{"lit": True}]}),
+    ("expression in two forms", [*_ROW0, "guard", "expr"], {"var": "turn", "lit": True}),
+    (
+        "operator with three operands",
+        [*_ROW0, "guard", "expr"],
+        {"op": "and", "args": [{"lit": True}, {"lit": True}, {"lit": True}]},
+    ),
+    ("unknown operator", [*_ROW0, "guard", "expr", "op"], "xor"),
+    ("membership without its set", [*_ROW0, "guard", "expr"], {"in": {"var": "phase"}}),
+    ("guard without its text", [*_ROW0, "guard", "text"], _DELETE),
+    ("unknown statement form", [*_ROW0, "do", 0], {"emit": "enqueue"}),
+    ("row without a clause", [*_ROW0, "clauses"], []),
+    ("row with a stray key", [*_ROW0, "priority"], 1),
+    (
+        "reject row with effects",
+        ["machines", "agent", "rows", _BUSY, "do"],
+        [{"call": "open_holder", "args": []}],
+    ),
+    ("reject row with a target", ["machines", "agent", "rows", _BUSY, "to"], "running"),
+    ("another format", ["format"], "fsm-core/other"),
+    ("a later version", ["version"], 2),
+    ("stray top-level key", ["generated"], "today"),
+    ("invalid state name", ["machines", "agent", "states", 0, "name"], "Idle"),
+]
+
+
+@pytest.mark.parametrize(("label", "path", "value"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_mutated_export_fails_the_schema(label: str, path: list[str | int], value: object) -> None:
+    doc = copy.deepcopy(exported())
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is _DELETE:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    error = best_match(validator().iter_errors(doc))
+    assert error is not None, f"{label}: the schema accepts it"
+    # The schema blames the mutated place (the object holding it, or a part of it), nothing else.
+    blamed = list(error.absolute_path)
+    common = min(len(blamed), len(path))
+    assert blamed[:common] == path[:common], error.message
+
+
+# --- stability and clauses -----------------------------------------------------------------------
+
+
+def test_export_is_byte_stable() -> None:
+    first = json.dumps(spec_to_json(SPEC, MACHINES), indent=2, ensure_ascii=False)
+    again = json.dumps(spec_to_json(SPEC, MACHINES), indent=2, ensure_ascii=False)
+    assert first == again
+
+
+def test_export_keeps_the_order_machines_were_named_in_once_each() -> None:
+    assert list(exported(["agent", "activation", "agent"])["machines"]) == ["agent", "activation"]
+
+
+def test_unknown_machine_is_a_key_error_naming_it() -> None:
+    with pytest.raises(
+        KeyError, match=r"^\"unknown machine 'agnet' \(machines: activation, agent\)\"$"
+    ):
+        spec_to_json(SPEC, ["agnet"])
+
+
+def _tagged(machine: Any) -> Iterator[tuple[str, Any]]:
+    for row in machine["rows"]:
+        yield f"row {row['id']!r}", row
+    for inv in machine["invariants"]:
+        yield f"invariant {inv['id']!r}", inv
+    for kind in ("ignored", "rejected"):
+        for i, rule in enumerate(machine[kind]):
+            yield f"{kind}[{i}]", rule
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_every_row_pair_and_invariant_cites_an_exported_clause(name: str) -> None:
+    doc = exported([name])
+    for where, entry in _tagged(doc["machines"][name]):
+        assert entry["clauses"], f"{name}: {where} has no clause tag"
+        missing = set(entry["clauses"]) - set(doc["clauses"])
+        assert not missing, f"{name}: {where} cites {sorted(missing)}, not in the export"
+
+
+@pytest.mark.parametrize("names", [MACHINES, ["agent"], ["activation"]])
+def test_export_carries_exactly_the_clauses_its_machines_cite(names: list[str]) -> None:
+    doc = exported(names)
+    cited = {tag for m in doc["machines"].values() for _, e in _tagged(m) for tag in e["clauses"]}
+    assert set(doc["clauses"]) == cited
+    assert list(doc["clauses"]) == [c for c in SPEC.clauses if c in cited]  # catalogue order
+
+
+def test_clause_carries_source_quote_and_summary() -> None:
+    clause = exported(["agent"])["clauses"]["S000.pre-run-marker"]
+    assert clause == {
+        "source": "S000",
+        "quote": "The driver keeps only a cause-less pre-run marker for queued work cancelled "
+        "before a turn is claimed.",
+        "summary": "Cancelling queued work before a turn is claimed leaves only a cause-less "
+        "marker.",
+    }
+
+
+# --- rows ----------------------------------------------------------------------------------------
+
+
+def _row(machine: str, row_id: str) -> Any:
+    rows = exported([machine])["machines"][machine]["rows"]
+    return next(r for r in rows if r["id"] == row_id)
+
+
+def _texts(stmts: list[Any]) -> list[object]:
+    """Statements as their texts; a when-block as (condition, [body])."""
+    out: list[object] = []
+    for s in stmts:
+        if "assign" in s:
+            out.append(f"{s['assign']} := {s['value']['text']}")
+        elif "call" in s:
+            out.append(f"{s['call']}({', '.join(a['text'] for a in s['args'])})")
+        else:
+            out.append((s["when"]["text"], _texts(s["do"])))
+    return out
+
+
+def test_cancel_turn_exports_its_effects_in_order() -> None:
+    row = _row("agent", "cancel.turn")
+    assert (row["on"], row["from"], row["to"], row["reject"]) == (
+        "cancel",
+        ["running", "cancelling"],
+        "cancelling",
+        None,
+    )
+    assert row["guard"] == {
+        "text": "holder == live",
+        "expr": {"op": "==", "args": [{"var": "holder"}, {"sym": "live"}]},
+    }
+    assert row["do"][0] == {
+        "call": "notify_cancel_requested",
+        "args": [{"text": "cause", "expr": {"param": "cause"}}],
+    }
+    assert _texts(row["do"]) == [
+        "notify_cancel_requested(cause)",
+        ("not keep_inbox", ["pending := false", "latch := false", "clear_inbox()"]),
+        ("holder == live", ["holder := aborted", "reason := cause", "abort_holder(cause)"]),
+    ]
+
+
+def test_row_without_guard_exports_true_and_row_without_target_stays() -> None:
+    dispose = _row("agent", "dispose.idle")
+    assert dispose["guard"] == {"text": "true", "expr": {"lit": True}}
+    assert dispose["to"] == "disposing"
+    assert _row("agent", "send.idle.wake")["to"] is None
+
+
+def test_reject_row_exports_its_reason_and_nothing_to_do() -> None:
+    row = _row("agent", "maintenance.busy")
+    assert row["reject"].startswith("a driver is scheduled")
+    assert (row["to"], row["do"]) == (None, [])
+
+
+def test_variables_and_params_carry_their_domains() -> None:
+    agent = exported(["agent"])["machines"]["agent"]
+    holder = next(v for v in agent["variables"] if v["name"] == "holder")
+    assert holder == {
+        "name": "holder",
+        "type": "holder",
+        "domain": ["none", "live", "aborted"],
+        "init": "none",
+        "doc": holder["doc"],
+    }
+    cancel = next(e for e in agent["events"] if e["name"] == "cancel")
+    assert cancel["params"] == [
+        {"name": "cause", "type": "cause", "domain": ["user", "parent"]},
+        {"name": "keep_inbox", "type": "bool", "domain": [False, True]},
+    ]
+    assert agent["types"]["phase"] == [s["name"] for s in agent["states"]]
+
+
+# --- round trip: every text parses back to its tree, using nothing but the export ----------------
+
+
+def _type(name: str, domain: list[Any]) -> Type:
+    if name == "bool":
+        return BOOL
+    if name.startswith("int["):
+        return int_type(min(domain), max(domain))
+    return Type("enum", name, tuple(domain))
+
+
+def _scope(machine: Any, params: list[Any]) -> Scope:
+    """What names mean, rebuilt from the export alone (as a port would)."""
+    variables = {
+        machine["state_var"]: _type(machine["state_var"], machine["types"][machine["state_var"]])
+    }
+    variables |= {v["name"]: _type(v["type"], v["domain"]) for v in machine["variables"]}
+    return Scope(
+        variables=variables,
+        params={p["name"]: _type(p["type"], p["domain"]) for p in params},
+        defs={d["name"]: parse_expr(d["text"]) for d in machine["definitions"]},
+        symbols=frozenset(v for values in machine["types"].values() for v in values),
+    )
+
+
+def _statement_exprs(stmts: list[Any]) -> Iterator[Any]:
+    for s in stmts:
+        if "assign" in s:
+            yield s["value"]
+        elif "call" in s:
+            yield from s["args"]
+        else:
+            yield s["when"]
+            yield from _statement_exprs(s["do"])
+
+
+def _reparsed(text: str, scope: Scope) -> object:
+    resolved, _ = check(parse_expr(text), scope)
+    return to_json(resolved)
+
+
+@pytest.mark.parametrize(("machine", "row_id"), ROWS, ids=[f"{m}:{r}" for m, r in ROWS])
+def test_row_texts_parse_back_to_the_exported_trees(machine: str, row_id: str) -> None:
+    m = exported([machine])["machines"][machine]
+    row = next(r for r in m["rows"] if r["id"] == row_id)
+    event = next(e for e in m["events"] if e["name"] == row["on"])
+    scope = _scope(m, event["params"])
+    assert _reparsed(row["guard"]["text"], scope) == row["guard"]["expr"]
+    for item in _statement_exprs(row["do"]):
+        assert _reparsed(item["text"], scope) == item["expr"], item["text"]
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_definition_and_invariant_texts_parse_back_to_the_exported_trees(name: str) -> None:
+    m = exported([name])["machines"][name]
+    scope = _scope(m, [])
+    for d in m["definitions"]:
+        assert _reparsed(d["text"], scope) == d["expr"], d["name"]
+    for inv in m["invariants"]:
+        assert _reparsed(inv["holds"]["text"], scope) == inv["holds"]["expr"], inv["id"]
+
+
+# --- the listing ---------------------------------------------------------------------------------
+
+
+def test_listing_opens_with_an_overview_of_every_machine() -> None:
+    lines = spec_to_text(SPEC, MACHINES).splitlines()
+    rows = sum(len(m.table.rows) for m in SPEC.machines.values())
+    invariants = sum(len(m.table.invariants) for m in SPEC.machines.values())
+    cited = len(exported()["clauses"])
+    assert lines[:3] == [
+        f"fsm-core spec: 2 machines from specs/, {rows} rows, {invariants} invariants, "
+        f"{cited} seed clauses cited",
+        f"  activation  {SPEC.machines['activation'].table.title}",
+        f"  agent       {SPEC.machines['agent'].table.title}",
+    ]
+
+
+def test_listing_shows_a_row_with_its_numbered_effects_and_clauses() -> None:
+    lines = spec_to_text(SPEC, ["agent"]).splitlines()
+    head = lines.index(
+        "  cancel.turn  running|cancelling --cancel(cause, keep_inbox) [holder == live]--> "
+        "cancelling"
+    )
+    body = lines[head + 1 : lines.index("", head)]
+    assert [line for line in body if not line.startswith("      An effective")] == [
+        "      1. notify_cancel_requested(cause)  (notifies)",
+        "      2. when not keep_inbox:",
+        "         2.1. pending := false",
+        "         2.2. latch := false",
+        "         2.3. clear_inbox()  (notifies)",
+        "      3. when holder == live:",
+        "         3.1. holder := aborted",
+        "         3.2. reason := cause",
+        "         3.3. abort_holder(cause)  (notifies)",
+        "      clauses: S000.effective-cancel, S000.frozen-reason, S000.first-wins, "
+        "S000.observer-work, S004.cancel-keep-inbox",
+    ]
+
+
+def test_listing_shows_stays_rejects_pairs_and_invariants() -> None:
+    text = spec_to_text(SPEC, ["agent"])
+    assert "  send.idle.quiet  idle --send(wake, lane) [not wake]--> (stays)\n" in text
+    assert (
+        '  maintenance.busy  idle --maintenance_start [scheduled]--> rejected: "a driver is '
+        'scheduled; maintenance needs an idle agent with no driver pending"\n'
+    ) in text
+    assert "ignored pairs without a row (nothing happens)\n  cancel in disposed\n" in text
+    assert (
+        '  send in disposed\n      "the agent is disposed; it accepts no more messages"\n' in text
+    )
+    assert "  reason_iff_aborted: (reason != none) == (holder == aborted)\n" in text
+    assert "== activation" not in text
