@@ -11,12 +11,14 @@ on a state and read the next state and the ordered effects::
 """
 
 from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, TransitionError
+from fsm_core.host import HostedMachine
 from fsm_core.spec import Clause, Effect, Machine, Spec, State, Step, load_spec
 
 __all__ = [
     "Clause",
     "Effect",
     "FsmError",
+    "HostedMachine",
     "Machine",
     "NotEnabled",
     "Rejected",

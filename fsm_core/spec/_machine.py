@@ -231,6 +231,16 @@ class Machine:
         """
         if row.target is not None:
             store[0] = row.target
+        self.run_effects(row, store, args, perform)
+
+    def run_effects(
+        self,
+        row: CompiledRow,
+        store: MutableSequence[Value],
+        args: Sequence[Value],
+        perform: Perform,
+    ) -> None:
+        """Run only ``row``'s effects in place, for a host that moves the state itself."""
         _run(row.ops, store, args, perform)
 
     def format_state(self, state: Sequence[Value]) -> str:

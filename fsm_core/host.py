@@ -1,0 +1,330 @@
+"""Host a live agent's (or activation's) control state in a ``transitions`` state machine.
+
+A :class:`HostedMachine` is the control state of one agent, built from a compiled table. A
+synchronous ``transitions.Machine`` chooses the row (its conditions are the table's compiled
+guards) and moves the state; the row's effects run through the same compiled ops as the
+interpreter's::
+
+    hosted = HostedMachine(load_spec().machines["agent"])
+    hosted.fire("send", wake=True, lane="next_turn")  # [enqueue(next_turn), schedule_driver()]
+
+You introspect it as you would any ``transitions`` model: ``hosted.state``,
+``hosted.get_triggers("idle")``, ``hosted.may_trigger("cancel", cause="user", keep_inbox=False)``.
+
+How a table becomes a ``transitions`` machine:
+
+- one transition per (row, source state), added in table order, so ``transitions`` tries them in
+  the order :meth:`Machine.select` does. Its one condition is the row's compiled guard, evaluated
+  on the live store and the event's keyword arguments;
+- a row with a target gets ``dest=row.target``; a row that stays is an internal transition
+  (``dest=None``): ``transitions`` neither touches the state nor runs exit/enter callbacks;
+- the ``after`` callback runs the row's effects, in order, on the live store (``transitions``
+  has already moved the state, as :meth:`Machine.execute` does first);
+- a ``reject`` row raises :class:`Rejected` with its reason from its ``before`` callback;
+- an ``[[ignored]]`` pair is an internal transition with no condition and no callbacks;
+- an ``[[rejected]]`` pair gets no transition: to ``transitions`` the event is not a trigger of
+  that state (``get_triggers`` leaves it out), and the host raises ``Rejected`` with the table's
+  reason;
+- a handled pair where no condition passes raises :class:`NotEnabled` with the interpreter's
+  message.
+
+The differential test (``tests/test_host.py``) proves this agrees with :meth:`Machine.fire_args`
+on every state, event and argument tuple of both tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import NoReturn, final
+
+from transitions import EventData, MachineError
+from transitions import Machine as TransitionsMachine
+
+from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
+from fsm_core.spec import Effect, Machine, State, Step
+from fsm_core.spec._expr import Value
+from fsm_core.spec._machine import CompiledRow
+
+__all__ = ["HostedMachine"]
+
+
+@dataclass(slots=True)
+class _Frame:
+    """What one :meth:`HostedMachine.step` call saw: the row that ran and its effects.
+
+    ``claimed`` is True once the row's ``after`` callback has taken this frame; a nested
+    ``step`` pushes a frame of its own, so each call collects only its own row's effects.
+    """
+
+    claimed: bool = False
+    row: str | None = None
+    effects: list[Effect] = field(default_factory=list)
+
+
+@final
+class _Guard:
+    """A row's compiled guard as a ``transitions`` condition."""
+
+    def __init__(self, host: HostedMachine, row: CompiledRow) -> None:
+        self._host = host
+        self._row = row
+
+    def __call__(self, data: EventData) -> bool:
+        host = self._host
+        return bool(self._row.guard(host._store, host._arguments(self._row.row.event, data)))
+
+    def __repr__(self) -> str:
+        return f"<guard of {self._row.row.id}: {self._row.row.guard_text or 'true'}>"
+
+
+@final
+class _Effects:
+    """A row's effects as a ``transitions`` ``after`` callback."""
+
+    def __init__(self, host: HostedMachine, row: CompiledRow) -> None:
+        self._host = host
+        self._row = row
+
+    def __call__(self, data: EventData) -> None:
+        host = self._host
+        frames = host._frames
+        frame = frames[-1] if frames and not frames[-1].claimed else None
+        if frame is not None:
+            frame.claimed = True
+            frame.row = self._row.row.id
+        listener = host._perform
+
+        def perform(name: str, values: tuple[Value, ...]) -> None:
+            effect = Effect(name, values)
+            if frame is not None:
+                frame.effects.append(effect)
+            if listener is not None:
+                listener(effect)
+
+        host.spec.run_effects(
+            self._row, host._store, host._arguments(self._row.row.event, data), perform
+        )
+
+    def __repr__(self) -> str:
+        return f"<effects of {self._row.row.id}>"
+
+
+@final
+class _Refuse:
+    """A ``before`` callback that refuses the event with the table's reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __call__(self, data: EventData) -> None:
+        raise Rejected(self.reason)
+
+    def __repr__(self) -> str:
+        return f"<refuse: {self.reason}>"
+
+
+@final
+class HostedMachine:
+    """One live control state (an agent's or an activation's), hosted by ``transitions``.
+
+    The state lives in a mutable store in :attr:`Machine.names` order: slot 0 is the state
+    variable (what ``transitions`` reads and writes as :attr:`state`), then the table's
+    variables. :meth:`fire` triggers an event and returns the effects its row performed::
+
+        hosted = HostedMachine(agent, perform=runtime.perform)
+        hosted.fire("cancel", cause="user", keep_inbox=False)
+
+    ``transitions`` reads and sets :attr:`state` on this object, but it is not registered as
+    the machine's model: registering would set trigger methods (``send()``, ``may_send()``, ...)
+    onto it with setattr, and their ``may_`` answers would count refusals as possible. Events are
+    triggered explicitly, ``machine.events[name].trigger(hosted, **kwargs)``, by :meth:`fire`.
+
+    ``perform`` receives each effect as the row reaches it. It may fire again, re-entrantly:
+    ``transitions``' unqueued machine runs the nested event at once, on the live store, and the
+    outer row's later effects see what it changed (a ``{ when, do }`` block tests its condition
+    when it is reached). The nested ``fire`` returns its own row's effects; they are *not* part
+    of the outer call's list.
+    """
+
+    def __init__(self, spec: Machine, perform: Callable[[Effect], None] | None = None) -> None:
+        self.spec = spec
+        # Invariant: len(_store) == len(spec.names); _store[0] is a state of the table.
+        self._store: list[Value] = list(spec.initial)
+        self._states = frozenset(spec.table.state_names)
+        self._perform = perform
+        self._frames: list[_Frame] = []
+        # The model is passed to each trigger rather than registered with ``add_model``, which
+        # would set trigger methods (``send``, ``may_send``, ...) onto this object with setattr.
+        self.machine = TransitionsMachine(
+            model=None,
+            states=list(spec.table.state_names),
+            initial=spec.table.initial,
+            auto_transitions=False,
+            send_event=True,
+            queued=False,
+            ignore_invalid_triggers=False,
+            name=spec.name,
+        )
+        for compiled in spec.rows.values():
+            row = compiled.row
+            for source in row.sources:
+                if row.reject is not None:
+                    self.machine.add_transition(
+                        row.event,
+                        source,
+                        None,
+                        conditions=[_Guard(self, compiled)],
+                        before=[_Refuse(row.reject)],
+                    )
+                else:
+                    self.machine.add_transition(
+                        row.event,
+                        source,
+                        row.target,
+                        conditions=[_Guard(self, compiled)],
+                        after=[_Effects(self, compiled)],
+                    )
+        for rule in spec.table.pair_rules:
+            if rule.kind == "ignored":
+                for event in rule.events:
+                    self.machine.add_transition(event, list(rule.states), None)
+
+    # --- the model ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """The state variable (``phase`` for the agent), as ``transitions`` sees it."""
+        return str(self._store[0])
+
+    @state.setter
+    def state(self, value: str) -> None:
+        if value not in self._states:
+            raise ValueError(f"{self.spec.name} has no state {value!r}")
+        self._store[0] = value
+
+    @property
+    def values(self) -> dict[str, Value]:
+        """The whole state as ``{name: value}``, state variable first (a copy)."""
+        return self.spec.describe(self._store)
+
+    def snapshot(self) -> State:
+        """The whole state as a tuple in :attr:`Machine.names` order."""
+        return tuple(self._store)
+
+    def load(self, state: Sequence[Value]) -> None:
+        """Replace the whole state, e.g. to start a test from a chosen valuation."""
+        table = self.spec.table
+        if len(state) != len(self.spec.names):
+            raise ValueError(
+                f"{self.spec.name}: a state has {len(self.spec.names)} values "
+                f"({', '.join(self.spec.names)}), got {len(state)}"
+            )
+        if state[0] not in self._states:
+            raise ValueError(f"{self.spec.name} has no state {state[0]!r}")
+        for var, value in zip(table.variables, state[1:], strict=True):
+            if value not in var.type.values:
+                raise ValueError(
+                    f"{self.spec.name}: {var.name}={value!r} is not a value of {var.type}"
+                )
+        self._store[:] = state
+
+    # --- firing ---------------------------------------------------------------------------------
+
+    def fire(self, event: str, **kwargs: Value) -> list[Effect]:
+        """Fire ``event`` and return the effects its row performed, in order.
+
+        Raises :class:`Rejected` when the table refuses the event here and :class:`NotEnabled`
+        when no row is enabled; the state is then unchanged. An event the table ignores here
+        returns ``[]``.
+        """
+        return list(self.step(event, **kwargs).effects)
+
+    def step(self, event: str, **kwargs: Value) -> Step:
+        """Fire ``event`` and describe the step as :meth:`Machine.fire_args` does.
+
+        ``row`` is the row ``transitions`` chose (None when the table ignores the event here).
+        ``target`` is the state when this call returns, so it includes whatever nested fires
+        from ``perform`` changed.
+        """
+        args = self.spec.arguments(event, **kwargs)
+        source = self.snapshot()
+        # transitions knows an event once some state has a transition for it.
+        trigger = self.machine.events.get(event)
+        frame = _Frame()
+        self._frames.append(frame)
+        handled, refused = False, trigger is None
+        try:
+            if trigger is not None:
+                handled = trigger.trigger(self, **kwargs)
+        except MachineError:
+            if trigger is None or source[0] in trigger.transitions:
+                raise  # not about this event: a nested trigger failed
+            # No transition from this state: the table lists the pair [[rejected]].
+            refused = True
+        finally:
+            popped = self._frames.pop()
+            assert popped is frame
+        if not handled:
+            self._explain(source, event, args, Rejected if refused else NotEnabled)
+        return Step(event, args, frame.row, source, self.snapshot(), tuple(frame.effects))
+
+    def _explain(
+        self,
+        source: State,
+        event: str,
+        args: tuple[Value, ...],
+        expected: type[TransitionError],
+    ) -> NoReturn:
+        """Raise the interpreter's error for an event ``transitions`` found no transition for."""
+        try:
+            chosen = self.spec.select(source, event, args)
+        except expected:
+            raise
+        except TransitionError as e:
+            raise FsmError(
+                f"{self.spec.name}: the hosted machine and the table disagree on {event} in "
+                f"{self.spec.format_state(source)}: transitions expected {expected.__name__}, "
+                f"the table raised {type(e).__name__}: {e}"
+            ) from e
+        row = "ignores it" if chosen is None else f"chooses row {chosen.row.id!r}"
+        raise FsmError(
+            f"{self.spec.name}: the hosted machine and the table disagree on {event} in "
+            f"{self.spec.format_state(source)}: transitions found no transition, the table {row}"
+        )
+
+    def _arguments(self, event: str, data: EventData) -> tuple[Value, ...]:
+        if data.args:
+            raise TypeError(f"{self.spec.name}.{event} takes keyword arguments only")
+        return self.spec.arguments(event, **data.kwargs)
+
+    # --- introspection --------------------------------------------------------------------------
+
+    def get_triggers(self, *states: str) -> list[str]:
+        """The events that are triggers of ``states`` (default: the current state).
+
+        An event the table rejects in a state is not a trigger there; one it ignores is.
+        """
+        return self.machine.get_triggers(*(states or (self.state,)))
+
+    def may_trigger(self, event: str, **kwargs: Value) -> bool:
+        """True iff :meth:`fire` would succeed now: a row runs, or the table ignores the event.
+
+        Unlike ``transitions``' own ``may_trigger``, a refusal (a ``reject`` row whose guard
+        holds) answers False: its condition passes, but firing raises :class:`Rejected`.
+        """
+        self.spec.arguments(event, **kwargs)
+        trigger = self.machine.events.get(event)
+        candidates = None if trigger is None else trigger.transitions.get(self.state)
+        if trigger is None or candidates is None:
+            return False
+        data = EventData(
+            self.machine.get_state(self.state), trigger, self.machine, self, (), dict(kwargs)
+        )
+        for transition in candidates:
+            if all(condition.check(data) for condition in transition.conditions):
+                return not any(isinstance(cb, _Refuse) for cb in transition.before)
+        return False
+
+    def __repr__(self) -> str:
+        return f"<HostedMachine {self.spec.name} {self.spec.format_state(self._store)}>"
