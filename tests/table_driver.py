@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fsm_core.spec import Effect, Machine, State
 from fsm_core.spec._expr import Value
 
-Reaction = Callable[["TableDriver", Effect], None]
+Reaction = Callable[["TableDriver", Effect], object]
 
 
 @dataclass
@@ -40,10 +40,10 @@ class TableDriver:
     def on(self, effect: str, reaction: Reaction, *, once: bool = True) -> None:
         """Run ``reaction`` inside the next (or every) ``effect`` performed."""
 
-        def wrapped(driver: TableDriver, e: Effect) -> None:
+        def wrapped(driver: TableDriver, e: Effect) -> object:
             if once:
                 self.reactions[effect].remove(wrapped)
-            reaction(driver, e)
+            return reaction(driver, e)
 
         self.reactions.setdefault(effect, []).append(wrapped)
 
