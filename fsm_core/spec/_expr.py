@@ -166,7 +166,9 @@ def _unparse(e: Expr, outer: int) -> str:
         case Ident(name=n) | Sym(name=n) | Var(name=n) | Param(name=n) | Def(name=n):
             return n
         case Not(operand=o):
-            return f"not {_unparse(o, 9)}"
+            # `not` binds looser than comparisons: `(not a) == b` needs its parentheses.
+            text = f"not {_unparse(o, 9)}"
+            return f"({text})" if outer > 4 else text
         case In(operand=o, members=m):
             text = f"{_unparse(o, 5)} in {{{', '.join(m)}}}"
             return f"({text})" if outer > 4 else text
@@ -175,9 +177,13 @@ def _unparse(e: Expr, outer: int) -> str:
             return f"({text})" if outer > 0 else text
         case BinOp(op=op, left=left, right=right):
             level = _PRECEDENCE.get(op, 4 if op in _COMPARISONS else 5)
-            # implies is right-associative; everything else associates left.
-            lhs = _unparse(left, level + 1 if op == "implies" else level)
-            rhs = _unparse(right, level if op == "implies" else level + 1)
+            if level == 4:
+                # Comparisons do not chain: both sides are additive (`(a == b) == c`).
+                lhs, rhs = _unparse(left, 5), _unparse(right, 5)
+            else:
+                # implies is right-associative; everything else associates left.
+                lhs = _unparse(left, level + 1 if op == "implies" else level)
+                rhs = _unparse(right, level if op == "implies" else level + 1)
             text = f"{lhs} {op} {rhs}"
             return f"({text})" if level < outer else text
     raise AssertionError(e)
@@ -208,8 +214,9 @@ def _tokens(text: str) -> list[str]:
     while pos < len(stripped):
         m = _TOKEN.match(stripped, pos)
         if m is None or m.end() == pos:
-            bad = stripped[pos:].lstrip()[:1]
-            raise ExprError(f"unexpected character {bad!r} at column {len(stripped[:pos]) + 1}")
+            rest = stripped[pos:]
+            column = pos + len(rest) - len(rest.lstrip()) + 1
+            raise ExprError(f"unexpected character {rest.lstrip()[:1]!r} at column {column}")
         out.append(m.group(m.lastgroup or "op"))
         pos = m.end()
     return out
@@ -227,7 +234,7 @@ class _Parser:
     def take(self, expected: str | None = None) -> str:
         tok = self.peek()
         if tok is None:
-            raise ExprError(f"unexpected end of expression, expected {expected or 'more'}")
+            raise ExprError(f"unexpected end of expression, expected {expected or 'more'!r}")
         if expected is not None and tok != expected:
             raise ExprError(f"expected {expected!r} but found {tok!r}")
         self.i += 1
@@ -423,16 +430,27 @@ def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
     raise ExprError(f"cannot check {e!r}")
 
 
-def check_stmt_value(value: Expr, target: Type, scope: Scope, var: str) -> Expr:
-    """Type-check the right-hand side of ``var := value`` against the variable's type."""
+def check_stmt_value(
+    value: Expr, target: Type, scope: Scope, var: str, effect: str | None = None
+) -> Expr:
+    """Type-check the right-hand side of ``var := value`` against the variable's type.
+
+    With ``effect``, ``value`` is the argument for parameter ``var`` of that effect.
+    """
     v2, t = check(value, scope)
     if t.kind != target.kind:
-        raise ExprError(f"type mismatch: {var} is {target} but the value is {t}")
+        what = var if effect is None else f"{effect}'s parameter {var}"
+        raise ExprError(f"type mismatch: {what} is {target} but the value is {t}")
     if t.kind == "enum" and not target.admits(t):
         extra = [v for v in t.values if v not in target.values]
+        what = (
+            f"assignment: {var} := {unparse(value)}"
+            if effect is None
+            else f"argument: {effect}({var}={unparse(value)})"
+        )
         raise ExprError(
-            f"out-of-domain assignment: {var} := {unparse(value)} may give "
-            f"{_list(extra)}, not in {target} ({_list(target.values)})"
+            f"out-of-domain {what} may give {_list(extra)}, "
+            f"not in {target} ({_list(target.values)})"
         )
     return v2
 
@@ -455,6 +473,10 @@ def _union(a: Type, b: Type) -> Type:
     if a.kind == "int":
         lo = min(_bounds(a)[0], _bounds(b)[0])
         return int_type(lo, max(_bounds(a)[1], _bounds(b)[1]))
+    if a.admits(b):
+        return a  # `if c then holder else none` is a holder
+    if b.admits(a):
+        return b
     values = tuple(dict.fromkeys(a.values + b.values))
     return Type(a.kind, f"{a}|{b}", values)
 

@@ -74,12 +74,18 @@ class _File:
         required, optional = list(required), list(optional)
         for key in table:
             if key not in required and key not in optional:
-                allowed = ", ".join(sorted(required + optional))
+                allowed = ", ".join(sorted({*required, *optional}))
                 self.fail(where, f"unknown key {key!r} (expected one of: {allowed})")
         for key in required:
             if key not in table:
                 self.fail(where, f"missing key {key!r}")
         return table
+
+    def table(self, where: str, value: object) -> dict[str, Any]:
+        """A section of named entries (``[vars]``, ``[events]``, ...): it must be a table."""
+        if not isinstance(value, dict):
+            self.fail(where, f"expected a table, found {type(value).__name__}")
+        return value
 
     def text(self, where: str, value: object, key: str) -> str:
         if not isinstance(value, str):
@@ -91,6 +97,9 @@ class _File:
             value = [value]
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             self.fail(where, f"{key} must be a non-empty list of names")
+        for name in value:
+            if value.count(name) > 1:
+                self.fail(where, f"{key} lists {name!r} twice")
         return tuple(value)
 
     def ident(self, where: str, name: str) -> str:
@@ -122,7 +131,7 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
         except FileNotFoundError:
             f.fail(f"source {key!r}", f"{rel} not found")
     clauses: dict[str, Clause] = {}
-    for cid, body in data["clauses"].items():
+    for cid, body in f.table("[clauses]", data["clauses"]).items():
         where = f"clause {cid!r}"
         c = f.keys(where, body, ["source", "quote", "summary"])
         source = f.text(where, c["source"], "source")
@@ -166,9 +175,11 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
         f.fail("[machine]", f"unknown initial state {initial!r} (states: {', '.join(state_names)})")
 
     types: dict[str, Type] = {"bool": BOOL}
-    for name, values in data.get("types", {}).items():
+    for name, values in f.table("[types]", data.get("types", {})).items():
         where = f"type {name!r}"
         f.ident(where, name)
+        if name == state_var:
+            f.fail(where, f"{name!r} is the state variable's type; its values are the [states]")
         if (
             not isinstance(values, list)
             or not values
@@ -194,9 +205,11 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
         return types[text]
 
     variables: list[Variable] = []
-    for name, body in data["vars"].items():
+    for name, body in f.table("[vars]", data["vars"]).items():
         where = f"var {name!r}"
         f.ident(where, name)
+        if name == state_var:
+            f.fail(where, f"{name!r} is the state variable; [machine] declares it")
         v = f.keys(where, body, ["type", "init"], ["doc"])
         t = resolve_type(where, v["type"])
         if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
@@ -216,12 +229,14 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
             f.ident(where, pname)
             if scoped and (pname in symbols or pname in var_types):
                 f.fail(where, f"parameter {pname!r} shadows a variable or enumeration value")
+            if scoped and pname in defs:
+                f.fail(where, f"parameter {pname!r} shadows the definition {pname!r}")
             out.append((pname, resolve_type(f"{where} parameter {pname!r}", ptype)))
         return tuple(out)
 
     defs: dict[str, Definition] = {}
     base = Scope(var_types, {}, {}, symbols)
-    for name, body in data.get("defs", {}).items():
+    for name, body in f.table("[defs]", data.get("defs", {})).items():
         where = f"def {name!r}"
         f.ident(where, name)
         if name in symbols or name in var_types:
@@ -236,7 +251,7 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
     base = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols)
 
     events: dict[str, EventSpec] = {}
-    for name, body in data["events"].items():
+    for name, body in f.table("[events]", data["events"]).items():
         where = f"event {name!r}"
         f.ident(where, name)
         ev = f.keys(where, body, ["kind"], ["params", "doc"])
@@ -246,7 +261,7 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
         events[name] = EventSpec(name, ev["kind"], params, f.text(where, ev.get("doc", ""), "doc"))
 
     effects: dict[str, EffectSpec] = {}
-    for name, body in data.get("effects", {}).items():
+    for name, body in f.table("[effects]", data.get("effects", {})).items():
         where = f"effect {name!r}"
         f.ident(where, name)
         e = f.keys(where, body, [], ["params", "notifies", "doc"])
@@ -272,17 +287,17 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
         return out
 
     rows: list[Row] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "rows")):
         raw_id = body.get("id") if isinstance(body, dict) else None
         where = f"row {raw_id!r}" if isinstance(raw_id, str) else f"rows[{i}]"
         r = f.keys(
-            where, body, ["id", "on", "from", "clauses"], ["guard", "to", "reject", "do", "doc"]
+            where, body, ["id", "on", "from"], ["clauses", "guard", "to", "reject", "do", "doc"]
         )
         rid = f.text(where, r["id"], "id")
         if rid in seen:
-            f.fail(where, "duplicate row id")
-        seen.add(rid)
+            f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])")
+        seen[rid] = i
         event = f.text(where, r["on"], "on")
         if event not in events:
             f.fail(where, f"unknown event {event!r} (events: {', '.join(events)})")
@@ -315,7 +330,7 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
     for kind in kinds:
         for i, body in enumerate(_array(f, data, kind)):
             where = f"{kind}[{i}]"
-            p = f.keys(where, body, ["on", "in", "why", "clauses"])
+            p = f.keys(where, body, ["on", "in", "why"], ["clauses"])
             on = f.names(where, p["on"], "on")
             for event_name in on:
                 if event_name not in events:
@@ -328,15 +343,17 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
             pair_rules.append(PairRule(kind, i, on, states_in, why, tags(where, p)))
 
     invariants: list[Invariant] = []
-    inv_seen: set[str] = set()
+    inv_seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "invariants")):
         raw_id = body.get("id") if isinstance(body, dict) else None
         where = f"invariant {raw_id!r}" if isinstance(raw_id, str) else f"invariants[{i}]"
-        inv = f.keys(where, body, ["id", "holds", "doc", "clauses"])
+        inv = f.keys(where, body, ["id", "holds", "doc"], ["clauses"])
         iid = f.text(where, inv["id"], "id")
         if iid in inv_seen:
-            f.fail(where, "duplicate invariant id")
-        inv_seen.add(iid)
+            f.fail(
+                where, f"duplicate invariant id (invariants[{inv_seen[iid]}] and invariants[{i}])"
+            )
+        inv_seen[iid] = i
         text = f.text(where, inv["holds"], "holds")
         invariants.append(
             Invariant(
@@ -375,7 +392,7 @@ def _bool_expr(f: _File, where: str, text: str, scope: Scope) -> Expr:
     return expr
 
 
-def _stmts(  # noqa: PLR0917
+def _stmts(
     f: _File,
     where: str,
     items: object,
@@ -401,11 +418,12 @@ def _stmts(  # noqa: PLR0917
                     if v == state_var:
                         raise ExprError(f"{state_var} changes only through 'to'")
                     if v not in var_types:
-                        raise ExprError(f"unknown variable {v!r}")
+                        known = ", ".join(n for n in var_types if n != state_var)
+                        raise ExprError(f"unknown variable {v!r} (variables: {known})")
                     out.append(Assign(v, check_stmt_value(value, var_types[v], scope, v)))
                 case Call(effect=name, args=args):
                     if name not in effects:
-                        raise ExprError(f"unknown effect {name!r}")
+                        raise ExprError(f"unknown effect {name!r} (effects: {', '.join(effects)})")
                     params = effects[name].params
                     if len(args) != len(params):
                         raise ExprError(f"{name} takes {len(params)} argument(s), got {len(args)}")
@@ -413,7 +431,7 @@ def _stmts(  # noqa: PLR0917
                         Call(
                             name,
                             tuple(
-                                check_stmt_value(a, t, scope, p)
+                                check_stmt_value(a, t, scope, p, effect=name)
                                 for a, (p, t) in zip(args, params, strict=True)
                             ),
                         )
@@ -495,6 +513,15 @@ def _check_result(f: _File, m: Machine, row: Row, state: State, args: tuple[Valu
     t = m.table
     store = list(state)
 
+    def in_domain(moment: str) -> None:
+        for var, value in zip(t.variables, store[1:], strict=True):
+            if value not in var.type.values:
+                f.fail(
+                    f"row {row.id!r}",
+                    f"out-of-domain assignment: {var.name} becomes {value!r}, not in {var.type} "
+                    f"(from {m.format_state(state)}{moment})",
+                )
+
     def perform(name: str, values: tuple[Value, ...]) -> None:
         for (p, ptype), v in zip(t.effects[name].params, values, strict=True):
             if v not in ptype.values:
@@ -502,15 +529,11 @@ def _check_result(f: _File, m: Machine, row: Row, state: State, args: tuple[Valu
                     f"row {row.id!r}",
                     f"out-of-domain argument: {name}({p}={v!r}) in {m.format_state(state)}",
                 )
+        # Listeners inside the effect see the store as it is now, not as the row leaves it.
+        in_domain(f", when {name} runs")
 
     m.execute(m.rows[row.id], store, args, perform)
-    for var, value in zip(t.variables, store[1:], strict=True):
-        if value not in var.type.values:
-            f.fail(
-                f"row {row.id!r}",
-                f"out-of-domain assignment: {var.name} becomes {value!r}, not in {var.type} "
-                f"(from {m.format_state(state)})",
-            )
+    in_domain("")
 
 
 def _calls(stmts: Sequence[Stmt]) -> Iterable[str]:

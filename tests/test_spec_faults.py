@@ -1,0 +1,632 @@
+"""A bad table is rejected whole, with one error type naming the file, the place and the fault.
+
+Every case starts from ``BASE``, a small valid table (a job that a waking submit starts, a
+cancel aborts and a finish settles), makes one small textual edit, and pins the full message
+``FILE: WHERE: FAULT`` that :func:`fsm_core.spec.load_spec` raises as :class:`SpecError`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fsm_core import SpecError, load_spec
+
+BASE = """\
+# A tiny cancel protocol: a waking submit starts a job, cancel aborts it, finish settles.
+
+[machine]
+name = "t"
+title = "A tiny cancel protocol"
+state_var = "phase"
+initial = "idle"
+
+[states]
+idle = { doc = "No job runs." }
+busy = { doc = "A job runs under a live holder." }
+stopping = { doc = "The job's holder was aborted; the job is winding down." }
+
+[types]
+holder = ["none", "live", "aborted"]
+cause = ["user", "parent"]
+
+[vars]
+holder = { type = "holder", init = "none", doc = "The running job's holder." }
+queued = { type = "bool", init = false, doc = "True iff work waits for a later wake." }
+count = { type = "int[0..2]", init = 0, doc = "Jobs finished, saturating at 2." }
+
+[defs]
+quiescent = { expr = "phase == idle and holder == none", doc = "Nothing runs." }
+
+[events.submit]
+kind = "input"
+params = { wake = "bool" }
+
+[events.cancel]
+kind = "input"
+params = { cause = "cause" }
+
+[events.finish]
+kind = "internal"
+
+[effects.start_job]
+doc = "Start the job."
+
+[effects.notify_cancel]
+params = { cause = "cause" }
+notifies = true
+
+[effects.settle]
+
+[[rows]]
+id = "submit.idle"
+on = "submit"
+from = ["idle"]
+guard = "wake"
+to = "busy"
+do = ["holder := live", "queued := false", "start_job()"]
+clauses = ["C.start"]
+
+[[rows]]
+id = "submit.quiet"
+on = "submit"
+from = ["idle"]
+guard = "not wake"
+do = ["queued := true"]
+clauses = ["C.queue"]
+
+[[rows]]
+id = "submit.busy"
+on = "submit"
+from = ["busy"]
+do = ["queued := true"]
+clauses = ["C.queue"]
+
+[[rows]]
+id = "submit.stopping"
+on = "submit"
+from = ["stopping"]
+reject = "the job is stopping"
+clauses = ["C.cancel"]
+
+[[rows]]
+id = "cancel.busy"
+on = "cancel"
+from = ["busy"]
+guard = "holder == live"
+to = "stopping"
+do = ["notify_cancel(cause)", { when = "holder == live", do = ["holder := aborted"] }]
+clauses = ["C.cancel"]
+
+[[rows]]
+id = "finish.done"
+on = "finish"
+from = ["busy"]
+to = "idle"
+do = [
+  "holder := none",
+  "count := if count < 2 then count + 1 else count",
+  { when = "quiescent", do = ["settle()"] },
+]
+clauses = ["C.settle"]
+
+[[rows]]
+id = "finish.stopped"
+on = "finish"
+from = ["stopping"]
+to = "idle"
+do = ["holder := none", "settle()"]
+clauses = ["C.settle"]
+
+[[ignored]]
+on = ["cancel"]
+in = ["idle", "stopping"]
+why = "Nothing live to cancel."
+clauses = ["C.cancel"]
+
+[[rejected]]
+on = ["finish"]
+in = ["idle"]
+why = "no job runs"
+clauses = ["C.settle"]
+
+[[invariants]]
+id = "idle_holds_nothing"
+holds = "phase == idle implies holder == none"
+doc = "An idle machine has no holder."
+clauses = ["C.settle"]
+
+[[invariants]]
+id = "busy_is_live"
+holds = "phase == busy implies holder == live"
+doc = "A running job's holder is live."
+clauses = ["C.start"]
+
+[[invariants]]
+id = "stopping_is_aborted"
+holds = "phase == stopping implies holder == aborted"
+doc = "A stopping job's holder was aborted."
+clauses = ["C.cancel"]
+"""
+
+CLAUSES = """\
+[sources]
+S = "sources/seed.txt"
+
+[clauses."C.start"]
+source = "S"
+quote = "A waking submit starts a job."
+summary = "A wake starts a job."
+
+[clauses."C.queue"]
+source = "S"
+quote = "Any other submit only queues."
+summary = "Anything else queues."
+
+[clauses."C.cancel"]
+source = "S"
+quote = "A cancel aborts the running job."
+summary = "Cancel aborts."
+
+[clauses."C.settle"]
+source = "S"
+quote = "A finished job settles its waiters."
+summary = "Finishing settles."
+"""
+
+# Line breaks differ from the quotes on purpose: quotes match modulo whitespace.
+SOURCE = """\
+A waking submit starts a job. Any other submit
+only queues. A cancel aborts the running job.
+A finished job settles its waiters.
+"""
+
+
+def write_specs(root: Path, tables: dict[str, str] | None = None, clauses: str = CLAUSES) -> Path:
+    """Write ``root/specs`` (tables by file name, the catalogue and its source); return it."""
+    specs = root / "specs"
+    (specs / "sources").mkdir(parents=True)
+    (specs / "sources" / "seed.txt").write_text(SOURCE, encoding="utf-8")
+    (specs / "clauses.toml").write_text(clauses, encoding="utf-8")
+    for name, text in (tables if tables is not None else {"t.toml": BASE}).items():
+        (specs / name).write_text(text, encoding="utf-8")
+    return specs
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """``text`` with the one occurrence of ``old`` replaced by ``new``."""
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+    return text.replace(old, new)
+
+
+def exactly(message: str) -> str:
+    """A ``match=`` pattern for exactly this whole message."""
+    return f"^{re.escape(message)}$"
+
+
+def test_the_base_table_loads_and_runs(tmp_path: Path) -> None:
+    spec = load_spec(write_specs(tmp_path))
+    assert sorted(spec.clauses) == ["C.cancel", "C.queue", "C.settle", "C.start"]
+    t = spec.machines["t"]
+    assert t.names == ("phase", "holder", "queued", "count")
+    step = t.fire(t.initial, "submit", wake=True)
+    assert (step.row, step.target) == ("submit.idle", ("busy", "live", False, 0))
+    step = t.fire(step.target, "cancel", cause="user")
+    assert [str(e) for e in step.effects] == ["notify_cancel(user)"]
+    assert t.fire(step.target, "finish").target == ("idle", "none", False, 0)
+
+
+# Each case: (old text of BASE, its replacement, the whole message load_spec raises).
+TABLE_FAULTS = [
+    pytest.param(
+        'from = ["idle"]\nguard = "wake"',
+        'from = ["idel"]\nguard = "wake"',
+        "specs/t.toml: row 'submit.idle': "
+        "unknown state 'idel' in from (states: idle, busy, stopping)",
+        id="unknown-state-in-from",
+    ),
+    pytest.param(
+        'to = "busy"',
+        'to = "bsy"',
+        "specs/t.toml: row 'submit.idle': unknown state 'bsy' in to (states: idle, busy, stopping)",
+        id="unknown-state-in-to",
+    ),
+    pytest.param(
+        'in = ["idle", "stopping"]',
+        'in = ["idle", "stoping"]',
+        "specs/t.toml: ignored[0]: unknown state 'stoping' in in (states: idle, busy, stopping)",
+        id="unknown-state-in-ignored",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holdr == live"',
+        "specs/t.toml: row 'cancel.busy': unknown name 'holdr' in 'holdr == live'",
+        id="unknown-variable-in-guard",
+    ),
+    pytest.param(
+        'from = ["busy"]\ndo = ["queued := true"]',
+        'from = ["busy"]\ndo = ["queud := true"]',
+        "specs/t.toml: row 'submit.busy': "
+        "unknown variable 'queud' (variables: holder, queued, count) in 'queud := true'",
+        id="unknown-variable-assigned",
+    ),
+    pytest.param(
+        'on = "finish"\nfrom = ["stopping"]',
+        'on = "finnish"\nfrom = ["stopping"]',
+        "specs/t.toml: row 'finish.stopped': "
+        "unknown event 'finnish' (events: submit, cancel, finish)",
+        id="unknown-event",
+    ),
+    pytest.param(
+        '"start_job()"',
+        '"strat_job()"',
+        "specs/t.toml: row 'submit.idle': "
+        "unknown effect 'strat_job' (effects: start_job, notify_cancel, settle) in 'strat_job()'",
+        id="unknown-effect",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == true"',
+        "specs/t.toml: row 'cancel.busy': "
+        "type mismatch: cannot compare holder with bool in 'holder == true'",
+        id="type-mismatch-enum-with-bool",
+    ),
+    pytest.param(
+        '"count := if count < 2 then count + 1 else count"',
+        '"count := if count < 2 then count + holder else count"',
+        "specs/t.toml: row 'finish.done': type mismatch: '+' needs integers, "
+        "not int[0..2] and holder in 'count := if count < 2 then count + holder else count'",
+        id="type-mismatch-int-plus-enum",
+    ),
+    pytest.param(
+        '"holder := aborted"',
+        '"holder := cause"',
+        "specs/t.toml: row 'cancel.busy': out-of-domain assignment: holder := cause may give "
+        "user, parent, not in holder (none, live, aborted) in 'holder := cause'",
+        id="enum-assignment-out-of-domain",
+    ),
+    pytest.param(
+        '"notify_cancel(cause)"',
+        '"notify_cancel(holder)"',
+        "specs/t.toml: row 'cancel.busy': out-of-domain argument: notify_cancel(cause=holder) "
+        "may give none, live, aborted, not in cause (user, parent) in 'notify_cancel(holder)'",
+        id="enum-argument-out-of-domain",
+    ),
+    pytest.param(
+        '"holder := none", "settle()"',
+        '"holder := none", "settle()", "count := count + 1"',
+        "specs/t.toml: row 'finish.stopped': out-of-domain assignment: count becomes 3, "
+        "not in int[0..2] (from stopping{holder=none, queued=false, count=2})",
+        id="int-assignment-overflows-its-range",
+    ),
+    pytest.param(
+        '"count := if count < 2 then count + 1 else count",\n'
+        '  { when = "quiescent", do = ["settle()"] },\n',
+        '"count := count + 1",\n'
+        '  { when = "quiescent", do = ["settle()"] },\n'
+        '  "count := count - 1",\n',
+        "specs/t.toml: row 'finish.done': out-of-domain assignment: count becomes 3, not in "
+        "int[0..2] (from busy{holder=none, queued=false, count=2}, when settle runs)",
+        id="int-overflow-seen-by-a-listener",
+    ),
+    pytest.param(
+        'id = "submit.quiet"',
+        'id = "submit.idle"',
+        "specs/t.toml: row 'submit.idle': duplicate row id (rows[0] and rows[1])",
+        id="duplicate-row-id",
+    ),
+    pytest.param(
+        'id = "stopping_is_aborted"',
+        'id = "busy_is_live"',
+        "specs/t.toml: invariant 'busy_is_live': "
+        "duplicate invariant id (invariants[1] and invariants[2])",
+        id="duplicate-invariant-id",
+    ),
+    pytest.param(
+        'guard = "not wake"',
+        'guard = "not queued"',
+        "specs/t.toml: row 'submit.quiet': rows 'submit.idle' and 'submit.quiet' are both "
+        "enabled for submit(wake=true) in idle{holder=none, queued=false, count=0}",
+        id="two-rows-enabled-together",
+    ),
+    pytest.param(
+        '[[rejected]]\non = ["finish"]\nin = ["idle"]\nwhy = "no job runs"\n'
+        'clauses = ["C.settle"]\n',
+        "",
+        "specs/t.toml: event 'finish': "
+        "unhandled pair (idle, finish): add a row, or list it [[ignored]] or [[rejected]]",
+        id="unhandled-pair",
+    ),
+    pytest.param(
+        'in = ["idle", "stopping"]',
+        'in = ["idle", "busy", "stopping"]',
+        "specs/t.toml: ignored[0]: (busy, cancel) is also handled by row 'cancel.busy'",
+        id="pair-both-handled-and-ignored",
+    ),
+    pytest.param(
+        'on = ["finish"]',
+        'on = ["finish", "cancel"]',
+        "specs/t.toml: rejected[0]: (idle, cancel) is already listed by ignored[0]",
+        id="pair-both-ignored-and-rejected",
+    ),
+    pytest.param(
+        'from = ["busy"]\ndo = ["queued := true"]',
+        'from = ["busy", "busy"]\ndo = ["queued := true"]',
+        "specs/t.toml: row 'submit.busy': from lists 'busy' twice",
+        id="state-listed-twice-in-from",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == live and queued"',
+        "specs/t.toml: event 'cancel': input event not handled: no row is enabled for "
+        "cancel(cause=user) in busy{holder=live, queued=false, count=0}",
+        id="input-event-not-handled-in-a-valid-state",
+    ),
+    pytest.param(
+        'guard = "wake"',
+        'guard = "(wake"',
+        "specs/t.toml: row 'submit.idle': unexpected end of expression, expected ')' in '(wake'",
+        id="malformed-unbalanced-paren",
+    ),
+    pytest.param(
+        'guard = "not wake"',
+        'guard = "not wake and"',
+        "specs/t.toml: row 'submit.quiet': "
+        "unexpected end of expression, expected a name in 'not wake and'",
+        id="malformed-dangling-operator",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder = live"',
+        "specs/t.toml: row 'cancel.busy': unexpected character '=' at column 8 in 'holder = live'",
+        id="malformed-unexpected-character",
+    ),
+    pytest.param(
+        'from = ["busy"]\ndo = ["queued := true"]\nclauses = ["C.queue"]\n',
+        'from = ["busy"]\ndo = ["queued := true"]\n',
+        "specs/t.toml: row 'submit.busy': "
+        "missing clause tag (every row and invariant names the clause it implements)",
+        id="missing-clause-tag",
+    ),
+    pytest.param(
+        'holds = "phase == busy implies holder == live"\n'
+        'doc = "A running job\'s holder is live."\n'
+        'clauses = ["C.start"]',
+        'holds = "phase == busy implies holder == live"\n'
+        'doc = "A running job\'s holder is live."\n'
+        "clauses = []",
+        "specs/t.toml: invariant 'busy_is_live': "
+        "missing clause tag (every row and invariant names the clause it implements)",
+        id="empty-clause-tag-list",
+    ),
+    pytest.param(
+        '"start_job()"]\nclauses = ["C.start"]',
+        '"start_job()"]\nclauses = ["C.strat"]',
+        "specs/t.toml: row 'submit.idle': unknown clause 'C.strat' (see specs/clauses.toml)",
+        id="unknown-clause-tag",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'gaurd = "holder == live"',
+        "specs/t.toml: row 'cancel.busy': unknown key 'gaurd' "
+        "(expected one of: clauses, do, doc, from, guard, id, on, reject, to)",
+        id="unknown-key",
+    ),
+    pytest.param(
+        'on = "cancel"\n',
+        "",
+        "specs/t.toml: row 'cancel.busy': missing key 'on'",
+        id="missing-required-key",
+    ),
+    pytest.param(
+        '"holder := none", "settle()"',
+        '"phase := idle", "settle()"',
+        "specs/t.toml: row 'finish.stopped': phase changes only through 'to' in 'phase := idle'",
+        id="state-variable-assigned-in-do",
+    ),
+    pytest.param(
+        '"notify_cancel(cause)"',
+        '"notify_cancel()"',
+        "specs/t.toml: row 'cancel.busy': "
+        "notify_cancel takes 1 argument(s), got 0 in 'notify_cancel()'",
+        id="effect-given-too-few-arguments",
+    ),
+    pytest.param(
+        '"start_job()"',
+        '"start_job(wake)"',
+        "specs/t.toml: row 'submit.idle': "
+        "start_job takes 0 argument(s), got 1 in 'start_job(wake)'",
+        id="effect-given-too-many-arguments",
+    ),
+    pytest.param(
+        "[effects.settle]\n",
+        '[effects.settle]\n\n[effects.log]\ndoc = "Write a log line."\n',
+        "specs/t.toml: effect 'log': declared but no row performs it",
+        id="effect-never-performed",
+    ),
+    pytest.param(
+        'init = "none"',
+        'init = "live"',
+        "specs/t.toml: invariant 'idle_holds_nothing': "
+        "does not hold in the initial state idle{holder=live, queued=false, count=0}",
+        id="invariant-fails-in-the-initial-state",
+    ),
+    pytest.param(
+        "[vars]\n",
+        '[vars]\nlive = { type = "bool", init = false }\n',
+        "specs/t.toml: var 'live': 'live' is both a variable and an enumeration value",
+        id="name-is-variable-and-enum-value",
+    ),
+    pytest.param(
+        "[vars]\n",
+        '[vars]\nphase = { type = "bool", init = false }\n',
+        "specs/t.toml: var 'phase': 'phase' is the state variable; [machine] declares it",
+        id="state-variable-redeclared",
+    ),
+    pytest.param(
+        "[types]\n",
+        '[types]\nphase = ["on", "off"]\n',
+        "specs/t.toml: type 'phase': 'phase' is the state variable's type; its values are the "
+        "[states]",
+        id="state-variable-type-redeclared",
+    ),
+    pytest.param(
+        'params = { wake = "bool" }',
+        'params = { wake = "bool", queued = "bool" }',
+        "specs/t.toml: event 'submit': parameter 'queued' shadows a variable or enumeration value",
+        id="parameter-shadows-variable",
+    ),
+    pytest.param(
+        'params = { wake = "bool" }',
+        'params = { wake = "bool", quiescent = "bool" }',
+        "specs/t.toml: event 'submit': parameter 'quiescent' shadows the definition 'quiescent'",
+        id="parameter-shadows-definition",
+    ),
+    pytest.param(
+        'count = { type = "int[0..2]", init = 0,',
+        'count = { type = "int[0..2]", init = 3,',
+        "specs/t.toml: var 'count': init 3 is not a value of int[0..2]",
+        id="init-outside-its-range",
+    ),
+    pytest.param(
+        'title = "A tiny cancel protocol"',
+        'title = "A tiny cancel protocol',
+        "specs/t.toml: not valid TOML: Illegal character '\\n' (at line 5, column 32)",
+        id="invalid-toml",
+    ),
+    pytest.param(
+        "quiescent = { expr",
+        "quiet = { expr",
+        "specs/t.toml: [defs]: missing definition 'quiescent' (the states where nothing runs)",
+        id="missing-quiescent-definition",
+    ),
+    pytest.param(
+        'reject = "the job is stopping"',
+        'reject = "the job is stopping"\ndo = ["queued := true"]',
+        "specs/t.toml: row 'submit.stopping': a reject row has no 'to' and no 'do'",
+        id="reject-row-with-effects",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder in {live, dead}"',
+        "specs/t.toml: row 'cancel.busy': 'dead' is not a value of holder "
+        "(values: none, live, aborted) in 'holder in {live, dead}'",
+        id="in-set-outside-the-domain",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), TABLE_FAULTS)
+def test_a_faulty_table_is_rejected_naming_file_place_and_fault(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    specs = write_specs(tmp_path, {"t.toml": edit(BASE, old, new)})
+    with pytest.raises(SpecError, match=exactly(message)):
+        load_spec(specs)
+
+
+CATALOGUE_FAULTS = [
+    pytest.param(
+        'quote = "A cancel aborts the running job."',
+        'quote = "A cancel stops the running job."',
+        "specs/clauses.toml: clause 'C.cancel': quote not found verbatim in sources/seed.txt",
+        id="quote-not-verbatim",
+    ),
+    pytest.param(
+        'S = "sources/seed.txt"',
+        'S = "sources/sed.txt"',
+        "specs/clauses.toml: source 'S': sources/sed.txt not found",
+        id="source-file-missing",
+    ),
+    pytest.param(
+        '[clauses."C.settle"]\nsource = "S"',
+        '[clauses."C.settle"]\nsource = "T"',
+        "specs/clauses.toml: clause 'C.settle': unknown source 'T' (sources: S)",
+        id="unknown-source",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), CATALOGUE_FAULTS)
+def test_a_faulty_clause_catalogue_is_rejected(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    specs = write_specs(tmp_path, clauses=edit(CLAUSES, old, new))
+    with pytest.raises(SpecError, match=exactly(message)):
+        load_spec(specs)
+
+
+@pytest.mark.parametrize(
+    ("section", "block"),
+    [
+        pytest.param(
+            "types",
+            '[types]\nholder = ["none", "live", "aborted"]\ncause = ["user", "parent"]\n',
+            id="types",
+        ),
+        pytest.param(
+            "defs",
+            '[defs]\nquiescent = { expr = "phase == idle and holder == none", '
+            'doc = "Nothing runs." }\n',
+            id="defs",
+        ),
+    ],
+)
+def test_a_section_that_is_not_a_table_is_rejected(
+    tmp_path: Path, section: str, block: str
+) -> None:
+    text = f"{section} = 3\n" + edit(BASE, block, "")
+    with pytest.raises(
+        SpecError, match=exactly(f"specs/t.toml: [{section}]: expected a table, found int")
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+
+
+def test_an_effect_argument_outside_its_range_is_found_by_enumeration(tmp_path: Path) -> None:
+    table = edit(
+        BASE, "[effects.start_job]\n", '[effects.start_job]\nparams = { slot = "int[0..2]" }\n'
+    )
+    table = edit(table, '"start_job()"', '"start_job(count + 1)"')
+    with pytest.raises(
+        SpecError,
+        match=r"^specs/t\.toml: row 'submit\.idle': out-of-domain argument: start_job\(slot=3\) "
+        r"in idle\{holder=none, queued=false, count=2\}$",
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+def test_the_error_carries_file_place_and_fault_apart(tmp_path: Path) -> None:
+    specs = write_specs(tmp_path, {"t.toml": edit(BASE, 'to = "busy"', 'to = "bsy"')})
+    with pytest.raises(SpecError) as caught:
+        load_spec(specs)
+    assert (caught.value.file, caught.value.where) == ("specs/t.toml", "row 'submit.idle'")
+    assert caught.value.fault.startswith("unknown state 'bsy' in to")
+
+
+def test_a_directory_with_one_bad_table_is_rejected_whole(tmp_path: Path) -> None:
+    good = BASE
+    bad = edit(edit(BASE, 'name = "t"', 'name = "u"'), 'to = "busy"', 'to = "bsy"')
+    broken = write_specs(tmp_path / "broken", {"t.toml": good, "u.toml": bad})
+    spec = None
+    for _ in range(2):  # a failed load leaves nothing behind, not even in load_spec's cache
+        with pytest.raises(
+            SpecError,
+            match=r"^specs/u\.toml: row 'submit\.idle': "
+            r"unknown state 'bsy' in to \(states: idle, busy, stopping\)$",
+        ):
+            spec = load_spec(broken)
+        assert spec is None  # nothing was returned, not even the good table t.toml
+
+    # The same tables, fixed, in a fresh directory (load_spec caches per root): both load.
+    fixed = edit(BASE, 'name = "t"', 'name = "u"')
+    spec = load_spec(write_specs(tmp_path / "fixed", {"t.toml": good, "u.toml": fixed}))
+    assert sorted(spec.machines) == ["t", "u"]
+
+
+def test_two_tables_may_not_name_the_same_machine(tmp_path: Path) -> None:
+    with pytest.raises(
+        SpecError, match=r"^specs/u\.toml: \[machine\]: machine name 't' is used twice$"
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": BASE, "u.toml": BASE}))
