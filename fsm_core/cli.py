@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fsm_core._errors import SpecError
+from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
+from fsm_core.export import spec_to_json, spec_to_text
 from fsm_core.spec import load_spec
 
 
@@ -43,8 +45,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     if args.command == "spec":
-        from fsm_core.export import spec_to_json, spec_to_text
-
         unknown = [m for m in args.machine if m not in spec.machines]
         if unknown:
             names = ", ".join(spec.machines)
@@ -52,12 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         chosen = args.machine or list(spec.machines)
         if args.json:
-            print(json.dumps(spec_to_json(spec, chosen), indent=2, ensure_ascii=False))
+            # ASCII escapes keep the export printable on any terminal; JSON readers undo them.
+            print(json.dumps(spec_to_json(spec, chosen), indent=2))
         else:
             print(spec_to_text(spec, chosen), end="")
         return 0
-
-    from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 
     out = args.out if args.out is not None else default_out_dir()
     if args.check:

@@ -48,7 +48,7 @@ def test_parent_awaits_own_idle_only_after_every_child_settled(activation: Table
     activation.fire("child_settled", failed=False, last=True)
     assert activation.fire("children_joined") == "children.joined"
     assert activation.fire("agent_idle") == "idle.flush"
-    assert activation.fire("final_flushed") == "flushed"
+    assert activation.fire("final_flushed") == "flush.done"
 
 
 def test_convergence_runs_six_steps_in_order_and_throws_last(activation: TableDriver) -> None:
@@ -60,7 +60,7 @@ def test_convergence_runs_six_steps_in_order_and_throws_last(activation: TableDr
     activation.fire("agent_idle")
     activation.fire("final_flushed")
     activation.effects()
-    assert activation.fire("handle_disposed") == "converge"
+    assert activation.fire("handle_disposed") == "ledger.converge"
     assert activation.effects() == [
         "leave_registry()",
         "release_slot()",
