@@ -515,6 +515,18 @@ TABLE_FAULTS = [
         "(values: none, live, aborted) in 'holder in {live, dead}'",
         id="in-set-outside-the-domain",
     ),
+    pytest.param(
+        "[defs]\n",
+        '[defs]\nbusy_live = { expr = "phase == busy and holder == live" }\n',
+        "specs/t.toml: def 'busy_live': defined but no row, definition or invariant uses it",
+        id="unused-definition",
+    ),
+    pytest.param(
+        'count = { type = "int[0..2]"',
+        'count = { type = "int[0..N]"',
+        "specs/t.toml: var 'count': unknown constant 'N' in an integer range",
+        id="unknown-constant-in-a-range",
+    ),
 ]
 
 
@@ -595,6 +607,22 @@ def test_an_effect_argument_outside_its_range_is_found_by_enumeration(tmp_path: 
         r"in idle\{holder=none, queued=false, count=2\}$",
     ):
         load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+def test_constants_size_ranges_and_a_model_may_override_them(tmp_path: Path) -> None:
+    from fsm_core.spec._load import load_clauses, load_table
+
+    table = edit(BASE, "[states]\n", "[constants]\nN = 2\n\n[states]\n")
+    table = edit(table, 'type = "int[0..2]"', 'type = "int[0..N]"')
+    specs = write_specs(tmp_path, {"t.toml": table})
+    clauses = load_clauses(specs / "clauses.toml")
+    assert load_table(specs / "t.toml", clauses).table.variables[2].type.name == "int[0..2]"
+    wider = load_table(specs / "t.toml", clauses, constants={"N": 5})
+    assert wider.table.variables[2].type.name == "int[0..5]"
+    with pytest.raises(
+        SpecError, match=r"^specs/t\.toml: \[constants\]: unknown constant 'M' \(constants: N\)$"
+    ):
+        load_table(specs / "t.toml", clauses, constants={"M": 1})
 
 
 def test_the_error_carries_file_place_and_fault_apart(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 Value: TypeAlias = bool | int | str
@@ -367,6 +367,8 @@ class Scope:
     params: Mapping[str, Type]
     defs: Mapping[str, Expr]
     symbols: frozenset[str]
+    constants: Mapping[str, int] = field(default_factory=dict)
+    """Named integers (a model's scale, e.g. ``K``); they resolve to literals."""
 
 
 def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
@@ -383,6 +385,9 @@ def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
                 return Param(n), scope.params[n]
             if n in scope.defs:
                 return Def(n), BOOL
+            if n in scope.constants:
+                value = scope.constants[n]
+                return Lit(value), int_type(value, value)
             if n in scope.symbols:
                 return Sym(n), enum_type(n, (n,))
             raise ExprError(f"unknown name {n!r}")

@@ -17,11 +17,16 @@ from fsm_core._errors import SpecError
 from fsm_core.spec._expr import (
     BOOL,
     Assign,
+    BinOp,
     Block,
     Call,
+    Cond,
+    Def,
     Expr,
     ExprError,
+    In,
     Lit,
+    Not,
     Scope,
     Stmt,
     Type,
@@ -49,10 +54,11 @@ from fsm_core.spec._table import (
 )
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
-_INT = re.compile(r"int\[(-?\d+)\.\.(-?\d+)\]\Z")
+_INT = re.compile(r"int\[(-?\d+|[A-Za-z_]\w*)\.\.(-?\d+|[A-Za-z_]\w*)\]\Z")
+_CONSTANT = re.compile(r"[A-Za-z_]\w*\Z")
 _KEYWORDS = frozenset({"and", "or", "not", "implies", "if", "then", "else", "in", "true", "false"})
 _TOP = {
-    "machine", "states", "types", "vars", "defs", "events", "effects",
+    "machine", "constants", "states", "types", "vars", "defs", "events", "effects",
     "rows", "ignored", "rejected", "invariants",
 }  # fmt: skip
 
@@ -144,10 +150,19 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
     return clauses
 
 
-def load_table(path: Path, clauses: Mapping[str, Clause], display: str | None = None) -> Machine:
-    """Load, type-check, compile and validate one table."""
+def load_table(
+    path: Path,
+    clauses: Mapping[str, Clause],
+    display: str | None = None,
+    constants: Mapping[str, int] | None = None,
+) -> Machine:
+    """Load, type-check, compile and validate one table.
+
+    ``constants`` overrides values of the table's ``[constants]`` (a model's scale point);
+    naming a constant the table does not declare is an error.
+    """
     f = _File(display or f"{path.parent.name}/{path.name}")
-    table = _parse(f, read_toml(path, f.display), clauses)
+    table = _parse(f, read_toml(path, f.display), clauses, constants or {})
     machine = Machine(table)
     _validate(f, machine)
     return machine
@@ -156,7 +171,9 @@ def load_table(path: Path, clauses: Mapping[str, Clause], display: str | None = 
 # --- parsing -------------------------------------------------------------------------------------
 
 
-def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Table:
+def _parse(
+    f: _File, data: dict[str, Any], clauses: Mapping[str, Clause], overrides: Mapping[str, int]
+) -> Table:
     f.keys("", data, ["machine", "states", "vars", "events", "rows", "invariants"], _TOP)
     m = f.keys("[machine]", data["machine"], ["name", "title", "state_var", "initial"], ["doc"])
     state_var = f.ident("[machine]", f.text("[machine]", m["state_var"], "state_var"))
@@ -173,6 +190,28 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
     initial = f.text("[machine]", m["initial"], "initial")
     if initial not in state_names:
         f.fail("[machine]", f"unknown initial state {initial!r} (states: {', '.join(state_names)})")
+
+    consts: dict[str, int] = {}
+    for name, value in f.table("[constants]", data.get("constants", {})).items():
+        if not _CONSTANT.match(name):
+            f.fail(f"constant {name!r}", f"{name!r} is not a valid name")
+        if not isinstance(value, int) or isinstance(value, bool):
+            f.fail(f"constant {name!r}", f"a constant is an integer, not {value!r}")
+        consts[name] = value
+    for name, value in overrides.items():
+        if name not in consts:
+            known = ", ".join(consts) or "none"
+            f.fail("[constants]", f"unknown constant {name!r} (constants: {known})")
+        if not isinstance(value, int) or isinstance(value, bool):
+            f.fail(f"constant {name!r}", f"a constant is an integer, not {value!r}")
+        consts[name] = value
+
+    def bound(where: str, text: str) -> int:
+        if text in consts:
+            return consts[text]
+        if text.lstrip("-").isdigit():
+            return int(text)
+        f.fail(where, f"unknown constant {text!r} in an integer range")
 
     types: dict[str, Type] = {"bool": BOOL}
     for name, values in f.table("[types]", data.get("types", {})).items():
@@ -196,7 +235,7 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
     def resolve_type(where: str, spec: object) -> Type:
         text = f.text(where, spec, "type")
         if (mi := _INT.match(text)) is not None:
-            lo, hi = int(mi.group(1)), int(mi.group(2))
+            lo, hi = bound(where, mi.group(1)), bound(where, mi.group(2))
             if lo > hi:
                 f.fail(where, f"empty integer range {text}")
             return int_type(lo, hi)
@@ -212,11 +251,16 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
             f.fail(where, f"{name!r} is the state variable; [machine] declares it")
         v = f.keys(where, body, ["type", "init"], ["doc"])
         t = resolve_type(where, v["type"])
+        if isinstance(v["init"], str) and v["init"] in consts and t.kind == "int":
+            v = {**v, "init": consts[v["init"]]}
         if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
             f.fail(where, f"init {v['init']!r} is not a value of {t}")
         variables.append(Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc")))
     var_types = {state_var: types[state_var], **{v.name: v.type for v in variables}}
 
+    for name in consts:
+        if name in var_types:
+            f.fail(f"constant {name!r}", f"{name!r} is also a variable")
     symbols = frozenset(str(x) for t in types.values() if t.kind == "enum" for x in t.values)
     for name in var_types:
         if name in symbols:
@@ -235,7 +279,7 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
         return tuple(out)
 
     defs: dict[str, Definition] = {}
-    base = Scope(var_types, {}, {}, symbols)
+    base = Scope(var_types, {}, {}, symbols, consts)
     for name, body in f.table("[defs]", data.get("defs", {})).items():
         where = f"def {name!r}"
         f.ident(where, name)
@@ -243,12 +287,12 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
             f.fail(where, f"{name!r} is already a variable or enumeration value")
         d = f.keys(where, body, ["expr"], ["doc"])
         text = f.text(where, d["expr"], "expr")
-        scope = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols)
+        scope = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols, consts)
         expr = _bool_expr(f, where, text, scope)
         defs[name] = Definition(name, expr, text, f.text(where, d.get("doc", ""), "doc"))
     if "quiescent" not in defs:
         f.fail("[defs]", "missing definition 'quiescent' (the states where nothing runs)")
-    base = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols)
+    base = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols, consts)
 
     events: dict[str, EventSpec] = {}
     for name, body in f.table("[events]", data["events"]).items():
@@ -311,7 +355,7 @@ def _parse(f: _File, data: dict[str, Any], clauses: Mapping[str, Clause]) -> Tab
         reject = r.get("reject")
         if reject is not None and ("to" in r or "do" in r):
             f.fail(where, "a reject row has no 'to' and no 'do'")
-        scope = Scope(var_types, dict(events[event].params), base.defs, symbols)
+        scope = Scope(var_types, dict(events[event].params), base.defs, symbols, consts)
         guard_text = r.get("guard")
         guard: Expr = Lit(True)
         if guard_text is not None:
@@ -451,6 +495,11 @@ def _validate(f: _File, m: Machine) -> None:
         if name not in used:
             f.fail(f"effect {name!r}", "declared but no row performs it")
 
+    referenced = {name for expr in _expressions(t) for name in _defs_in(expr)}
+    for name in t.defs:
+        if name != "quiescent" and name not in referenced:
+            f.fail(f"def {name!r}", "defined but no row, definition or invariant uses it")
+
     bad = m.violated(m.initial)
     if bad:
         f.fail(
@@ -534,6 +583,43 @@ def _check_result(f: _File, m: Machine, row: Row, state: State, args: tuple[Valu
 
     m.execute(m.rows[row.id], store, args, perform)
     in_domain("")
+
+
+def _expressions(t: Table) -> Iterable[Expr]:
+    """Every expression of a table: guards, effect expressions, definitions, invariants."""
+    for row in t.rows:
+        yield row.guard
+        yield from _stmt_expressions(row.effects)
+    for d in t.defs.values():
+        yield d.expr
+    for inv in t.invariants:
+        yield inv.expr
+
+
+def _stmt_expressions(stmts: Sequence[Stmt]) -> Iterable[Expr]:
+    for s in stmts:
+        match s:
+            case Assign(value=value):
+                yield value
+            case Call(args=args):
+                yield from args
+            case Block(when=when, body=body):
+                yield when
+                yield from _stmt_expressions(body)
+
+
+def _defs_in(e: Expr) -> Iterable[str]:
+    match e:
+        case Def(name=n):
+            yield n
+        case Not(operand=o) | In(operand=o):
+            yield from _defs_in(o)
+        case BinOp(left=left, right=right):
+            yield from _defs_in(left)
+            yield from _defs_in(right)
+        case Cond(test=c, then=a, orelse=b):
+            for part in (c, a, b):
+                yield from _defs_in(part)
 
 
 def _calls(stmts: Sequence[Stmt]) -> Iterable[str]:
