@@ -10,6 +10,7 @@ tests use ``fire``; both select the row with :meth:`Machine.select`.
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,16 @@ from fsm_core.spec._table import Row, Table
 
 State: TypeAlias = tuple[Value, ...]
 Perform: TypeAlias = Callable[[str, tuple[Value, ...]], None]
+
+
+class Refused(enum.Enum):
+    """The type of :data:`REFUSED`."""
+
+    REFUSED = "refused"
+
+
+REFUSED = Refused.REFUSED
+"""What :meth:`Machine.lookup` returns when the event is rejected or not enabled."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,22 +196,38 @@ class Machine:
         Raises :class:`Rejected` when the table refuses the event here, and
         :class:`NotEnabled` when no row is enabled.
         """
+        found = self.lookup(state, event, args)
+        if found is not REFUSED:
+            return found
         for r in self._candidates.get((str(state[0]), event), ()):
             if r.guard(state, args):
-                if r.row.reject is not None:
-                    raise Rejected(r.row.reject)
-                return r
+                raise Rejected(r.row.reject)
         rule = self._pairs.get((str(state[0]), event))
         if rule is not None:
-            if rule[0] == "rejected":
-                raise Rejected(rule[1])
-            return None
+            raise Rejected(rule[1])
         if event not in self.table.events:
             raise KeyError(f"{self.name} has no event {event!r}")
         raise NotEnabled(
             f"{self.name}: no row of {event}({_show_args(self, event, args)}) is enabled in "
-            f"{self.format_state(state)}"
+            f"{self.format_state(state[: len(self.names)])}"
         )
+
+    def lookup(
+        self, state: Sequence[Value], event: str, args: Sequence[Value]
+    ) -> CompiledRow | Refused | None:
+        """:meth:`select` without exceptions, for the checker's inner loop.
+
+        Returns the row, None when the table ignores the event here, or :data:`REFUSED` when
+        it rejects the event or no row is enabled. ``state`` may be longer than the table's
+        variables (a model appends its own); only the table's positions are read.
+        """
+        for r in self._candidates.get((str(state[0]), event), ()):
+            if r.guard(state, args):
+                return REFUSED if r.row.reject is not None else r
+        rule = self._pairs.get((str(state[0]), event))
+        if rule is not None and rule[0] == "ignored":
+            return None
+        return REFUSED
 
     def fire(self, state: Sequence[Value], event: str, **kwargs: Value) -> Step:
         """Fire ``event`` on ``state`` with keyword arguments; pure."""

@@ -1,0 +1,238 @@
+"""One agent, composed with a budgeted environment and re-entrant listeners.
+
+The environment is the user: it calls the events named in the model's ``budgets`` (``send``,
+``cancel``, ``dispose``, ...) as often as the budget allows. The runtime's own driver fires the
+other events whenever the table enables them, with every argument (``retire`` ends in every
+way). Re-entrancy is part of the model: inside each notifying effect named in ``reactions``
+(``publish_status``, ``notify_cancel_requested``, ``abort_holder``, ...), listeners may call
+budgeted events, up to ``max_reactions`` per step, and the checker explores every choice of
+where and what. A step is the event plus everything listeners did inside it, so the states the
+search stores are the ones between steps; the states a listener sees mid-step are checked
+against the invariants too, and a violation there ends the step so its trace shows it.
+
+A ghost variable ``owed`` instruments DESIGN.md decision 9: it is set when a waking send is
+accepted before disposal, and cleared when the work is claimed (``claim_inbox``, the last
+``take_steering``), discarded (``clear_inbox``, removal of the last message), parked by a
+``keep_inbox`` cancel, or when disposal begins. ``no_parked_wake`` says an idle agent with no
+driver scheduled never owes a wake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fsm_core.check._explore import System
+from fsm_core.check._model import Model
+from fsm_core.check._moves import Move, show
+from fsm_core.spec._expr import Value
+from fsm_core.spec._machine import REFUSED, State
+
+NO_PARKED_WAKE = "no_parked_wake"
+"""The property name of decision 9's guarantee."""
+
+Choice = tuple[str, tuple[Value, ...]] | None
+
+
+class _Stop(Exception):
+    """An invariant broke inside a step: stop the step where a listener would see it."""
+
+
+class _Refused(Exception):
+    """The table rejects the event here, or no row is enabled."""
+
+
+class _Invalid(Exception):
+    """This plan asks a listener for something the budget or the table does not allow."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    move: Move
+    state: State
+    points: int
+
+
+class AgentSystem:
+    """Builds the explorer's view of an ``agent`` model. ``system`` is what to explore."""
+
+    def __init__(self, model: Model, max_reactions: int = 2) -> None:
+        self.model = model
+        self.machine = m = model.machine
+        self.n = len(m.names)
+        self.budget_events = tuple(model.budgets)
+        self._budget_index = {e: self.n + i for i, e in enumerate(self.budget_events)}
+        self._owed = self.n + len(self.budget_events)
+        self.max_reactions = max_reactions
+        self._closing = m.names.index("closing")  # the ghost reads the lifecycle flag
+        self._reactions = frozenset(model.reactions)
+        self._options: list[tuple[str, tuple[Value, ...]]] = [
+            (e, args)
+            for e in self.budget_events
+            if m.table.events[e].kind == "input"
+            for args in m.all_arguments(e)
+        ]
+        self._events = [(e, list(m.all_arguments(e))) for e in m.table.events]
+        self.labels: list[Move] = []
+        self._label_index: dict[Move, int] = {}
+        initial = (*m.initial, *(model.budgets[e] for e in self.budget_events), False)
+        self.names: tuple[str, ...] = (
+            *m.names,
+            *(f"budget.{e}" for e in self.budget_events),
+            "ghost.owed",
+        )
+        self.system: System[State] = System(
+            model.name, initial, self.successors, self.labels, self.first_violated, self.quiescent
+        )
+
+    # --- properties --------------------------------------------------------------------------
+
+    def first_violated(self, s: State) -> str | None:
+        bad = self.machine.violated(s[: self.n])
+        if bad:
+            return bad[0]
+        if s[self._owed] and self._idle_with_nothing_scheduled(s):
+            return NO_PARKED_WAKE
+        return None
+
+    def _idle_with_nothing_scheduled(self, s: Sequence[Value]) -> bool:
+        m = self.machine
+        return (
+            m.get(s, "phase") == "idle"
+            and m.get(s, "holder") == "none"
+            and not m.get(s, "scheduled")
+        )
+
+    def quiescent(self, s: State) -> bool:
+        return self.machine.holds("quiescent", s[: self.n])
+
+    # --- successors --------------------------------------------------------------------------
+
+    def successors(self, s: State) -> list[tuple[int, State]]:
+        out: list[tuple[int, State]] = []
+        for event, arguments in self._events:
+            slot = self._budget_index.get(event)
+            if slot is not None and s[slot] == 0:
+                continue
+            for args in arguments:
+                for move, nxt in self._runs(s, event, args):
+                    out.append((self._label(move), nxt))
+        return out
+
+    def _label(self, move: Move) -> int:
+        index = self._label_index.get(move)
+        if index is None:
+            index = self._label_index[move] = len(self.labels)
+            self.labels.append(move)
+        return index
+
+    def _runs(self, s: State, event: str, args: tuple[Value, ...]) -> list[tuple[Move, State]]:
+        """Every way the step can go: one run per plan of listener reactions."""
+        results: list[tuple[Move, State]] = []
+        plans: list[tuple[Choice, ...]] = [()]
+        while plans:
+            plan = plans.pop()
+            try:
+                outcome = self._run(s, event, args, plan)
+            except _Invalid:
+                continue
+            if outcome is None:
+                return []
+            results.append((outcome.move, outcome.state))
+            if sum(c is not None for c in plan) >= self.max_reactions:
+                continue
+            for i in range(len(plan), outcome.points):
+                gap: tuple[Choice, ...] = (None,) * (i - len(plan))
+                plans.extend((*plan, *gap, option) for option in self._options)
+        return results
+
+    def _run(
+        self, s: State, event: str, args: tuple[Value, ...], plan: tuple[Choice, ...]
+    ) -> _Outcome | None:
+        """Run one plan; None when the top-level event is not enabled here at all.
+
+        The composite store is the agent's variables followed by the budgets and the ghost;
+        the compiled rows index only the agent's positions, so they run on it directly.
+        """
+        store = list(s)
+        points = 0
+        frames: list[list[tuple[str, Move]]] = [[]]
+
+        def fire(ev: str, a: tuple[Value, ...]) -> Move:
+            row = self.machine.lookup(store, ev, a)
+            if row is REFUSED:
+                raise _Refused
+            frames.append([])
+            if row is not None:
+                self._ghost(store, ev, a, before=True)
+                self.machine.execute(row, store, a, perform)
+                self._ghost(store, ev, a, before=False)
+            return self._move(ev, a, row.row.id if row else None, tuple(frames.pop()))
+
+        def perform(name: str, values: tuple[Value, ...]) -> None:
+            nonlocal points
+            if name in ("claim_inbox", "clear_inbox"):
+                store[self._owed] = False
+            if name not in self._reactions:
+                return
+            if self.first_violated(tuple(store)) is not None:
+                raise _Stop
+            choice = plan[points] if points < len(plan) else None
+            points += 1
+            if choice is None:
+                return
+            ev, a = choice
+            slot = self._budget_index[ev]
+            if store[slot] == 0:
+                raise _Invalid
+            store[slot] = int(store[slot]) - 1
+            try:
+                nested = fire(ev, a)
+            except _Refused:
+                raise _Invalid from None
+            frames[-1].append((f"{name}({', '.join(show(v) for v in values)})", nested))
+
+        slot = self._budget_index.get(event)
+        if slot is not None:
+            store[slot] = int(store[slot]) - 1
+        try:
+            move = fire(event, args)
+        except _Refused:
+            return None
+        except _Stop:
+            move = self._move(event, args, "(stopped: an invariant broke inside this step)", ())
+        return _Outcome(move, tuple(store), points)
+
+    def _move(
+        self,
+        event: str,
+        args: tuple[Value, ...],
+        row: str | None,
+        inside: tuple[tuple[str, Move], ...],
+    ) -> Move:
+        params = (p for p, _ in self.machine.table.events[event].params)
+        return Move(event, tuple(zip(params, args, strict=True)), row, "", inside)
+
+    # --- ghost ---------------------------------------------------------------------------------
+
+    def _ghost(
+        self, store: list[Value], event: str, args: tuple[Value, ...], *, before: bool
+    ) -> None:
+        """Update ``owed`` around a fired event (effects update it in ``perform``).
+
+        A waking send owes a wake as it is accepted; a ``keep_inbox`` cancel parks, and
+        disposal excuses, whatever was owed when it *finishes*, so work a cancel-requested
+        observer queues inside that cancel is parked with the rest (pre-abort, D4).
+        """
+        kwargs = dict(
+            zip((p for p, _ in self.machine.table.events[event].params), args, strict=True)
+        )
+        if before:
+            if event == "send" and kwargs["wake"] and not store[self._closing]:
+                store[self._owed] = True
+        elif (
+            (event == "cancel" and kwargs["keep_inbox"])
+            or event == "dispose"
+            or (event in ("remove", "take_steering") and not kwargs["rest"])
+        ):
+            store[self._owed] = False

@@ -1,0 +1,190 @@
+"""Explicit-state breadth-first search with parent pointers.
+
+BFS visits states in order of distance from the initial state, so the first violation found
+has a shortest trace; the price is memory (one dict entry per state, about 250 bytes in
+CPython) rather than DFS's stack. Every state is checked when it is taken from the frontier:
+the invariants first, then deadlock (no successor outside a quiescent state).
+
+Verdicts keep "not found" apart from "cannot happen": :attr:`Result.complete` is False when a
+state limit stopped the search early, and then a clean result proves nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+S = TypeVar("S", bound=Hashable)
+
+DEADLOCK = "deadlock"
+"""The property name of a state with no successor that is not quiescent."""
+
+
+@dataclass(frozen=True, slots=True)
+class System(Generic[S]):
+    """What the explorer needs to know about a model, and nothing else.
+
+    ``successors(s)`` returns ``(label, next)`` pairs, labels being indices into ``labels``;
+    ``first_violated(s)`` names the first invariant ``s`` breaks, or None.
+    """
+
+    name: str
+    initial: S
+    successors: Callable[[S], Sequence[tuple[int, S]]]
+    labels: Sequence[object]
+    first_violated: Callable[[S], str | None]
+    quiescent: Callable[[S], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation(Generic[S]):
+    """The property ``name`` failed; ``trace`` is a shortest path to it, as (label, state) steps.
+
+    The first step has no label: it is the initial state.
+    """
+
+    name: str
+    trace: tuple[tuple[int | None, S], ...]
+
+    @property
+    def state(self) -> S:
+        return self.trace[-1][1]
+
+
+@dataclass(slots=True)
+class Result(Generic[S]):
+    name: str
+    states: int
+    transitions: int
+    depth: int
+    seconds: float
+    complete: bool
+    violation: Violation[S] | None = None
+    labels_taken: set[int] = field(default_factory=set)
+    graph: dict[S, list[S]] | None = None
+    parent: dict[S, tuple[S, int] | None] = field(default_factory=dict)
+    """Parent pointers of every visited state: :func:`trace_to` walks them."""
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None and self.complete
+
+
+Progress = Callable[[int, int, int, float], None]
+"""Called about once a second with (states, frontier, depth, elapsed seconds)."""
+
+
+def explore(
+    system: System[S],
+    *,
+    max_states: int | None = None,
+    keep_graph: bool = False,
+    track_labels: bool = True,
+    progress: Progress | None = None,
+) -> Result[S]:
+    """Explore every reachable state of ``system``, stopping at the first violation.
+
+    ``keep_graph`` stores every edge, which the liveness check needs and small models can
+    afford; ``track_labels`` records which labels (rows) were ever taken.
+    """
+    start = time.perf_counter()
+    succ = system.successors
+    violated = system.first_violated
+    quiescent = system.quiescent
+    init = system.initial
+    parent: dict[S, tuple[S, int] | None] = {init: None}
+    graph: dict[S, list[S]] | None = {} if keep_graph else None
+    taken: set[int] = set()
+    transitions = 0
+    depth = 0
+    frontier: list[S] = [init]
+    next_report = start + 1.0
+    count = 0
+    while frontier:
+        following: list[S] = []
+        for s in frontier:
+            bad = violated(s)
+            nexts = succ(s) if bad is None else ()
+            if bad is None and not nexts and not quiescent(s):
+                bad = DEADLOCK
+            if bad is not None:
+                return _stop(system, parent, s, bad, transitions, depth, start, taken, graph)
+            transitions += len(nexts)
+            if graph is not None:
+                graph[s] = [t for _, t in nexts]
+            for label, t in nexts:
+                if t not in parent:
+                    parent[t] = (s, label)
+                    following.append(t)
+            if track_labels:
+                taken.update(label for label, _ in nexts)
+            count += 1
+            if progress is not None and count & 0xFFF == 0:
+                now = time.perf_counter()
+                if now >= next_report:
+                    progress(len(parent), len(following), depth, now - start)
+                    next_report = now + 1.0
+            if max_states is not None and len(parent) > max_states:
+                return Result(
+                    system.name, len(parent), transitions, depth,
+                    time.perf_counter() - start, complete=False, labels_taken=taken, graph=graph,
+                    parent=parent,
+                )  # fmt: skip
+        if following:
+            depth += 1
+        frontier = following
+    return Result(
+        system.name, len(parent), transitions, depth, time.perf_counter() - start,
+        complete=True, labels_taken=taken, graph=graph, parent=parent,
+    )  # fmt: skip
+
+
+def trace_to(parent: dict[S, tuple[S, int] | None], s: S) -> tuple[tuple[int | None, S], ...]:
+    """The path from the initial state to ``s`` along parent pointers."""
+    steps: list[tuple[int | None, S]] = []
+    node: S = s
+    while (link := parent[node]) is not None:
+        steps.append((link[1], node))
+        node = link[0]
+    steps.append((None, node))
+    return tuple(reversed(steps))
+
+
+def _stop(
+    system: System[S],
+    parent: dict[S, tuple[S, int] | None],
+    s: S,
+    prop: str,
+    transitions: int,
+    depth: int,
+    start: float,
+    taken: set[int],
+    graph: dict[S, list[S]] | None,
+) -> Result[S]:
+    return Result(
+        system.name, len(parent), transitions, depth, time.perf_counter() - start,
+        complete=False, violation=Violation(prop, trace_to(parent, s)), labels_taken=taken,
+        graph=graph, parent=parent,
+    )  # fmt: skip
+
+
+def unreachable_quiescence(graph: dict[S, list[S]], quiescent: Callable[[S], bool]) -> list[S]:
+    """States from which no quiescent state is reachable (AG EF quiescent fails there).
+
+    A backward search from every quiescent state over the stored edges; whatever it does not
+    reach is stuck in a cycle or a dead end that never settles.
+    """
+    reverse: dict[S, list[S]] = {s: [] for s in graph}
+    for s, nexts in graph.items():
+        for t in nexts:
+            reverse.setdefault(t, []).append(s)
+    seen = {s for s in reverse if quiescent(s)}
+    stack = list(seen)
+    while stack:
+        for p in reverse[stack.pop()]:
+            if p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return [s for s in graph if s not in seen]

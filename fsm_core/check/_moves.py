@@ -1,0 +1,49 @@
+"""What one step of a model is: an event fired on an instance, plus listeners' reactions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from fsm_core.spec._expr import Value
+
+
+def show(v: Value) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One labelled transition of a model.
+
+    ``row`` is the table row that handled the event (None when the table ignores it there).
+    ``inside`` lists what listeners did re-entrantly: ``(effect, move)`` pairs, in the order the
+    notifying effects ran.
+    """
+
+    event: str
+    args: tuple[tuple[str, Value], ...]
+    row: str | None
+    instance: str = ""
+    inside: tuple[tuple[str, Move], ...] = ()
+
+    def call(self) -> str:
+        args = ", ".join(f"{k}={show(v)}" for k, v in self.args)
+        where = f"{self.instance}." if self.instance else ""
+        return f"{where}{self.event}({args})"
+
+    def __str__(self) -> str:
+        text = f"{self.call()} -> {self.row or '(ignored)'}"
+        for effect, nested in self.inside:
+            text += f" [inside {effect}: {nested}]"
+        return text
+
+    def rows(self) -> Iterator[str]:
+        """Every row this move took, its reactions' included."""
+        if self.row is not None:
+            yield self.row
+        for _, nested in self.inside:
+            yield from nested.rows()
+
+    def kwargs(self) -> Mapping[str, Value]:
+        return dict(self.args)

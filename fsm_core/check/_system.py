@@ -1,0 +1,45 @@
+"""Turn a model into what the explorer needs: a :class:`System` plus names for its states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsm_core.check._agent import NO_PARKED_WAKE, AgentSystem
+from fsm_core.check._codegen import compile_predicates, compile_successors
+from fsm_core.check._explore import System
+from fsm_core.check._model import Model
+from fsm_core.check._moves import Move
+from fsm_core.spec._machine import State
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A model ready to explore: the system, the names of a state's positions, the moves."""
+
+    system: System[State]
+    names: tuple[str, ...]
+    moves: list[Move]
+    properties: tuple[str, ...]
+
+
+def build(model: Model) -> Built:
+    m = model.machine
+    invariants = tuple(i.id for i in m.table.invariants)
+    if model.kind == "table":
+        compiled = compile_successors(m)
+        params = {e: [p for p, _ in spec.params] for e, spec in m.table.events.items()}
+        moves = [
+            Move(event, tuple(zip(params[event], args, strict=True)), row)
+            for event, row, args in compiled.labels
+        ]
+        violated = compile_predicates(m, {i.id: i.expr for i in m.table.invariants})
+        quiet = compile_predicates(m, {"quiescent": m.table.defs["quiescent"].expr})
+        system = System(
+            model.name, m.initial, compiled.successors, moves, violated,
+            lambda s: quiet(s) is None,
+        )  # fmt: skip
+        return Built(system, m.names, moves, invariants)
+    if model.kind == "agent":
+        agent = AgentSystem(model)
+        return Built(agent.system, agent.names, agent.labels, (*invariants, NO_PARKED_WAKE))
+    raise NotImplementedError(model.kind)
