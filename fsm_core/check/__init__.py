@@ -18,6 +18,7 @@ reports the rows no step ever took: a dead row is a finding about the table or t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fsm_core.check._explore import (
     DEADLOCK,
@@ -31,7 +32,6 @@ from fsm_core.check._explore import (
 from fsm_core.check._model import Expectation, Model, load_model, load_models
 from fsm_core.check._moves import Move
 from fsm_core.check._system import build
-from fsm_core.spec._machine import State
 
 QUIESCENCE = "quiescence_reachable"
 """The property name of "from every reachable state a quiescent state is reachable"."""
@@ -54,12 +54,12 @@ class Report:
     """What checking one model found."""
 
     model: Model
-    result: Result[State]
+    result: Result[Any]
     names: tuple[str, ...]
     moves: list[Move]
     properties: tuple[str, ...]
     dead_rows: tuple[str, ...]
-    violation: Violation[State] | None
+    violation: Violation[Any] | None
 
     @property
     def verdict(self) -> str:

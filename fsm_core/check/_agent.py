@@ -66,6 +66,7 @@ class AgentSystem:
         self.max_reactions = max_reactions
         self._closing = m.names.index("closing")  # the ghost reads the lifecycle flag
         self._reactions = frozenset(model.reactions)
+        self._notifying = frozenset(n for n, e in m.table.effects.items() if e.notifies)
         self._options: list[tuple[str, tuple[Value, ...]]] = [
             (e, args)
             for e in self.budget_events
@@ -173,10 +174,10 @@ class AgentSystem:
             nonlocal points
             if name in ("claim_inbox", "clear_inbox"):
                 store[self._owed] = False
+            if name in self._notifying and self.first_violated(tuple(store)) is not None:
+                raise _Stop
             if name not in self._reactions:
                 return
-            if self.first_violated(tuple(store)) is not None:
-                raise _Stop
             choice = plan[points] if points < len(plan) else None
             points += 1
             if choice is None:

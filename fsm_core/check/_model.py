@@ -65,6 +65,7 @@ class Model:
     reactions: tuple[str, ...] = ()
     depth: int = 0
     width: int = 0
+    failures: int = 0
     expect: Expectation | None = None
 
 
@@ -87,7 +88,7 @@ def load_model(path: Path, display: str | None = None) -> Model:
     budgets: dict[str, int] = {}
     reactions: tuple[str, ...] = ()
     if "environment" in data:
-        env = f.keys("[environment]", data["environment"], [], ["budgets", "reactions"])
+        env = f.keys("[environment]", data["environment"], [], ["budgets", "reactions", "failures"])
         budgets = _ints(f, "[environment] budgets", env.get("budgets", {}))
         for event in budgets:
             if event not in machine.table.events:
@@ -107,6 +108,15 @@ def load_model(path: Path, display: str | None = None) -> Model:
     elif kind != "table":
         f.fail("", f"a {kind} model needs an [environment] section")
 
+    failures = _ints(
+        f, "[environment]", {"failures": data.get("environment", {}).get("failures", 0)}
+    )
+    if failures["failures"] and kind != "activation-tree":
+        f.fail(
+            "[environment]", "failures budgets failing child teardown, in activation-tree models"
+        )
+    if reactions and kind == "activation-tree":
+        f.fail("[environment] reactions", "activation-tree models take no reactions")
     depth = width = 0
     if kind == "activation-tree":
         if "tree" not in data:
@@ -136,6 +146,7 @@ def load_model(path: Path, display: str | None = None) -> Model:
         reactions=reactions,
         depth=depth,
         width=width,
+        failures=failures["failures"],
         expect=expect,
     )
 

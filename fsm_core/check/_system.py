@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fsm_core.check._agent import NO_PARKED_WAKE, AgentSystem
 from fsm_core.check._codegen import compile_predicates, compile_successors
 from fsm_core.check._explore import System
 from fsm_core.check._model import Model
 from fsm_core.check._moves import Move
-from fsm_core.spec._machine import State
+from fsm_core.check._tree import TREE_PROPERTIES, TreeSystem
 
 
 @dataclass(frozen=True, slots=True)
 class Built:
     """A model ready to explore: the system, the names of a state's positions, the moves."""
 
-    system: System[State]
+    # A model's state is a tuple whose layout ``names`` describes; its element types vary
+    # by kind (values for a table, node tuples for a tree), so the system is typed loosely.
+    system: System[Any]
     names: tuple[str, ...]
     moves: list[Move]
     properties: tuple[str, ...]
@@ -42,4 +45,6 @@ def build(model: Model) -> Built:
     if model.kind == "agent":
         agent = AgentSystem(model)
         return Built(agent.system, agent.names, agent.labels, (*invariants, NO_PARKED_WAKE))
-    raise NotImplementedError(model.kind)
+    tree = TreeSystem(model)
+    per_node = tuple(f"{i}@<node>" for i in invariants)
+    return Built(tree.system, tree.names, tree.labels, (*per_node, *TREE_PROPERTIES))
