@@ -1,6 +1,7 @@
-"""``fsm-core``: print the tables, generate the diagrams.
+"""``fsm-core``: model-check the tables, print them, generate the diagrams.
 
-Exit status: 0 success, 1 a check failed (stale diagrams), 2 bad input (a malformed table).
+Exit status: 0 success, 1 a check failed (a violation, a model that does not match its
+``[expect]``, stale diagrams), 2 bad input (a malformed table or model file).
 """
 
 from __future__ import annotations
@@ -8,10 +9,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fsm_core._errors import SpecError
+from fsm_core._paths import models_dir
+from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check._report import (
+    done_line,
+    format_trace,
+    summary_table,
+    to_itf,
+    to_json,
+)
 from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
 from fsm_core.spec import load_spec
@@ -27,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    _configure_check(sub.add_parser("check", help="model-check the bounded models in models/"))
+
     p_spec = sub.add_parser("spec", help="print the transition tables")
     p_spec.add_argument("machine", nargs="*", help="machines to print (default: all)")
     p_spec.add_argument("--json", action="store_true", help="the JSON export ports consume")
@@ -38,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     args = parser.parse_args(argv)
+    if args.command == "check":
+        return _check(args)
     try:
         spec = load_spec(args.specs)
     except SpecError as e:
@@ -71,3 +86,159 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in write_diagrams(spec, out):
         print(f"wrote {path}")
     return 0
+
+
+# --- check ----------------------------------------------------------------------------------------
+
+
+def _configure_check(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Explore every reachable state of each model breadth-first and prove the tables' "
+        "invariants, the model's properties, deadlock freedom and reachable quiescence. "
+        "A violation prints its shortest trace."
+    )
+    p.add_argument(
+        "model",
+        nargs="*",
+        help="model names (file stems in models/) or paths (default: every default-tier model)",
+    )
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.add_argument(
+        "--trace-format",
+        choices=("text", "itf"),
+        default="text",
+        help="counterexamples as numbered steps (text) or Apalache ITF JSON (itf)",
+    )
+    p.add_argument(
+        "--trace-out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write each counterexample here (PATH.<model>.<ext> when several models fail)",
+    )
+    p.add_argument(
+        "--max-states",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop a model after N states (its verdict is then incomplete: nothing is proven)",
+    )
+
+
+class _UnknownModel(Exception):
+    pass
+
+
+def _select_models(chosen: Sequence[str]) -> list[Model]:
+    """Every default-tier model, or the named ones (a name is a file stem; else a path)."""
+    root = models_dir()
+    if not chosen:
+        return [m for m in load_models(root) if m.tier == "default"]
+    out: list[Model] = []
+    for name in chosen:
+        path = Path(name)
+        if path.suffix == ".toml" or len(path.parts) > 1:
+            if not path.is_file():
+                raise _UnknownModel(f"no model file {name}")
+            out.append(load_model(path))
+            continue
+        candidate = root / f"{name}.toml"
+        if not candidate.is_file():
+            known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
+            raise _UnknownModel(f"unknown model {name!r} (models: {known})")
+        out.append(load_model(candidate, f"{root.name}/{candidate.name}"))
+    return out
+
+
+def _progress(name: str) -> Callable[[int, int, int, float], None]:
+    def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
+        rate = states / elapsed if elapsed > 0 else 0.0
+        print(
+            f"{name}: states={states} frontier={frontier} depth={depth} states/s={rate:.0f}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
+
+
+def _expected_violation(r: Report) -> bool:
+    """The model records this very violation in its ``[expect]`` (a known-bad model)."""
+    e = r.model.expect
+    return r.violation is not None and e is not None and e.verdict == "violation"
+
+
+def _trace_path(out: Path, name: str, several: bool) -> Path:
+    return out.with_name(f"{out.stem}.{name}{out.suffix}") if several else out
+
+
+def _check(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    try:
+        models = _select_models(args.model)
+    except (SpecError, _UnknownModel) as e:
+        print(f"fsm-core: {e}", file=sys.stderr)
+        return 2
+    reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
+    failed = any(
+        (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports
+    )
+    violating = [r for r in reports if r.violation is not None]
+
+    written: list[str] = []
+    if args.trace_out is not None:
+        several = len(violating) > 1
+        for r in violating:
+            path = _trace_path(args.trace_out, r.model.name, several)
+            if args.trace_format == "itf":
+                text = json.dumps(to_itf(r), indent=2) + "\n"
+            else:
+                text = format_trace(r)
+            try:
+                path.write_text(text, encoding="utf-8")
+            except OSError as e:
+                print(f"fsm-core: cannot write the trace of {r.model.name}: {e}", file=sys.stderr)
+                return 2
+            written.append(f"{r.model.name}: wrote the {args.trace_format} trace to {path}")
+
+    seconds = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(to_json(reports, seconds), indent=2))
+        for line in written:
+            print(line, file=sys.stderr)
+        return 1 if failed else 0
+
+    print(summary_table(reports), end="")
+    for r in reports:
+        for mismatch in r.mismatches():
+            print(f"mismatch: {r.model.name} ({r.model.file}) [expect] {mismatch}")
+        if r.verdict == "incomplete":
+            print(
+                f"incomplete: {r.model.name} stopped after {r.result.states} states "
+                f"(--max-states {args.max_states}): nothing is proven"
+            )
+    for r in violating:
+        assert r.violation is not None
+        steps = len(r.violation.trace) - 1
+        print(
+            f"\n{r.model.name}: {r.violation.name} is violated; "
+            f"a shortest counterexample, {steps} step{'s' if steps != 1 else ''}:"
+        )
+        if args.trace_format == "itf" and args.trace_out is None:
+            print(json.dumps(to_itf(r), indent=2))
+        else:
+            print(format_trace(r), end="")
+    if written:
+        print()
+        print("\n".join(written))
+    findings = [r for r in reports if r.dead_rows and r.result.complete]
+    if findings:
+        print()
+    for r in findings:
+        count = len(r.dead_rows)
+        print(
+            f"finding: {r.model.name}: {count} row{'s' if count != 1 else ''} never taken: "
+            f"{', '.join(r.dead_rows)}"
+        )
+    print(done_line(reports, time.perf_counter() - start))
+    return 1 if failed else 0

@@ -18,7 +18,8 @@ class Move:
 
     ``row`` is the table row that handled the event (None when the table ignores it there).
     ``inside`` lists what listeners did re-entrantly: ``(effect, move)`` pairs, in the order the
-    notifying effects ran.
+    notifying effects ran. ``stopped`` names the notifying effect (``publish_status(idle)``)
+    at which this move was cut short because a property broke there; empty when it ran out.
     """
 
     event: str
@@ -26,6 +27,7 @@ class Move:
     row: str | None
     instance: str = ""
     inside: tuple[tuple[str, Move], ...] = ()
+    stopped: str = ""
 
     def call(self) -> str:
         args = ", ".join(f"{k}={show(v)}" for k, v in self.args)
@@ -34,6 +36,8 @@ class Move:
 
     def __str__(self) -> str:
         text = f"{self.call()} -> {self.row or '(ignored)'}"
+        if self.stopped:
+            text += f" (stopped at {self.stopped})"
         for effect, nested in self.inside:
             text += f" [inside {effect}: {nested}]"
         return text

@@ -1,0 +1,360 @@
+"""What ``fsm-core check`` prints: counterexamples, ITF traces, the summary and the last line.
+
+A counterexample reads like a test: the initial state, then one numbered step per event, what
+listeners did inside it (indented under the effect that let them in), the variables the step
+changed, and last the property that broke and the state where it broke::
+
+    0. initial: phase=idle holder=none reason=none ... budget.send=2 ... ghost.owed=false
+    1. send(wake=true, lane=next_turn) -> send.idle.wake   changed: pending false->true, ...
+    2. start() -> start.turn   changed: phase idle->cancelling, holder none->aborted, ...
+       inside publish_status(running): cancel(cause=user, keep_inbox=false) -> cancel.turn
+    ...
+    violated: reason_iff_aborted ((reason != none) == (holder == aborted)) in state 4: ...
+
+The same trace is available as Apalache's ITF JSON (:func:`to_itf`), for replay against the
+runtime or a port. The run ends with one line a script can read (:func:`done_line`)::
+
+    Done. models=5 states=168840 transitions=1354302 depth=37 violations=0 sec=10.12
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fsm_core.check import DEADLOCK, QUIESCENCE, Report
+from fsm_core.check._agent import NO_PARKED_WAKE
+from fsm_core.check._explore import Violation
+from fsm_core.check._moves import Move
+from fsm_core.check._tree import (
+    NOTICE_DELIVERED,
+    NOTICE_ONCE,
+    PARENT_LEAVES_AFTER_CHILDREN,
+    TEARDOWN_ONCE,
+)
+
+__all__ = ["done_line", "format_trace", "summary_table", "to_itf", "to_json"]
+
+ITF_FORMAT = "https://apalache-mc.org/docs/adr/015adr-trace.html"
+
+_ABSENT = "absent"
+"""How a tree slot that holds no activation yet is shown in a text trace."""
+
+_PROPERTIES = {
+    DEADLOCK: "no step is possible and the state is not quiescent",
+    QUIESCENCE: "no quiescent state is reachable from this state",
+    NO_PARKED_WAKE: "an idle agent with no driver scheduled still owes a waking send its turn",
+    PARENT_LEAVES_AFTER_CHILDREN: "a node left the registry while an admitted child is in it",
+    NOTICE_DELIVERED: "a parent refused its child's settlement notice",
+    TEARDOWN_ONCE: "a node's memoized close ran twice",
+    NOTICE_ONCE: "a node notified its parent twice",
+}
+"""What it means that a checker-level property broke (table invariants carry their own text)."""
+
+
+# --- text traces ----------------------------------------------------------------------------------
+
+
+def format_trace(report: Report) -> str:
+    """The shortest counterexample of ``report`` as numbered steps, ending in the broken property.
+
+    Raises ValueError when the model holds (there is no counterexample to print).
+    """
+    violation = _violation(report)
+    trace = violation.trace
+    lines = [f"0. initial: {_show_state(report, trace[0][1])}"]
+    previous = trace[0][1]
+    for i, (label, state) in enumerate(trace[1:], start=1):
+        assert label is not None
+        move = report.moves[label]
+        changed = _changes(report, previous, state)
+        head = f"{i}. {_call(move)}"
+        lines.append(f"{head}   changed: {', '.join(changed) if changed else 'nothing'}")
+        lines += _inside(move, depth=1)
+        previous = state
+    n = len(trace) - 1
+    where = f"state {n}"
+    last = trace[-1][0]
+    at = _stopped_at(report.moves[last]) if last is not None else ""
+    if at:
+        where += f", at {at} inside step {n}"
+    broken = _property(report, violation.name)
+    lines.append(f"violated: {broken} in {where}: {_show_state(report, violation.state)}")
+    return "\n".join(lines) + "\n"
+
+
+def _violation(report: Report) -> Violation[Any]:
+    if report.violation is None:
+        raise ValueError(f"{report.model.name} holds: there is no counterexample")
+    return report.violation
+
+
+def _call(move: Move) -> str:
+    text = f"{move.call()} -> {move.row or '(ignored)'}"
+    return f"{text} (stopped at {move.stopped})" if move.stopped else text
+
+
+def _inside(move: Move, depth: int) -> list[str]:
+    out: list[str] = []
+    for effect, nested in move.inside:
+        out.append(f"{'   ' * depth}inside {effect}: {_call(nested)}")
+        out += _inside(nested, depth + 1)
+    return out
+
+
+def _stopped_at(move: Move) -> str:
+    """The notifying effect where a stopped move (or a reaction inside it) was cut short."""
+    if move.stopped:
+        return move.stopped
+    for _, nested in move.inside:
+        at = _stopped_at(nested)
+        if at:
+            return at
+    return ""
+
+
+def _property(report: Report, name: str) -> str:
+    """``name (what it says)``: the invariant's expression, or what a checker property means."""
+    base, _, _node = name.partition("@")
+    for inv in report.model.machine.table.invariants:
+        if inv.id == base:
+            return f"{name} ({inv.text})"
+    meaning = _PROPERTIES.get(name)
+    return f"{name} ({meaning})" if meaning else name
+
+
+def _flat(report: Report, state: Sequence[object]) -> list[tuple[str, str]]:
+    """The state as ``(name, shown value)`` pairs; a tree node's variables as ``node.var``."""
+    names = report.model.machine.names
+    out: list[tuple[str, str]] = []
+    for name, value in zip(report.names, state, strict=True):
+        if value is None:
+            out.append((name, _ABSENT))
+        elif isinstance(value, tuple):
+            out += [(f"{name}.{n}", _text(v)) for n, v in zip(names, value, strict=True)]
+        else:
+            out.append((name, _text(value)))
+    return out
+
+
+def _show_state(report: Report, state: Sequence[object]) -> str:
+    return " ".join(f"{k}={v}" for k, v in _flat(report, state))
+
+
+def _changes(report: Report, before: Sequence[object], after: Sequence[object]) -> list[str]:
+    out: list[str] = []
+    for name, old, new in zip(report.names, before, after, strict=True):
+        if old == new:
+            continue
+        if isinstance(old, tuple) and isinstance(new, tuple):
+            pairs = zip(report.model.machine.names, old, new, strict=True)
+            out += [f"{name}.{n} {_text(a)}->{_text(b)}" for n, a, b in pairs if a != b]
+        else:
+            out.append(f"{name} {_show_value(report, old)}->{_show_value(report, new)}")
+    return out
+
+
+def _show_value(report: Report, value: object) -> str:
+    if value is None:
+        return _ABSENT
+    if isinstance(value, tuple):
+        return report.model.machine.format_state(value)
+    return _text(value)
+
+
+def _text(value: object) -> str:
+    """A value as the tables write it: ``true``, ``false``, ``3``, ``idle``."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+# --- ITF ------------------------------------------------------------------------------------------
+
+
+def to_itf(report: Report) -> dict[str, Any]:
+    """The shortest counterexample as an Apalache ITF trace (a JSON-ready dict).
+
+    Each state's ``#meta`` carries the step that reached it: ``action`` (the call as text),
+    ``event``, ``args``, ``row`` (null when the table ignores the event there), ``inside`` (the
+    listeners' re-entrant calls, each with the ``effect`` that let it in), and ``stopped`` when
+    the step was cut short at a notifying effect because the property broke there. Integers are
+    ``{"#bigint": "2"}``; a tree slot is a variant, ``{"tag": "None", "value": {"#tup": []}}``
+    until an activation is admitted into it, then ``{"tag": "Some", "value": {record}}``.
+    """
+    violation = _violation(report)
+    model = report.model
+    states: list[dict[str, Any]] = []
+    for i, (label, state) in enumerate(violation.trace):
+        meta: dict[str, Any] = {"index": i}
+        if label is not None:
+            meta.update(_itf_move(report.moves[label]))
+        values = {n: _itf_value(report, v) for n, v in zip(report.names, state, strict=True)}
+        states.append({"#meta": meta, **values})
+    return {
+        "#meta": {
+            "format": "ITF",
+            "format-description": ITF_FORMAT,
+            "description": (
+                f"Shortest counterexample to {violation.name} in model {model.name}, "
+                "found by `fsm-core check` (breadth-first)"
+            ),
+            "source": model.file,
+            "model": model.name,
+            "kind": model.kind,
+            "table": model.machine.name,
+            "property": violation.name,
+        },
+        "vars": list(report.names),
+        "states": states,
+    }
+
+
+def _itf_move(move: Move) -> dict[str, Any]:
+    out: dict[str, Any] = {"action": move.call(), "event": move.event}
+    if move.instance:
+        out["instance"] = move.instance
+    out["args"] = {k: _itf_scalar(v) for k, v in move.args}
+    out["row"] = move.row
+    if move.stopped:
+        out["stopped"] = move.stopped
+    if move.inside:
+        out["inside"] = [{"effect": e, **_itf_move(m)} for e, m in move.inside]
+    return out
+
+
+def _itf_scalar(value: object) -> Any:
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return {"#bigint": str(value)}
+    raise TypeError(f"no ITF encoding for {value!r}")
+
+
+def _itf_value(report: Report, value: object) -> Any:
+    if value is None:
+        return {"tag": "None", "value": {"#tup": []}}
+    if isinstance(value, tuple):
+        names = report.model.machine.names
+        record = {n: _itf_scalar(v) for n, v in zip(names, value, strict=True)}
+        return {"tag": "Some", "value": record}
+    return _itf_scalar(value)
+
+
+# --- summary --------------------------------------------------------------------------------------
+
+_COLUMNS = (
+    "model", "kind", "verdict", "states", "transitions", "depth", "sec", "states/s",
+    "dead rows", "expect",
+)  # fmt: skip
+_LEFT = frozenset({"model", "kind", "verdict", "expect"})
+
+
+def _expectation_mark(report: Report) -> str:
+    """``✓`` the result matches the model's ``[expect]``, ``✗`` it does not, ``-`` none."""
+    if report.model.expect is None:
+        return "-"
+    return "✗" if report.mismatches() else "✓"
+
+
+def summary_table(reports: Iterable[Report]) -> str:
+    """One row per model: what it is, its verdict, its numbers and whether they were expected.
+
+    Dead rows are counted only for a complete search (``-`` otherwise: a search cut short by a
+    violation or a state limit has not tried every row).
+    """
+    rows = [_COLUMNS]
+    for r in reports:
+        res = r.result
+        rows.append(
+            (
+                r.model.name,
+                r.model.kind,
+                r.verdict,
+                str(res.states),
+                str(res.transitions),
+                str(res.depth),
+                f"{res.seconds:.2f}",
+                f"{_rate(res.states, res.seconds):.0f}",
+                str(len(r.dead_rows)) if res.complete else "-",
+                _expectation_mark(r),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.ljust(w) if col in _LEFT else cell.rjust(w)
+            for col, cell, w in zip(_COLUMNS, row, widths, strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def done_line(reports: Sequence[Report], seconds: float) -> str:
+    """``Done. models=N states=… transitions=… depth=<max> violations=<count> sec=…``."""
+    states = sum(r.result.states for r in reports)
+    transitions = sum(r.result.transitions for r in reports)
+    depth = max((r.result.depth for r in reports), default=0)
+    violations = sum(r.violation is not None for r in reports)
+    return (
+        f"Done. models={len(reports)} states={states} transitions={transitions} "
+        f"depth={depth} violations={violations} sec={seconds:.2f}"
+    )
+
+
+def _rate(states: int, seconds: float) -> float:
+    return states / seconds if seconds > 0 else 0.0
+
+
+# --- JSON -----------------------------------------------------------------------------------------
+
+
+def to_json(reports: Sequence[Report], seconds: float | None = None) -> dict[str, Any]:
+    """Everything the run found, for ``fsm-core check --json``.
+
+    ``seconds`` is the whole run's wall time for the ``done`` line (default: the sum of the
+    models' search times). A violation carries its trace twice: as the text steps and as ITF.
+    """
+    total = sum(r.result.seconds for r in reports) if seconds is None else seconds
+    return {
+        "format": "fsm-core/check",
+        "models": [_model_json(r) for r in reports],
+        "done": done_line(reports, total),
+    }
+
+
+def _model_json(r: Report) -> dict[str, Any]:
+    res = r.result
+    e = r.model.expect
+    violation = None
+    if r.violation is not None:
+        violation = {
+            "property": r.violation.name,
+            "steps": len(r.violation.trace) - 1,
+            "text": format_trace(r).splitlines(),
+            "itf": to_itf(r),
+        }
+    return {
+        "name": r.model.name,
+        "file": r.model.file,
+        "kind": r.model.kind,
+        "tier": r.model.tier,
+        "verdict": r.verdict,
+        "states": res.states,
+        "transitions": res.transitions,
+        "depth": res.depth,
+        "seconds": round(res.seconds, 3),
+        "states_per_second": round(_rate(res.states, res.seconds)),
+        "complete": res.complete,
+        "dead_rows": list(r.dead_rows),
+        "violation": violation,
+        "expect": None
+        if e is None
+        else {
+            "states": e.states,
+            "transitions": e.transitions,
+            "depth": e.depth,
+            "verdict": e.verdict,
+            "property": e.property,
+        },
+        "mismatches": r.mismatches(),
+    }

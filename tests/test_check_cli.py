@@ -1,0 +1,298 @@
+"""``fsm-core check``: what it proves, what it prints, and how it exits."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fsm_core._paths import models_dir, specs_dir
+from fsm_core.check import check, load_model, load_models
+from fsm_core.cli import _progress, main
+
+DEFAULT = [m for m in load_models(models_dir()) if m.tier == "default"]
+DONE = re.compile(
+    r"^Done\. models=(?P<models>\d+) states=(?P<states>\d+) transitions=(?P<transitions>\d+) "
+    r"depth=(?P<depth>\d+) violations=(?P<violations>\d+) sec=(?P<sec>\d+\.\d\d)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def run(*argv: str) -> Run:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["check", *argv])
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def default_run() -> Run:
+    """``fsm-core check`` on the shipped models, run once for the tests that read it."""
+    return run()
+
+
+@pytest.fixture(scope="module")
+def default_json() -> Run:
+    return run("--json")
+
+
+# --- the real models -----------------------------------------------------------------------------
+
+
+def test_check_proves_every_default_model_and_ends_with_the_done_line(default_run: Run) -> None:
+    assert default_run.code == 0, default_run.out
+    lines = default_run.out.splitlines()
+    done = DONE.match(lines[-1])
+    assert done is not None, lines[-1]
+    assert int(done["models"]) == len(DEFAULT)
+    assert int(done["violations"]) == 0
+    # Every model is proven with the numbers it recorded (a model without [expect] shows "-").
+    for model in DEFAULT:
+        row = next(line for line in lines if line.split()[:1] == [model.name])
+        cells = row.split()
+        assert cells[1:3] == [model.kind, "ok"]
+        if model.expect is not None:
+            assert cells[3:6] == [
+                str(model.expect.states),
+                str(model.expect.transitions),
+                str(model.expect.depth),
+            ]
+        assert cells[-1] == ("✓" if model.expect is not None else "-")
+    assert not any(line.startswith(("mismatch:", "incomplete:")) for line in lines)
+
+
+def test_the_done_line_adds_up_the_table(default_run: Run) -> None:
+    lines = default_run.out.splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["model", "kind", "verdict", "states"]
+    rows = [line.split() for line in lines[1 : 1 + len(DEFAULT)]]
+    done = DONE.match(lines[-1])
+    assert done is not None
+    assert int(done["states"]) == sum(int(r[3]) for r in rows)
+    assert int(done["transitions"]) == sum(int(r[4]) for r in rows)
+    assert int(done["depth"]) == max(int(r[5]) for r in rows)
+
+
+def test_check_json_reports_every_model(default_json: Run) -> None:
+    assert default_json.code == 0
+    doc = json.loads(default_json.out)
+    assert doc["format"] == "fsm-core/check"
+    assert [m["name"] for m in doc["models"]] == [m.name for m in DEFAULT]
+    for entry, model in zip(doc["models"], DEFAULT, strict=True):
+        assert entry["file"] == model.file
+        assert entry["kind"] == model.kind
+        assert entry["verdict"] == "ok"
+        assert entry["complete"] is True
+        assert entry["violation"] is None
+        assert entry["mismatches"] == []
+        if model.expect is not None:
+            assert entry["states"] == model.expect.states
+    assert DONE.match(doc["done"])
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def write_model(tmp_path: Path, name: str, body: str) -> Path:
+    """A model file in ``tmp_path/models`` beside a copy of the shipped ``specs/``."""
+    if not (tmp_path / "specs").exists():
+        shutil.copytree(specs_dir(), tmp_path / "specs")
+        (tmp_path / "models").mkdir()
+    path = tmp_path / "models" / f"{name}.toml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
+    path = write_model(
+        tmp_path,
+        "bad",
+        '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
+        "[environment]\nbudgets = { sned = 1 }\n",
+    )
+    r = run(str(path))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (
+        "fsm-core: models/bad.toml: [environment] budgets: unknown event 'sned' (events: send, "
+        "cancel, dispose, maintenance_start, remove, start, claim, take_steering, retire, "
+        "converge, maintenance_finish, dispose_finish)\n"
+    )
+
+
+def test_an_unknown_model_name_exits_2_listing_the_models() -> None:
+    r = run("agent_racse")
+    assert (r.code, r.out) == (2, "")
+    assert r.err.startswith("fsm-core: unknown model 'agent_racse' (models: ")
+    assert "agent_races" in r.err
+
+
+# --- violations ----------------------------------------------------------------------------------
+
+BROKEN_MAINTENANCE = (
+    'do = ["holder := none", "reason := none", "latch := false", "release_holder()", '
+    '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
+    'do = ["reason := none", "latch := false", "release_holder()", '
+    '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
+)
+"""maintenance.finish.idle forgets to clear the holder: an idle agent keeps a live one."""
+
+
+def broken_model(tmp_path: Path, expect: str = "") -> Path:
+    path = write_model(
+        tmp_path,
+        "broken",
+        '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
+        "[environment]\nbudgets = { send = 1, maintenance_start = 1 }\n" + expect,
+    )
+    table = tmp_path / "specs" / "agent.toml"
+    old, new = BROKEN_MAINTENANCE
+    text = table.read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    table.write_text(text.replace(old, new), encoding="utf-8")
+    return path
+
+
+def test_a_violating_model_exits_1_and_prints_a_numbered_trace(tmp_path: Path) -> None:
+    r = run(str(broken_model(tmp_path)))
+    assert r.code == 1
+    lines = r.out.splitlines()
+    assert lines[1].split()[:3] == ["broken", "agent", "violation"]
+    start = lines.index(
+        "broken: quiet_phases_hold_nothing is violated; a shortest counterexample, 2 steps:"
+    )
+    assert lines[start + 1].startswith("0. initial: phase=idle holder=none ")
+    assert lines[start + 2] == (
+        "1. maintenance_start() -> maintenance.start   changed: phase idle->maintenance, "
+        "holder none->live, budget.maintenance_start 1->0"
+    )
+    assert lines[start + 3] == (
+        "2. maintenance_finish() -> maintenance.finish.idle   changed: phase maintenance->idle"
+    )
+    assert lines[start + 4].startswith("violated: quiet_phases_hold_nothing (")
+    done = DONE.match(lines[-1])
+    assert done is not None and done["violations"] == "1"
+
+
+def test_itf_trace_out_writes_the_trace_to_the_file(tmp_path: Path) -> None:
+    out = tmp_path / "trace.itf.json"
+    r = run(str(broken_model(tmp_path)), "--trace-format", "itf", "--trace-out", str(out))
+    assert r.code == 1
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["#meta"]["property"] == "quiet_phases_hold_nothing"
+    assert doc["vars"][:2] == ["phase", "holder"]
+    assert [s["#meta"]["index"] for s in doc["states"]] == [0, 1, 2]
+    assert doc["states"][2]["#meta"]["row"] == "maintenance.finish.idle"
+    assert doc["states"][2]["holder"] == "live"
+    assert f"broken: wrote the itf trace to {out}" in r.out.splitlines()
+    assert "0. initial: phase=idle " in r.out  # the log still shows the trace to a reader
+    assert DONE.match(r.out.splitlines()[-1])
+
+
+def test_itf_without_trace_out_prints_the_itf_document(tmp_path: Path) -> None:
+    r = run(str(broken_model(tmp_path)), "--trace-format", "itf")
+    assert r.code == 1
+    head = "broken: quiet_phases_hold_nothing is violated; a shortest counterexample, 2 steps:"
+    after = r.out.split(head + "\n", 1)[1]
+    doc, _ = json.JSONDecoder().raw_decode(after)
+    assert doc["#meta"]["property"] == "quiet_phases_hold_nothing"
+    assert len(doc["states"]) == 3
+
+
+def test_json_carries_the_violation_with_its_trace(tmp_path: Path) -> None:
+    r = run(str(broken_model(tmp_path)), "--json")
+    assert r.code == 1
+    (entry,) = json.loads(r.out)["models"]
+    violation = entry["violation"]
+    assert (violation["property"], violation["steps"]) == ("quiet_phases_hold_nothing", 2)
+    assert violation["text"][2].startswith("2. maintenance_finish() -> maintenance.finish.idle")
+    assert violation["itf"]["#meta"]["property"] == "quiet_phases_hold_nothing"
+
+
+# --- expectations --------------------------------------------------------------------------------
+
+
+def test_a_model_that_does_not_match_its_expectation_exits_1_naming_the_numbers(
+    tmp_path: Path,
+) -> None:
+    path = write_model(
+        tmp_path,
+        "small",
+        '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
+        "[environment]\nbudgets = { send = 1 }\n\n"
+        '[expect]\nstates = 1\ntransitions = 2\ndepth = 3\nverdict = "ok"\n',
+    )
+    found = check(load_model(path)).result
+    r = run(str(path))
+    assert r.code == 1
+    mismatches = [line for line in r.out.splitlines() if line.startswith("mismatch:")]
+    assert mismatches == [
+        f"mismatch: small (models/small.toml) [expect] states: expected 1, found {found.states}",
+        f"mismatch: small (models/small.toml) [expect] transitions: expected 2, found "
+        f"{found.transitions}",
+        f"mismatch: small (models/small.toml) [expect] depth: expected 3, found {found.depth}",
+    ]
+    assert r.out.splitlines()[1].split()[-1] == "✗"
+
+
+def test_a_model_without_expectation_is_not_a_mismatch(tmp_path: Path) -> None:
+    path = write_model(
+        tmp_path,
+        "small",
+        '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
+        "[environment]\nbudgets = { send = 1 }\n",
+    )
+    r = run(str(path))
+    assert r.code == 0
+    assert r.out.splitlines()[1].split()[-1] == "-"
+
+
+def test_a_violation_the_model_expects_is_reported_but_does_not_fail(tmp_path: Path) -> None:
+    path = broken_model(tmp_path)
+    found = check(load_model(path)).result
+    path.write_text(
+        path.read_text(encoding="utf-8")
+        + f"\n[expect]\nstates = {found.states}\ntransitions = {found.transitions}\n"
+        f'depth = {found.depth}\nverdict = "violation"\nproperty = "quiet_phases_hold_nothing"\n',
+        encoding="utf-8",
+    )
+    r = run(str(path))
+    assert r.code == 0, r.out
+    assert "violated: quiet_phases_hold_nothing (" in r.out
+    assert r.out.splitlines()[1].split()[-1] == "✓"
+
+
+def test_a_state_limit_proves_nothing_and_fails() -> None:
+    r = run("bench_S", "--max-states", "100")
+    assert r.code == 1
+    assert r.out.splitlines()[1].split()[:3] == ["bench_S", "table", "incomplete"]
+    assert (
+        "incomplete: bench_S stopped after 101 states (--max-states 100): nothing is proven"
+        in r.out.splitlines()
+    )
+
+
+def test_a_bench_tier_model_runs_when_named() -> None:
+    assert load_model(models_dir() / "bench_L.toml").tier == "bench"
+    r = run("bench_L", "--max-states", "1000")
+    assert r.out.splitlines()[1].split()[:3] == ["bench_L", "table", "incomplete"]
+    done = DONE.match(r.out.splitlines()[-1])
+    assert done is not None and done["models"] == "1"
+
+
+def test_progress_reads_states_frontier_depth_and_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    _progress("agent_races")(8192, 300, 7, 2.0)
+    assert capsys.readouterr().err == (
+        "agent_races: states=8192 frontier=300 depth=7 states/s=4096\n"
+    )
