@@ -1,0 +1,510 @@
+"""Spec mutants: plausible one-row bugs in the tables, each of which some property must kill.
+
+A mutant is an exact textual edit of one table file (``old`` -> ``new``), a sentence saying
+what bug it plants, and the models it runs against. The edit is applied to a copy of
+``specs/`` and ``models/`` (kept as siblings, since model files name ``../specs/...``), the
+models are loaded from the copy and checked. The mutant is *killed* when a check finds a
+violation (its name and the length of its shortest counterexample go in the kill table), or
+when the loader rejects the mutated table (``load: <message>``, kept to a few on purpose: a
+load kill says the table's own validation caught the bug, not the checker)::
+
+    from fsm_core.check._mutants import run_mutants
+
+    for kill in run_mutants(["latch_set_on_disposed"]):
+        print(kill.mutant, kill.killed, kill.property, kill.trace)
+
+An edit whose ``old`` text does not occur exactly once raises :class:`MutantError`: a table
+change that invalidates a mutant fails loudly instead of silently testing nothing. A survivor
+means a property is missing (or the mutant is equivalent); ``gap`` records the ones whose
+missing property is known and reported, so ``fsm-core mutants --spec`` still lists them as
+survivors and exits 1 until the property exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from fsm_core._errors import FsmError, SpecError
+from fsm_core._paths import models_dir, specs_dir
+from fsm_core.check import check, load_model
+
+AGENT = ("agent_races",)
+"""The models an agent.toml mutant runs against."""
+TREE = ("activation_tree", "activation_chain")
+"""The models an activation.toml mutant runs against, widest first."""
+
+
+class MutantError(FsmError):
+    """A mutant's edit no longer matches the table it mutates: update the mutant."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One planted bug: replace ``old`` by ``new`` in ``specs/<table>``, check ``models``."""
+
+    name: str
+    table: str
+    old: str
+    new: str
+    doc: str
+    models: tuple[str, ...]
+    load_killed: bool = False
+    """True iff the loader's own validation is expected to reject the edit."""
+    gap: str | None = None
+    """Why this mutant survives: the missing property, reported but not yet written."""
+
+    def apply(self, text: str) -> str:
+        """``text`` with the edit made; raises :class:`MutantError` unless ``old`` occurs once."""
+        found = text.count(self.old)
+        if found != 1:
+            raise MutantError(
+                f"mutant {self.name!r}: its old text occurs {found} times in specs/{self.table}, "
+                "not exactly once; update the mutant to the current table"
+            )
+        return text.replace(self.old, self.new)
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """What checking one mutant found.
+
+    ``property`` names what killed it (``load: ...`` for the loader), None for a survivor;
+    ``trace`` is the number of steps in the counterexample (0 for a load kill or a survivor);
+    ``model`` is the model whose check killed it.
+    """
+
+    mutant: str
+    killed: bool
+    property: str | None
+    trace: int
+    seconds: float
+    model: str | None = None
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # --- agent.toml -------------------------------------------------------------------------------
+    Mutant(
+        "last_wins_cause",
+        "agent.toml",
+        "  # A cancel-requested observer may have cancelled re-entrantly: the first abort wins.\n"
+        '  { when = "holder == live", do = ["holder := aborted", "reason := cause", '
+        '"abort_holder(cause)"] },\n',
+        '  "holder := aborted", "reason := cause", "abort_holder(cause)",\n',
+        "cancel.turn aborts even when a cancel-requested observer's cancel already won, so the "
+        "outer cause overwrites the reason.",
+        AGENT,
+        gap=(
+            "no property says the holder's reason never changes once set (DESIGN.md); "
+            "reason_iff_aborted only ties a reason to an aborted holder. Needs a check across "
+            "observation points: while the holder stays aborted, the reason keeps its first value."
+        ),
+    ),
+    Mutant(
+        "latch_set_on_disposed",
+        "agent.toml",
+        'guard = "closing"\ndo = ["pending := true", "enqueue(next_turn)"]',
+        'guard = "closing"\ndo = ["latch := wake", "pending := true", "enqueue(next_turn)"]',
+        "A waking send after disposal began latches, as it would while cancelling.",
+        AGENT,
+    ),
+    Mutant(
+        "holder_cleared_after_turn_end",
+        "agent.toml",
+        'do = ["turn := false", "holder := none", "release_holder()", "publish_turn_end(end)", '
+        '"flush_session()"]',
+        'do = ["turn := false", "publish_turn_end(end)", "holder := none", "release_holder()", '
+        '"flush_session()"]',
+        "retire.ended publishes turn/end before clearing the holder, so turn/end observers "
+        "still hold cancellation authority.",
+        AGENT,
+    ),
+    Mutant(
+        "clearing_cancel_keeps_latch",
+        "agent.toml",
+        'do = ["notify_cancel_requested(cause)", "pending := false", "latch := false", '
+        '"clear_inbox()"]',
+        'do = ["notify_cancel_requested(cause)", "pending := false", "clear_inbox()"]',
+        "cancel.discard clears the inbox but leaves the latch, so a wake replays with no work.",
+        AGENT,
+    ),
+    Mutant(
+        "keep_inbox_parks_post_abort_wake",
+        "agent.toml",
+        'do = ["latch := false", "scheduled := true", "publish_status(idle)", "schedule_driver()"]',
+        'do = ["latch := false", "publish_status(idle)", '
+        '{ when = "quiescent", do = ["settle_idle()"] }]',
+        "Convergence after a keep_inbox cancel parks the latched post-abort wake with the "
+        "pre-abort work instead of replaying it.",
+        AGENT,
+    ),
+    Mutant(
+        "replay_without_pending_check",
+        "agent.toml",
+        'guard = "not turn and holder == none and not closing and latch and pending"\n'
+        'to = "idle"\n'
+        'do = ["latch := false", "scheduled := true"',
+        'guard = "not turn and holder == none and not closing and latch"\n'
+        'to = "idle"\n'
+        'do = ["latch := false", "scheduled := true"',
+        "converge.replay replays on the latch alone, without checking that work is pending.",
+        AGENT,
+        load_killed=True,
+    ),
+    Mutant(
+        "removal_keeps_latch",
+        "agent.toml",
+        'do = ["pending := rest", "latch := latch and rest"]',
+        'do = ["pending := rest"]',
+        "Removing the last queued message leaves the latch set, so its replay is not suppressed.",
+        AGENT,
+    ),
+    Mutant(
+        "notify_after_clear",
+        "agent.toml",
+        '  "notify_cancel_requested(cause)",\n'
+        '  { when = "not keep_inbox", do = ["pending := false", "latch := false", '
+        '"clear_inbox()"] },\n'
+        "  # A cancel-requested observer",
+        '  { when = "not keep_inbox", do = ["pending := false", "latch := false", '
+        '"clear_inbox()"] },\n'
+        '  "notify_cancel_requested(cause)",\n'
+        "  # A cancel-requested observer",
+        "cancel.turn clears the inbox before notifying, so work a cancel-requested observer "
+        "queues escapes the clear.",
+        AGENT,
+    ),
+    Mutant(
+        "prerun_marker_carries_cause",
+        "agent.toml",
+        '  "marker := true",\n]',
+        '  "marker := true", "reason := cause",\n]',
+        "The pre-run cancel records its cause as the reason, though no holder exists.",
+        AGENT,
+    ),
+    Mutant(
+        "prerun_cancel_opens_turn",
+        "agent.toml",
+        '  "marker := true",\n]',
+        '  "marker := false",\n]',
+        "The pre-run cancel leaves no marker, so the scheduled driver still opens a turn for "
+        "the work a keep_inbox cancel kept.",
+        AGENT,
+        gap=(
+            "no property says a pre-run cancel opens no turn (D1) or that the work a keep_inbox "
+            "cancel kept waits for a later wake (D4); the marker is their only record. Needs a "
+            "ghost set by an effective cancel in the pre-run window and cleared by a waking send, "
+            "with publish_status(running) forbidden at start while it is set."
+        ),
+    ),
+    Mutant(
+        "maintenance_not_latching",
+        "agent.toml",
+        'do = ["latch := true", "pending := true", "enqueue(next_turn)"]',
+        'do = [{ when = "phase == cancelling", do = ["latch := true"] }, "pending := true", '
+        '"enqueue(next_turn)"]',
+        "A waking send during maintenance only queues; nothing replays it when the task ends.",
+        AGENT,
+    ),
+    Mutant(
+        "disposal_replays_latched_wake",
+        "agent.toml",
+        'guard = "holder != live"\ndo = ["closing := true", "latch := false"]',
+        'guard = "holder != live"\ndo = ["closing := true"]',
+        "Disposal of a converging activity keeps its latched wake for a replay.",
+        AGENT,
+    ),
+    Mutant(
+        "replacement_reuses_aborted_holder",
+        "agent.toml",
+        'do = ["holder := live", "reason := none", "latch := false", "release_holder()", '
+        '"open_holder()"]',
+        'do = ["latch := false"]',
+        "claim.replacement runs the replacement under the aborted holder instead of a fresh one.",
+        AGENT,
+    ),
+    Mutant(
+        "when_idle_settles_while_driver_scheduled",
+        "agent.toml",
+        'do = ["publish_status(idle)", { when = "quiescent", do = ["settle_idle()"] }]',
+        'do = ["publish_status(idle)", "settle_idle()"]',
+        "converge.idle resolves when_idle() even when an idle listener's send scheduled a driver.",
+        AGENT,
+        gap=(
+            "no property constrains when settle_idle runs: effects carry no preconditions. "
+            "Needs 'settle_idle requires quiescent', checked as the effect is performed."
+        ),
+    ),
+    Mutant(
+        "running_before_holder",
+        "agent.toml",
+        'do = ["scheduled := false", "holder := live", "open_holder()", "publish_status(running)"]',
+        'do = ["scheduled := false", "publish_status(running)", "holder := live", "open_holder()"]',
+        "start.turn publishes running before installing the holder, so a running listener's "
+        "cancel finds nothing to abort.",
+        AGENT,
+        gap=(
+            "inside publish_status(running) the agent is running with no holder and no turn, "
+            "which is also the legitimate flush state, so no state invariant can see it. Needs "
+            "an effect precondition: publish_status(running) requires holder == live."
+        ),
+    ),
+    # --- activation.toml --------------------------------------------------------------------------
+    Mutant(
+        "parent_leaves_before_children",
+        "activation.toml",
+        'on = "children_joined"\nfrom = ["joining"]\nguard = "not children"\n',
+        'on = "children_joined"\nfrom = ["joining"]\n',
+        "children.joined fires before every owned child settled, so the parent converges first.",
+        TREE,
+    ),
+    Mutant(
+        "settlement_notice_dropped",
+        "activation.toml",
+        'do = ["children := not last"]\n',
+        "do = []\n",
+        "A live parent accepts a child's settlement notice but forgets that the child settled.",
+        TREE,
+    ),
+    Mutant(
+        "dispose_not_memoized",
+        "activation.toml",
+        '[[ignored]]\non = ["dispose", "drain", "drain_child"]\n',
+        '[[rows]]\nid = "dispose.again"\non = "dispose"\n'
+        'from = ["joining", "awaiting_idle", "flushing", "releasing", "settled"]\n'
+        'do = ["close_inbox()", "cancel_agent(parent)", "dispose_children()"]\n'
+        'clauses = ["S004.memoized-close"]\n'
+        'doc = "A later dispose() runs finishDisposal again."\n\n'
+        '[[ignored]]\non = ["drain", "drain_child"]\n',
+        "dispose() is not memoized: every later caller starts finishDisposal again.",
+        TREE,
+    ),
+    Mutant(
+        "notify_after_ownership_release",
+        "activation.toml",
+        '  "announced := true", "notify_parent(failure)",\n'
+        '  "owned := false", "release_ownership()",\n',
+        '  "owned := false", "release_ownership()",\n'
+        '  "announced := true", "notify_parent(failure)",\n',
+        "ledger.converge releases ownership (step 4) before notifying the parent (step 3).",
+        TREE,
+        gap=(
+            "invariants are checked between steps and at notifying effects only; at "
+            "notify_parent and settle the swapped ledger looks right. Checking them at every "
+            "effect kills it (ownership_after_notice, at release_ownership)."
+        ),
+    ),
+    Mutant(
+        "notify_before_leaving_registry",
+        "activation.toml",
+        '  "resident := false", "leave_registry()",\n'
+        '  "slot := false", "release_slot()",\n'
+        '  "announced := true", "notify_parent(failure)",\n',
+        '  "announced := true", "notify_parent(failure)",\n'
+        '  "resident := false", "leave_registry()",\n'
+        '  "slot := false", "release_slot()",\n',
+        "ledger.converge notifies the parent before leaving the registry and releasing the slot.",
+        TREE,
+    ),
+    Mutant(
+        "handle_disposed_before_final_flush",
+        "activation.toml",
+        'to = "flushing"\ndo = ["flush_final_state()"]',
+        'to = "releasing"\ndo = ["flush_final_state()", "capture()", "dispose_handle()"]',
+        "idle.flush starts the final flush and disposes the handle without awaiting it.",
+        TREE,
+    ),
+)
+
+"""The catalogue, in the order the kill table lists it."""
+
+BY_NAME = {m.name: m for m in MUTANTS}
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def _copy_tables(root: Path) -> None:
+    """``root/specs`` and ``root/models``: the shipped tables and models, as siblings."""
+    shutil.copytree(specs_dir(), root / "specs")
+    shutil.copytree(models_dir(), root / "models")
+
+
+def _check_models(root: Path, name: str, models: Sequence[str]) -> Kill:
+    """Check ``models`` from the copy under ``root``; the first violation kills."""
+    start = time.perf_counter()
+    for model_name in models:
+        try:
+            model = load_model(root / "models" / f"{model_name}.toml")
+        except SpecError as e:
+            return Kill(name, True, f"load: {e}", 0, time.perf_counter() - start, model_name)
+        violation = check(model).violation
+        if violation is not None:
+            steps = len(violation.trace) - 1  # the first entry is the initial state
+            return Kill(name, True, violation.name, steps, time.perf_counter() - start, model_name)
+    return Kill(name, False, None, 0, time.perf_counter() - start)
+
+
+def run_mutant(mutant: Mutant) -> Kill:
+    """Apply ``mutant`` to a fresh copy of the tables and check its models."""
+    with tempfile.TemporaryDirectory(prefix="fsm-core-mutant-") as tmp:
+        root = Path(tmp)
+        _copy_tables(root)
+        table = root / "specs" / mutant.table
+        table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+        return _check_models(root, mutant.name, mutant.models)
+
+
+def run_unmutated(models: Iterable[str] | None = None) -> Kill:
+    """Check ``models`` (every model the catalogue uses, for None) on unmodified tables.
+
+    They must all hold, or a kill proves nothing: ``killed`` True here is a fault of the
+    tables (or the models) themselves, named by ``property`` and ``model``.
+    """
+    chosen = tuple(models) if models is not None else _models_of(MUTANTS)
+    with tempfile.TemporaryDirectory(prefix="fsm-core-unmutated-") as tmp:
+        root = Path(tmp)
+        _copy_tables(root)
+        return _check_models(root, UNMUTATED, chosen)
+
+
+def _models_of(mutants: Iterable[Mutant]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(n for m in mutants for n in m.models))
+
+
+UNMUTATED = "(unmutated)"
+"""The ``mutant`` name of :func:`run_unmutated`'s result."""
+
+
+def select(names: Iterable[str] | None = None) -> list[Mutant]:
+    """The named mutants in catalogue order (every one for None); an unknown name raises."""
+    if names is None:
+        return list(MUTANTS)
+    wanted = set(names)
+    for name in wanted:
+        if name not in BY_NAME:
+            known = ", ".join(m.name for m in MUTANTS)
+            raise MutantError(f"unknown mutant {name!r} (mutants: {known})")
+    return [m for m in MUTANTS if m.name in wanted]
+
+
+def run_mutants(names: Iterable[str] | None = None, *, jobs: int | None = None) -> list[Kill]:
+    """Run the named mutants (every one for None), ``jobs`` processes at a time (default 2).
+
+    The kills come back in catalogue order.
+    """
+    return _run_all(select(names), jobs, unmutated=False)[1]
+
+
+def _run_all(
+    chosen: Sequence[Mutant], jobs: int | None, *, unmutated: bool
+) -> tuple[Kill | None, list[Kill]]:
+    for m in chosen:  # a stale edit fails here, before any process starts
+        m.apply((specs_dir() / m.table).read_text(encoding="utf-8"))
+    workers = max(1, min(jobs or _DEFAULT_JOBS, len(chosen) + unmutated))
+    if workers == 1:
+        sanity = run_unmutated(_models_of(chosen)) if unmutated else None
+        return sanity, [run_mutant(m) for m in chosen]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending = pool.submit(run_unmutated, _models_of(chosen)) if unmutated else None
+        kills = list(pool.map(run_mutant, chosen))
+        return (pending.result() if pending is not None else None), kills
+
+
+_DEFAULT_JOBS = 2
+"""Two processes: CI machines have two cores, and the agent model dominates a run."""
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare the arguments of ``fsm-core mutants [--spec] [--jobs N] [NAME ...]``."""
+    parser.add_argument("names", nargs="*", metavar="NAME", help="mutants to run (default: all)")
+    parser.add_argument(
+        "--spec",
+        action="store_true",
+        help="mutate the tables in specs/ (the only kind of mutant so far, and the default)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=None, metavar="N", help="processes to use (default: 2)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the kill table for ``fsm-core mutants``; return the exit status.
+
+    The unmutated tables are checked first, alongside the mutants: if they already fail, a
+    kill proves nothing and no table is printed. Exit 0 when every mutant is killed, 1 on a
+    survivor or failing unmutated tables, 2 on an unknown name or a stale edit.
+    """
+    start = time.perf_counter()
+    try:
+        chosen = select(args.names or None)
+        sanity, kills = _run_all(chosen, args.jobs, unmutated=True)
+    except MutantError as e:
+        print(f"fsm-core: {e}", file=sys.stderr)
+        return 2
+    assert sanity is not None
+    if sanity.killed:
+        print(
+            f"fsm-core: the unmutated tables already fail {sanity.property} on {sanity.model} "
+            f"({sanity.trace} steps); a kill table would prove nothing",
+            file=sys.stderr,
+        )
+        return 1
+    print(format_table(chosen, kills), end="")
+    survived = sum(not k.killed for k in kills)
+    print(
+        f"Done. mutants={len(kills)} killed={len(kills) - survived} survived={survived} "
+        f"sec={time.perf_counter() - start:.1f}"
+    )
+    return 1 if survived else 0
+
+
+def format_table(mutants: Sequence[Mutant], kills: Sequence[Kill]) -> str:
+    """The kill table, one line per mutant; then each load kill's message and survivor's gap."""
+    header = ("mutant", "killed by", "model", "steps", "sec", "description")
+    lines = [header]
+    notes: list[str] = []
+    for m, k in zip(mutants, kills, strict=True):
+        killer = k.property or "SURVIVED"
+        if killer.startswith("load: "):
+            killer = "load (see below)"
+            notes.append(f"{m.name}: {k.property}")
+        if not k.killed:
+            notes.append(f"{m.name} survived: {m.gap or 'no property caught it'}")
+        steps = str(k.trace) if k.trace else "-"
+        lines.append((m.name, killer, k.model or "-", steps, f"{k.seconds:.1f}", m.doc))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    out = []
+    for line in lines:
+        cells = [
+            cell.rjust(w) if i in (3, 4) else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(line, widths, strict=False))
+        ]
+        out.append("  ".join([*cells, line[-1]]))
+    return "\n".join([*out, *notes]) + "\n"
+
+
+__all__ = [
+    "MUTANTS",
+    "UNMUTATED",
+    "Kill",
+    "Mutant",
+    "MutantError",
+    "configure",
+    "format_table",
+    "run",
+    "run_mutant",
+    "run_mutants",
+    "run_unmutated",
+    "select",
+]

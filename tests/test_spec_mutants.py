@@ -1,0 +1,211 @@
+"""Spec mutants: every planted one-row bug is killed by a property with a counterexample.
+
+Each mutant is one test, so ``pytest -n 2`` spreads the catalogue over both workers. A mutant
+with a known ``gap`` survives today (its missing property is reported); its test is a strict
+xfail, so closing the gap turns it into an XPASS that fails until the mutant's ``gap`` is
+removed and its killer pinned in ``KILLED_BY``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+
+import pytest
+
+from fsm_core._paths import models_dir, specs_dir
+from fsm_core.check import _mutants
+from fsm_core.check._mutants import (
+    MUTANTS,
+    UNMUTATED,
+    Kill,
+    Mutant,
+    MutantError,
+    configure,
+    run,
+    run_mutant,
+    run_mutants,
+    run_unmutated,
+)
+
+KILLED_BY = {
+    "latch_set_on_disposed": "disposal_never_latches",
+    "holder_cleared_after_turn_end": "reason_iff_aborted",
+    "clearing_cancel_keeps_latch": "latch_has_work",
+    "keep_inbox_parks_post_abort_wake": "no_parked_wake",
+    "removal_keeps_latch": "latch_has_work",
+    "notify_after_clear": "no_parked_wake",
+    "prerun_marker_carries_cause": "reason_iff_aborted",
+    "maintenance_not_latching": "no_parked_wake",
+    "disposal_replays_latched_wake": "disposal_never_latches",
+    "replacement_reuses_aborted_holder": "running_never_aborted",
+    "parent_leaves_before_children": "children_settle_before_own_idle@a",
+    "settlement_notice_dropped": "quiescence_reachable",
+    "dispose_not_memoized": "teardown_runs_once",
+    "notify_before_leaving_registry": "notice_after_slot@a",
+    "handle_disposed_before_final_flush": "released_only_after_flush@a",
+}
+"""The property that kills each mutant the checker kills: a change here is a change of meaning."""
+
+
+def _catalogue() -> list[object]:
+    return [
+        pytest.param(
+            m,
+            id=m.name,
+            marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason=m.gap)]
+            if m.gap
+            else [],
+        )
+        for m in MUTANTS
+    ]
+
+
+@pytest.mark.parametrize("mutant", _catalogue())
+def test_mutant_is_killed_by_a_property_with_a_counterexample(mutant: Mutant) -> None:
+    kill = run_mutant(mutant)
+    assert kill.killed, f"{mutant.name} survived: {mutant.gap or 'no property caught it'}"
+    if mutant.gap is not None:
+        return  # the gap closed: this strict xfail now fails; remove `gap`, pin the killer
+    assert kill.model in mutant.models
+    if mutant.load_killed:
+        assert kill.property is not None
+        assert kill.property.startswith(f"load: specs/{mutant.table}: row ")
+        assert kill.trace == 0
+        return
+    assert kill.trace > 0
+    assert kill.property == KILLED_BY[mutant.name]
+
+
+def test_the_catalogue_is_large_and_mostly_killed_by_the_checker() -> None:
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names)) >= 14
+    assert sum(m.load_killed for m in MUTANTS) <= 2
+    assert sorted(KILLED_BY) == sorted(
+        m.name for m in MUTANTS if not m.load_killed and m.gap is None
+    )
+    assert {m.table for m in MUTANTS} == {"agent.toml", "activation.toml"}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_each_edit_applies_exactly_once_to_the_current_tables(mutant: Mutant) -> None:
+    text = (specs_dir() / mutant.table).read_text(encoding="utf-8")
+    assert text.count(mutant.old) == 1
+    assert mutant.new != mutant.old
+    assert mutant.apply(text) == text.replace(mutant.old, mutant.new)
+    assert mutant.doc.endswith(".")
+    assert mutant.models
+    for model in mutant.models:
+        assert (models_dir() / f"{model}.toml").is_file()
+
+
+def test_a_stale_edit_fails_loudly() -> None:
+    stale = Mutant("stale", "agent.toml", 'id = "cancel.gone"', 'id = "x"', "Gone.", ("m",))
+    text = (specs_dir() / "agent.toml").read_text(encoding="utf-8")
+    with pytest.raises(
+        MutantError,
+        match=r"^mutant 'stale': its old text occurs 0 times in specs/agent\.toml, not exactly "
+        r"once; update the mutant to the current table$",
+    ):
+        stale.apply(text)
+
+
+@pytest.mark.parametrize("model", sorted({n for m in MUTANTS for n in m.models}))
+def test_the_unmutated_tables_hold_on_every_model_the_catalogue_uses(model: str) -> None:
+    kill = run_unmutated([model])
+    assert kill == Kill(UNMUTATED, False, None, 0, kill.seconds)
+
+
+def test_run_mutants_uses_processes_and_keeps_catalogue_order() -> None:
+    names = ["dispose_not_memoized", "parent_leaves_before_children"]  # catalogue: the reverse
+    kills = run_mutants(names, jobs=2)
+    assert [k.mutant for k in kills] == ["parent_leaves_before_children", "dispose_not_memoized"]
+    assert [(k.killed, k.property) for k in kills] == [
+        (True, "children_settle_before_own_idle@a"),
+        (True, "teardown_runs_once"),
+    ]
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+def _args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fsm-core mutants")
+    configure(parser)
+    return parser.parse_args(argv)
+
+
+def test_command_prints_the_kill_table_and_a_done_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--spec", "--jobs", "1", "dispose_not_memoized", "parent_leaves_before_children"]
+    assert run(_args(argv)) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert re.fullmatch(r"mutant +killed by +model +steps +sec +description", lines[0])
+    assert re.fullmatch(
+        r"parent_leaves_before_children +children_settle_before_own_idle@a +activation_tree "
+        r"+3 +\d+\.\d +children\.joined fires before every owned child settled, so the parent "
+        r"converges first\.",
+        lines[1],
+    ), lines[1]
+    assert lines[2].startswith("dispose_not_memoized ")
+    assert re.fullmatch(r"Done\. mutants=2 killed=2 survived=0 sec=\d+\.\d", lines[3])
+    assert len(lines) == 4
+    assert err == ""
+
+
+def test_command_exits_1_and_names_the_gap_of_a_survivor(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def survives(mutant: Mutant) -> Kill:
+        return Kill(mutant.name, False, None, 0, 0.5)
+
+    monkeypatch.setattr(_mutants, "run_mutant", survives)
+    monkeypatch.setattr(_mutants, "run_unmutated", lambda _: Kill(UNMUTATED, False, None, 0, 1))
+    assert run(_args(["--jobs", "1", "last_wins_cause"])) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"last_wins_cause +SURVIVED +- +- +0\.5 +cancel\.turn aborts .*", out[1])
+    assert out[2].startswith("last_wins_cause survived: no property says the holder's reason")
+    assert re.fullmatch(r"Done\. mutants=1 killed=0 survived=1 sec=\d+\.\d", out[3])
+
+
+def test_command_refuses_a_kill_table_when_the_unmutated_tables_fail(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(_: object) -> Kill:
+        return Kill(UNMUTATED, True, "latch_has_work", 3, 1.0, "agent_races")
+
+    monkeypatch.setattr(_mutants, "run_mutant", lambda m: Kill(m.name, True, "x", 1, 0.1))
+    monkeypatch.setattr(_mutants, "run_unmutated", broken)
+    assert run(_args(["--jobs", "1", "latch_set_on_disposed"])) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "fsm-core: the unmutated tables already fail latch_has_work on agent_races (3 steps); "
+        "a kill table would prove nothing\n"
+    )
+
+
+def test_command_exits_2_on_a_stale_edit_before_checking_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stale = Mutant("stale", "agent.toml", 'id = "cancel.gone"', 'id = "x"', "Gone.", ("m",))
+    monkeypatch.setattr(_mutants, "MUTANTS", (stale,))
+    monkeypatch.setattr(_mutants, "BY_NAME", {"stale": stale})
+    assert run(_args(["stale"])) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "fsm-core: mutant 'stale': its old text occurs 0 times in specs/agent.toml, not exactly "
+        "once; update the mutant to the current table\n"
+    )
+
+
+def test_command_exits_2_on_an_unknown_mutant(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(_args(["--spec", "last_wins_cuase"])) == 2
+    out, err = capsys.readouterr()
+    known = ", ".join(m.name for m in MUTANTS)
+    assert out == ""
+    assert err == f"fsm-core: unknown mutant 'last_wins_cuase' (mutants: {known})\n"
