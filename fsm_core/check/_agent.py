@@ -10,7 +10,16 @@ where and what. A step is the event plus everything listeners did inside it, so 
 search stores are the ones between steps; the states a listener sees mid-step are checked
 against the invariants too, and a violation there ends the step so its trace shows it.
 
-A ghost variable ``owed`` instruments DESIGN.md decision 9: it is set when a waking send is
+At every effect the checker proves the effect's ``requires`` contract; at every notifying
+effect, where a listener observes the state, it also proves the invariants and the table's
+step invariants (``reason_first_wins``). A broken contract or step invariant is recorded in
+the ghost ``broken`` and the step ends there.
+
+A ghost ``prerun`` instruments DESIGN.md decision 1: a cancel on an idle agent with a driver
+scheduled sets it, a waking send (a replacement) or the driver's start clears it, and
+``prerun_cancel_opens_no_turn`` says the driver never publishes ``running`` while it is set.
+
+A ghost ``owed`` instruments DESIGN.md decision 9: it is set when a waking send is
 accepted before disposal, and cleared when the work is claimed (``claim_inbox``, the last
 ``take_steering``), discarded (``clear_inbox``, removal of the last message), parked by a
 ``keep_inbox`` cancel, or when disposal begins. ``no_parked_wake`` says an idle agent with no
@@ -31,11 +40,18 @@ from fsm_core.spec._machine import REFUSED, State
 NO_PARKED_WAKE = "no_parked_wake"
 """The property name of decision 9's guarantee."""
 
+PRERUN_OPENS_NO_TURN = "prerun_cancel_opens_no_turn"
+"""The property name of decision 1's guarantee: a pre-run cancel opens no turn."""
+
 Choice = tuple[str, tuple[Value, ...]] | None
 
 
 class _Stop(Exception):
     """An invariant broke inside a step: stop the step where a listener would see it."""
+
+    def __init__(self, at: str) -> None:
+        super().__init__(at)
+        self.at = at  # the notifying effect, e.g. ``publish_status(idle)``
 
 
 class _Refused(Exception):
@@ -63,8 +79,12 @@ class AgentSystem:
         self.budget_events = tuple(model.budgets)
         self._budget_index = {e: self.n + i for i, e in enumerate(self.budget_events)}
         self._owed = self.n + len(self.budget_events)
+        self._prerun = self._owed + 1
+        self._broken = self._owed + 2
         self.max_reactions = max_reactions
-        self._closing = m.names.index("closing")  # the ghost reads the lifecycle flag
+        # The ghosts read the lifecycle flag and the scheduled driver.
+        self._closing = m.names.index("closing")
+        self._scheduled = m.names.index("scheduled")
         self._reactions = frozenset(model.reactions)
         self._notifying = frozenset(n for n, e in m.table.effects.items() if e.notifies)
         self._options: list[tuple[str, tuple[Value, ...]]] = [
@@ -76,11 +96,13 @@ class AgentSystem:
         self._events = [(e, list(m.all_arguments(e))) for e in m.table.events]
         self.labels: list[Move] = []
         self._label_index: dict[Move, int] = {}
-        initial = (*m.initial, *(model.budgets[e] for e in self.budget_events), False)
+        initial = (*m.initial, *(model.budgets[e] for e in self.budget_events), False, False, "")
         self.names: tuple[str, ...] = (
             *m.names,
             *(f"budget.{e}" for e in self.budget_events),
             "ghost.owed",
+            "ghost.prerun",
+            "ghost.broken",
         )
         self.system: System[State] = System(
             model.name, initial, self.successors, self.labels, self.first_violated, self.quiescent
@@ -89,6 +111,8 @@ class AgentSystem:
     # --- properties --------------------------------------------------------------------------
 
     def first_violated(self, s: State) -> str | None:
+        if s[self._broken]:
+            return str(s[self._broken])
         bad = self.machine.violated(s[: self.n])
         if bad:
             return bad[0]
@@ -158,24 +182,37 @@ class AgentSystem:
         store = list(s)
         points = 0
         frames: list[list[tuple[str, Move]]] = [[]]
+        # The calls in progress and the effects they re-entered through, so that a step
+        # stopped by a broken invariant still shows (and replays) what led there.
+        calls: list[tuple[str, tuple[Value, ...], str | None]] = []
+        entered: list[str] = []
 
         def fire(ev: str, a: tuple[Value, ...]) -> Move:
             row = self.machine.lookup(store, ev, a)
             if row is REFUSED:
                 raise _Refused
             frames.append([])
+            calls.append((ev, a, row.row.id if row else None))
             if row is not None:
                 self._ghost(store, ev, a, before=True)
                 self.machine.execute(row, store, a, perform)
                 self._ghost(store, ev, a, before=False)
+            calls.pop()
             return self._move(ev, a, row.row.id if row else None, tuple(frames.pop()))
+
+        observed = [s]
 
         def perform(name: str, values: tuple[Value, ...]) -> None:
             nonlocal points
             if name in ("claim_inbox", "clear_inbox"):
                 store[self._owed] = False
-            if name in self._notifying and self.first_violated(tuple(store)) is not None:
-                raise _Stop
+            broken = self._observe(observed, store, name, values)
+            if broken is not None:
+                store[self._broken] = broken
+            if broken is not None or (
+                name in self._notifying and self.first_violated(tuple(store)) is not None
+            ):
+                raise _Stop(f"{name}({', '.join(show(v) for v in values)})")
             if name not in self._reactions:
                 return
             choice = plan[points] if points < len(plan) else None
@@ -187,22 +224,57 @@ class AgentSystem:
             if store[slot] == 0:
                 raise _Invalid
             store[slot] = int(store[slot]) - 1
+            effect = f"{name}({', '.join(show(v) for v in values)})"
+            entered.append(effect)
             try:
                 nested = fire(ev, a)
             except _Refused:
                 raise _Invalid from None
-            frames[-1].append((f"{name}({', '.join(show(v) for v in values)})", nested))
+            entered.pop()
+            frames[-1].append((effect, nested))
 
         slot = self._budget_index.get(event)
         if slot is not None:
             store[slot] = int(store[slot]) - 1
         try:
             move = fire(event, args)
+            unstable = self.machine.unstable(observed[0], store)
+            if unstable:
+                store[self._broken] = unstable[0]
         except _Refused:
             return None
-        except _Stop:
-            move = self._move(event, args, "(stopped: an invariant broke inside this step)", ())
+        except _Stop as stop:
+            # Fold the calls in progress, innermost first: the innermost stopped at ``stop.at``.
+            nested: Move | None = None
+            for depth in range(len(calls) - 1, -1, -1):
+                ev, a, row_id = calls[depth]
+                inside = frames[depth + 1] + ([(entered[depth], nested)] if nested else [])
+                at = stop.at if nested is None else ""
+                nested = self._move(ev, a, row_id, tuple(inside), stopped=at)
+            assert nested is not None
+            move = nested
         return _Outcome(move, tuple(store), points)
+
+    def _observe(
+        self, observed: list[State], store: list[Value], effect: str, values: tuple[Value, ...]
+    ) -> str | None:
+        """What ``effect`` finds broken: its own contract, at any effect; a step invariant or
+        decision 1's ghost, at a notification, where a listener observes the state.
+
+        ``observed[0]`` is the last state a listener could see; it moves on to this one.
+        """
+        now = tuple(store)
+        if self.machine.unmet(effect, now, values):
+            return f"{effect}.requires"
+        if effect not in self._notifying:
+            return None
+        before, observed[0] = observed[0], now
+        unstable = self.machine.unstable(before, now)
+        if unstable:
+            return unstable[0]
+        if effect == "publish_status" and values[0] == "running" and store[self._prerun]:
+            return PRERUN_OPENS_NO_TURN
+        return None
 
     def _move(
         self,
@@ -210,9 +282,10 @@ class AgentSystem:
         args: tuple[Value, ...],
         row: str | None,
         inside: tuple[tuple[str, Move], ...],
+        stopped: str = "",
     ) -> Move:
         params = (p for p, _ in self.machine.table.events[event].params)
-        return Move(event, tuple(zip(params, args, strict=True)), row, "", inside)
+        return Move(event, tuple(zip(params, args, strict=True)), row, "", inside, stopped)
 
     # --- ghost ---------------------------------------------------------------------------------
 
@@ -229,9 +302,16 @@ class AgentSystem:
             zip((p for p, _ in self.machine.table.events[event].params), args, strict=True)
         )
         if before:
-            if event == "send" and kwargs["wake"] and not store[self._closing]:
-                store[self._owed] = True
-        elif (
+            if event == "send" and kwargs["wake"]:
+                store[self._prerun] = False
+                if not store[self._closing]:
+                    store[self._owed] = True
+            elif event == "cancel" and store[0] == "idle" and store[self._scheduled]:
+                store[self._prerun] = True
+            return
+        if event == "start":
+            store[self._prerun] = False
+        if (
             (event == "cancel" and kwargs["keep_inbox"])
             or event == "dispose"
             or (event in ("remove", "take_steering") and not kwargs["rest"])

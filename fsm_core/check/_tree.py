@@ -19,8 +19,8 @@ The other internal events (``children_joined``, ``agent_idle``, ``final_flushed`
 ``handle_disposed``, ``watch`` with every verdict's inputs) fire whenever enabled;
 ``child_settled`` only ever arrives through the wiring.
 
-Tree properties, beyond every node's own invariants (checked also inside a step, at each
-notifying effect):
+Every effect's ``requires`` contract is checked as it runs; every node's invariants and step
+invariants at each notifying effect and between steps. Tree properties besides:
 
 - ``parent_leaves_after_children``: a node out of the registry has every admitted child out;
 - ``settlement_notice_delivered``: a parent always accepts its child's settlement notice;
@@ -101,6 +101,7 @@ class TreeSystem:
         self._failures = n + len(self.budget_events)
         self._closes = self._failures + 1
         self._notices = self._closes + n
+        self._broken = self._notices + n
         self._stage = m.names.index("stage")
         self._resident = m.names.index("resident")
         self._children_var = m.names.index("children")
@@ -117,6 +118,7 @@ class TreeSystem:
             model.failures,
             *([0] * n),
             *([0] * n),
+            "",
         )
         self.names: tuple[str, ...] = (
             *shape.names,
@@ -124,6 +126,7 @@ class TreeSystem:
             "budget.failures",
             *(f"ghost.closes.{x}" for x in shape.names),
             *(f"ghost.notices.{x}" for x in shape.names),
+            "ghost.broken",
         )
         self.system: System[TreeState] = System(
             model.name, initial, self.successors, self.labels, self.first_violated, self.quiescent
@@ -132,6 +135,8 @@ class TreeSystem:
     # --- properties ----------------------------------------------------------------------------
 
     def first_violated(self, s: Sequence[Any]) -> str | None:
+        if s[self._broken]:
+            return str(s[self._broken])
         for i in range(self.size):
             node = s[i]
             if node is None:
@@ -192,6 +197,9 @@ class TreeSystem:
     ) -> tuple[Move, TreeState] | None:
         store: list[Any] = list(s)
         nodes: dict[int, list[Value]] = {}
+        shape = self.shape
+        # The last state of each node a listener observed (the step's start until then).
+        observed: dict[int, Any] = {}
 
         def live(i: int) -> list[Value]:
             if i not in nodes:
@@ -222,8 +230,18 @@ class TreeSystem:
 
         def performer(i: int, inside: list[tuple[str, Move]]) -> Perform:
             def perform(name: str, values: tuple[Value, ...]) -> None:
+                node = nodes[i]
+                if self.machine.unmet(name, node, values):
+                    flush()
+                    store[self._broken] = f"{name}.requires@{shape.names[i]}"
+                    raise _Stop(store[self._broken])
                 if self.machine.table.effects[name].notifies:
                     flush()
+                    before, observed[i] = observed.get(i, s[i]), tuple(node)
+                    unstable = self.machine.unstable(before, node)
+                    if unstable:
+                        store[self._broken] = f"{unstable[0]}@{shape.names[i]}"
+                        raise _Stop(store[self._broken])
                     bad = self.first_violated(store)
                     if bad is not None:
                         raise _Stop(bad)
@@ -249,11 +267,13 @@ class TreeSystem:
             return None
         except _Stop as stop:
             flush()
-            call = ", ".join(f"{k}={v}" for k, v in zip(self._params[event], args, strict=True))
-            stopped = (
-                f"(stopped: {stop.prop} broke inside {self.shape.names[node]}.{event}({call}))"
-            )
-            return Move(event, (), stopped, self.shape.names[node]), tuple(store)
+            named = tuple(zip(self._params[event], args, strict=True))
+            stopped = Move(event, named, None, shape.names[node], (), stopped=stop.prop)
+            return stopped, tuple(store)
+        for i, values in nodes.items():
+            unstable = self.machine.unstable(observed.get(i, s[i]), values)
+            if unstable:
+                store[self._broken] = f"{unstable[0]}@{shape.names[i]}"
         flush()
         return move, tuple(store)
 

@@ -48,6 +48,7 @@ from fsm_core.spec._table import (
     Invariant,
     PairRule,
     Row,
+    Stability,
     StateSpec,
     Table,
     Variable,
@@ -315,15 +316,23 @@ def _parse(
     for name, body in f.table("[effects]", data.get("effects", {})).items():
         where = f"effect {name!r}"
         f.ident(where, name)
-        e = f.keys(where, body, [], ["params", "notifies", "doc"])
+        e = f.keys(where, body, [], ["params", "notifies", "doc", "requires"])
         notifies = e.get("notifies", False)
         if not isinstance(notifies, bool):
             f.fail(where, "notifies must be true or false")
+        requires_text = e.get("requires")
+        effect_params = params_of(where, e.get("params", {}), scoped=requires_text is not None)
+        requires = None
+        if requires_text is not None:
+            scope = Scope(var_types, dict(effect_params), base.defs, symbols, consts)
+            requires = _bool_expr(f, where, f.text(where, requires_text, "requires"), scope)
         effects[name] = EffectSpec(
             name,
-            params_of(where, e.get("params", {}), scoped=False),
+            effect_params,
             notifies,
             f.text(where, e.get("doc", ""), "doc"),
+            requires,
+            requires_text,
         )
 
     def tags(where: str, body: Mapping[str, Any]) -> tuple[str, ...]:
@@ -394,17 +403,36 @@ def _parse(
             pair_rules.append(PairRule(kind, i, on, states_in, why, tags(where, p)))
 
     invariants: list[Invariant] = []
+    stable: list[Stability] = []
     inv_seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "invariants")):
         raw_id = body.get("id") if isinstance(body, dict) else None
         where = f"invariant {raw_id!r}" if isinstance(raw_id, str) else f"invariants[{i}]"
-        inv = f.keys(where, body, ["id", "holds", "doc"], ["clauses"])
+        step_form = isinstance(body, dict) and "unchanged" in body
+        required = ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
+        inv = f.keys(where, body, required, ["clauses"])
         iid = f.text(where, inv["id"], "id")
         if iid in inv_seen:
             f.fail(
                 where, f"duplicate invariant id (invariants[{inv_seen[iid]}] and invariants[{i}])"
             )
         inv_seen[iid] = i
+        if step_form:
+            var = f.text(where, inv["unchanged"], "unchanged")
+            if var not in var_types or var == state_var:
+                f.fail(where, f"unknown variable {var!r} in unchanged")
+            text = f.text(where, inv["while"], "while")
+            stable.append(
+                Stability(
+                    iid,
+                    var,
+                    _bool_expr(f, where, text, base),
+                    text,
+                    f.text(where, inv["doc"], "doc"),
+                    tags(where, inv),
+                )
+            )
+            continue
         text = f.text(where, inv["holds"], "holds")
         invariants.append(
             Invariant(
@@ -422,7 +450,7 @@ def _parse(
         doc=f.text("[machine]", m.get("doc", ""), "doc"),
         state_var=state_var, states=tuple(states), initial=initial, types=types,
         variables=tuple(variables), events=events, effects=effects, defs=defs, rows=tuple(rows),
-        pair_rules=tuple(pair_rules), invariants=tuple(invariants),
+        pair_rules=tuple(pair_rules), invariants=tuple(invariants), stable=tuple(stable),
     )  # fmt: skip
 
 
@@ -539,6 +567,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
     for s in t.state_names:
         states = [(s, *vals) for vals in valuations]
         valid = [st for st in states if not m.violated(st)]
+        valid_states = set(valid)
         for e, spec in t.events.items():
             if (s, e) not in handled:
                 continue
@@ -554,7 +583,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                             f"in {m.format_state(st)}",
                         )
                     if rows and rows[0].row.reject is None:
-                        _check_result(f, m, rows[0].row, st, args)
+                        _check_result(f, m, rows[0].row, st, args, valid=st in valid_states)
             if spec.kind == "input":
                 for st in valid:
                     for args in arguments:
@@ -566,10 +595,26 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                             )
 
 
-def _check_result(f: _File, m: Machine, row: Row, state: State, args: tuple[Value, ...]) -> None:
-    """Every value a row assigns or passes to an effect stays inside its declared domain."""
+def _check_result(
+    f: _File, m: Machine, row: Row, state: State, args: tuple[Value, ...], *, valid: bool
+) -> None:
+    """Every value a row assigns or passes to an effect stays inside its declared domain.
+
+    From a ``valid`` state (one the invariants admit) every effect's ``requires`` must hold as
+    it runs, and no step invariant may break between two moments a listener observes.
+    """
     t = m.table
     store = list(state)
+    seen = [tuple(store)]
+
+    def stable(moment: str) -> None:
+        now = tuple(store)
+        for sid in m.unstable(seen[0], now):
+            f.fail(
+                f"row {row.id!r}",
+                f"breaks invariant {sid!r} (from {m.format_state(state)}{moment})",
+            )
+        seen[0] = now
 
     def in_domain(moment: str) -> None:
         for var, value in zip(t.variables, store[1:], strict=True):
@@ -589,9 +634,20 @@ def _check_result(f: _File, m: Machine, row: Row, state: State, args: tuple[Valu
                 )
         # Listeners inside the effect see the store as it is now, not as the row leaves it.
         in_domain(f", when {name} runs")
+        if valid:
+            if m.unmet(name, store, values):
+                shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+                f.fail(
+                    f"row {row.id!r}",
+                    f"{name}({shown}) requires {t.effects[name].requires_text}, which does not "
+                    f"hold when it runs (from {m.format_state(state)})",
+                )
+            stable(f", when {name} runs")
 
     m.execute(m.rows[row.id], store, args, perform)
     in_domain("")
+    if valid:
+        stable("")
 
 
 def _expressions(t: Table) -> Iterable[Expr]:

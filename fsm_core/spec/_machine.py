@@ -94,6 +94,17 @@ class Machine:
         self.invariants: tuple[tuple[str, Evaluator], ...] = tuple(
             (inv.id, compile_expr(inv.expr, self._index, {}, self.defs)) for inv in table.invariants
         )
+        self.requires: dict[str, Evaluator] = {
+            name: compile_expr(
+                e.requires, self._index, {p: i for i, (p, _) in enumerate(e.params)}, self.defs
+            )
+            for name, e in table.effects.items()
+            if e.requires is not None
+        }
+        self.stable: tuple[tuple[str, int, Evaluator], ...] = tuple(
+            (st.id, self._index[st.var], compile_expr(st.when, self._index, {}, self.defs))
+            for st in table.stable
+        )
         self.initial: State = (table.initial, *(v.init for v in table.variables))
         self._candidates: dict[tuple[str, str], list[CompiledRow]] = {}
         self.rows: dict[str, CompiledRow] = {}
@@ -152,6 +163,19 @@ class Machine:
     def violated(self, state: Sequence[Value]) -> list[str]:
         """The ids of the invariants that do not hold in ``state``."""
         return [name for name, fn in self.invariants if not fn(state, ())]
+
+    def unmet(self, effect: str, state: Sequence[Value], values: Sequence[Value]) -> bool:
+        """True iff ``effect``'s ``requires`` fails when it runs with ``values`` in ``state``."""
+        requires = self.requires.get(effect)
+        return requires is not None and not requires(state, values)
+
+    def unstable(self, before: Sequence[Value], after: Sequence[Value]) -> list[str]:
+        """The step invariants broken between two observed states."""
+        return [
+            sid
+            for sid, i, when in self.stable
+            if before[i] != after[i] and when(before, ()) and when(after, ())
+        ]
 
     def arguments(self, event: str, **kwargs: Value) -> tuple[Value, ...]:
         """Order keyword arguments as the event declares its parameters; reject strays."""

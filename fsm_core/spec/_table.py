@@ -52,6 +52,9 @@ class EffectSpec:
     params: tuple[tuple[str, Type], ...]
     notifies: bool
     doc: str
+    requires: Expr | None = None
+    """What must hold whenever the effect runs, over the state and the effect's arguments."""
+    requires_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,21 @@ class Invariant:
 
 
 @dataclass(frozen=True, slots=True)
+class Stability:
+    """A step invariant: ``var`` keeps its value while ``when`` holds before and after.
+
+    Checked between every two moments a listener can observe: each effect and each step's end.
+    """
+
+    id: str
+    var: str
+    when: Expr
+    text: str
+    doc: str
+    clauses: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Table:
     """Everything one ``specs/*.toml`` file says, resolved and type-checked."""
 
@@ -126,6 +144,7 @@ class Table:
     rows: tuple[Row, ...]
     pair_rules: tuple[PairRule, ...]
     invariants: tuple[Invariant, ...]
+    stable: tuple[Stability, ...] = ()
 
     @property
     def state_names(self) -> tuple[str, ...]:
