@@ -11,7 +11,9 @@ One DOT per machine. A state is a box: its name, then one cell per row that stay
 clauses}``; a ``reject`` row's cell is red, ``event [guard] ✗ reason``. A row that changes state
 is an arrow per source state with the same label, coloured by event. The initial state has an
 arrow from a start point; a state no row leaves has a thick border. A note lists the pairs
-handled without a row, ``[i] states: events — why {clauses}``.
+handled without a row, ``[i] states: events — why {clauses}``, and a "contracts" legend lists each
+effect that declares one as ``effect(params): requires`` (what holds whenever the effect runs), so
+a reader can check a row's effects against the state its earlier statements leave.
 
 Rows that stay are drawn inside their state (UML's internal transitions), not as self-loops: the
 agent has 49 of them over five states, and as labelled loops Graphviz stacks them into
@@ -19,7 +21,7 @@ overlapping columns that no one can read. Our tables have no entry or exit actio
 internal transition and a self-loop mean the same thing.
 
 ``traceability.md`` maps every clause of ``clauses.toml`` (D1..D9 first) to the rows,
-invariants and pair rules citing it; a clause nothing cites says ``(not cited)``.
+invariants, step invariants and pair rules citing it; a clause nothing cites says ``(not cited)``.
 
 :func:`write_diagrams` also renders ``<machine>.svg`` when Graphviz's ``dot`` is on PATH. SVG
 bytes depend on the Graphviz version, so an SVG is never compared byte for byte: it carries
@@ -72,6 +74,7 @@ _PALETTE = (
 )  # fmt: skip
 _START = "(start)"  # node ids that no state can take: states are lower_snake_case
 _PAIRS = "(pairs handled without a row)"
+_CONTRACTS = "(effect contracts)"
 
 _SVG_STAMP = re.compile(
     r"^<!-- generated from (?P<dot>\S+) sha256=(?P<sha>[0-9a-f]{64}) -->$", re.MULTILINE
@@ -207,6 +210,15 @@ def _machine_dot(machine: Machine) -> str:
             margin="0.15",
             color="gray40",
         )
+    contracts = _contract_lines(machine)
+    if contracts:
+        g.node(
+            _CONTRACTS,
+            label=_label(contracts),
+            shape="note",
+            margin="0.15",
+            color="gray40",
+        )
     return str(g.source)
 
 
@@ -279,6 +291,22 @@ def _pair_lines(machine: Machine) -> list[str]:
     return lines
 
 
+def _contract_lines(machine: Machine) -> list[str]:
+    """The legend's lines: ``effect(params): requires`` per effect with a contract; or none."""
+    contracts = [(e, e.requires) for e in machine.table.effects.values() if e.requires is not None]
+    if not contracts:
+        return []
+    lines = ["Effect contracts (requires: holds whenever the effect runs):"]
+    for e, requires in contracts:
+        params = f"({', '.join(p for p, _ in e.params)})"
+        lines += _wrap(
+            f"{e.name}{params}:{_NBSP}{_glue(unparse(requires))}",
+            width=_NOTE_WIDTH,
+            indent="    ",
+        )
+    return lines
+
+
 _OPERATOR = re.compile(r" (==|!=|:=|<=|>=|<|>|in) ")
 _KEYWORD = re.compile(r"\b(not|when) ")
 _NBSP = "\xa0"
@@ -333,6 +361,7 @@ class _Citations:
 
     rows: list[str] = field(default_factory=list)
     invariants: list[str] = field(default_factory=list)
+    step_invariants: list[str] = field(default_factory=list)
     pairs: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
@@ -340,6 +369,9 @@ class _Citations:
         if self.invariants:
             word = "invariant" if len(self.invariants) == 1 else "invariants"
             parts.append(f"{word} {', '.join(_code(i) for i in self.invariants)}")
+        if self.step_invariants:
+            word = "step invariant" if len(self.step_invariants) == 1 else "step invariants"
+            parts.append(f"{word} {', '.join(_code(i) for i in self.step_invariants)}")
         if self.pairs:
             word = "pair rule" if len(self.pairs) == 1 else "pair rules"
             parts.append(f"{word} {', '.join(_code(p) for p in self.pairs)}")
@@ -360,6 +392,9 @@ def _traceability(spec: Spec) -> str:
         for inv in t.invariants:
             for c in inv.clauses:
                 at(c).invariants.append(inv.id)
+        for step in t.stable:
+            for c in step.clauses:
+                at(c).step_invariants.append(step.id)
         for rule in t.pair_rules:
             for c in rule.clauses:
                 at(c).pairs.append(f"{rule.kind}[{rule.index}]")
@@ -376,8 +411,11 @@ def _traceability(spec: Spec) -> str:
         "",
         "# Traceability: clauses to rows",
         "",
-        f"For every clause of `{spec.root.name}/clauses.toml`: the rows, invariants and pair rules",
+        f"For every clause of `{spec.root.name}/clauses.toml`: the rows, invariants, step "
+        "invariants and pair rules",
         f"of {tables} that cite it. A clause nothing cites says (not cited).",
+        "A step invariant (`[[invariants]]` with `unchanged` and `while`) keeps a variable's value",
+        "between two moments a listener can observe while its predicate holds at both.",
         "Pair rules are a table's `[[ignored]]` and `[[rejected]]` entries, numbered in file order",
         f"and listed at the end. `{_COMMAND} --check` fails when this file is stale.",
         "",

@@ -8,15 +8,26 @@ pinned by ``specs/schema.json`` (JSON Schema draft 2020-12) and named by ``forma
     >>> spec = load_spec()
     >>> doc = spec_to_json(spec, ["agent"])
     >>> doc["format"], doc["version"], list(doc["machines"])
-    ('fsm-core/spec', 1, ['agent'])
+    ('fsm-core/spec', 2, ['agent'])
     >>> doc["machines"]["agent"]["rows"][0]["guard"]["expr"]
     {'op': 'and', 'args': [{'param': 'wake'}, {'not': {'var': 'scheduled'}}]}
+    >>> [e["requires"]["text"] for e in doc["machines"]["agent"]["effects"][:2]]
+    ['pending and (lane == next_turn or holder == live)', 'scheduled']
+    >>> [(s["id"], s["unchanged"]) for s in doc["machines"]["agent"]["step_invariants"]]
+    [('reason_first_wins', 'reason')]
 
 The export carries only the clauses the chosen machines cite, in catalogue order, so every
-clause in it is one a row, pair or invariant names (``specs/clauses.toml`` holds the rest).
-Every expression appears twice: as ``text`` (the table's own words where it has them, else the
-canonical form) and as ``expr``, the resolved tree a port evaluates without parsing anything.
-Keys come in a fixed order and lists in table order, so the same tables give the same bytes.
+clause in it is one a row, pair, invariant or step invariant names (``specs/clauses.toml`` holds
+the rest). Every expression appears twice: as ``text`` (the table's own words where it has them,
+else the canonical form) and as ``expr``, the resolved tree a port evaluates without parsing
+anything. Keys come in a fixed order and lists in table order, so the same tables give the same
+bytes.
+
+Version 2 added each effect's contract, ``requires`` (``{text, expr}``, or ``null`` for an effect
+without one; its ``param`` nodes name the effect's own parameters), and each machine's
+``step_invariants`` (``{id, unchanged, while, doc, clauses}``). The schema admits no key it does
+not name, so this is a breaking change: a port validating against version 1 rejects a version 2
+export, and must learn both fields (and may assert them) before it accepts version 2.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ __all__ = ["FORMAT", "SEMANTICS", "VERSION", "spec_to_json", "spec_to_text"]
 FORMAT: Final = "fsm-core/spec"
 # Bumped whenever a field changes meaning or disappears; adding a field is also a bump, since
 # the schema is strict (a port validating against version 1 rejects what it does not know).
-VERSION: Final = 1
+VERSION: Final = 2  # 2: effect `requires` and `step_invariants`
 
 SEMANTICS: Final = (
     "A row handles event `on` in each state of `from` whose `guard` holds on the state as it is "
@@ -47,7 +58,15 @@ SEMANTICS: Final = (
     "inside an earlier effect with `notifies: true`. A (state, event) pair with no row is listed "
     "under `ignored` (nothing happens) or `rejected` (refused with `why`). When a pair has rows "
     "but no guard holds, the event is not enabled: for an `input` event this cannot happen in a "
-    "state that satisfies the invariants; an `internal` event fired then is a runtime bug."
+    "state that satisfies the invariants; an `internal` event fired then is a runtime bug. "
+    "An effect's `requires`, when not null, holds whenever the effect runs: evaluated on the "
+    "state as it is at that moment (the statements before it and any re-entrant listeners "
+    "included), with each `param` bound to the argument the call passes. A port may assert it "
+    "before performing the effect. A step invariant says that variable `unchanged` keeps its "
+    "value between any two successive moments a listener can observe, namely each effect with "
+    "`notifies: true` (as it runs) and the end of each step (an event's handling, with "
+    "everything listeners did inside it), whenever `while` holds at both moments. Invariants "
+    "constrain single states; step invariants constrain the change between two observed ones."
 )
 
 # The same, short, for the listing's reader (who sees rows, not JSON keys).
@@ -55,7 +74,10 @@ _HOW_A_ROW_RUNS: Final = (
     "How a row runs: its [guard] is tested on the state as the event fires (at most one row is "
     "enabled); the state moves to the target; then the numbered effects run in order, each "
     "seeing the state left by the ones before it and by listeners that re-entered during an "
-    "earlier (notifies) effect. A `when` block tests its condition once, when it is reached."
+    "earlier (notifies) effect. A `when` block tests its condition once, when it is reached. "
+    "An effect's `requires` holds whenever it runs, with its arguments bound. A step invariant "
+    "`v unchanged while p` says v keeps its value between two moments a listener can observe "
+    "(each notifies effect, each step's end) whenever p holds at both."
 )
 
 _WIDTH: Final = 100
@@ -122,6 +144,9 @@ def _machine_json(t: Table) -> dict[str, object]:
                 "name": e.name,
                 "params": _params(e.params),
                 "notifies": e.notifies,
+                "requires": (
+                    _expr(e.requires, e.requires_text) if e.requires is not None else None
+                ),
                 "doc": _prose(e.doc),
             }
             for e in t.effects.values()
@@ -151,6 +176,16 @@ def _machine_json(t: Table) -> dict[str, object]:
             }
             for i in t.invariants
         ],
+        "step_invariants": [
+            {
+                "id": s.id,
+                "unchanged": s.var,
+                "while": _expr(s.when, s.text),
+                "doc": _prose(s.doc),
+                "clauses": list(s.clauses),
+            }
+            for s in t.stable
+        ],
     }
 
 
@@ -161,9 +196,10 @@ def _params(params: Iterable[tuple[str, Type]]) -> list[dict[str, object]]:
 def _expr(e: Expr, text: str | None = None) -> dict[str, object]:
     """``{text, expr}``: the table's words when it kept them, else the canonical text.
 
-    Guards, definitions and invariants keep the words a reader finds in the TOML; statement
-    values and arguments are stored parsed only, so theirs are :func:`unparse`'s. Either way the
-    text parses back to ``expr`` (``tests/test_export.py`` checks every one).
+    Guards, definitions, invariants, step invariants' ``while`` and effects' ``requires`` keep
+    the words a reader finds in the TOML; statement values and arguments are stored parsed only,
+    so theirs are :func:`unparse`'s. Either way the text parses back to ``expr``
+    (``tests/test_export.py`` checks every one).
     """
     return {"text": _prose(text) if text is not None else unparse(e), "expr": to_json(e)}
 
@@ -203,12 +239,14 @@ def spec_to_text(spec: Spec, machines: Sequence[str]) -> str:
 def _overview(spec: Spec, chosen: Sequence[Machine]) -> list[str]:
     rows = sum(len(m.table.rows) for m in chosen)
     invariants = sum(len(m.table.invariants) for m in chosen)
+    step_invariants = sum(len(m.table.stable) for m in chosen)
     cited = {tag for m in chosen for tag in _cited(m.table)}
     plural = "machine" if len(chosen) == 1 else "machines"
     width = max((len(m.name) for m in chosen), default=0)
     return [
         f"fsm-core spec: {len(chosen)} {plural} from {spec.root.name}/, {rows} rows, "
-        f"{invariants} invariants, {len(cited)} seed clauses cited",
+        f"{invariants} invariants, {_count(step_invariants, 'step invariant')}, "
+        f"{len(cited)} seed clauses cited",
         *(f"  {m.name:<{width}}  {m.table.title}" for m in chosen),
         "",
         *_wrap(_HOW_A_ROW_RUNS, ""),
@@ -241,9 +279,15 @@ def _listing(t: Table) -> list[str]:
             out += _wrap(d.doc, "      ")
 
     if t.effects:
-        out += ["", "effects (notifies: listeners run inside it and may re-enter)"]
+        out += [
+            "",
+            "effects (notifies: listeners run inside it and may re-enter; "
+            "requires: holds whenever it runs)",
+        ]
         for e in t.effects.values():
             flag = "  (notifies)" if e.notifies else ""
+            if e.requires_text is not None:
+                flag += f"  requires: {_prose(e.requires_text)}"
             out.append(f"  {e.name}({_signature(e.params)}){flag}")
             out += _wrap(e.doc, "      ")
 
@@ -280,6 +324,17 @@ def _listing(t: Table) -> list[str]:
         out.append(f"  {i.id}: {_prose(i.text)}")
         out += _wrap(i.doc, "      ")
         out.append(f"      clauses: {', '.join(i.clauses)}")
+
+    if t.stable:
+        out += [
+            "",
+            "step invariants (the variable keeps its value between observed moments while the "
+            "predicate holds)",
+        ]
+        for step in t.stable:
+            out.append(f"  {step.id}: {step.var} unchanged while {_prose(step.text)}")
+            out += _wrap(step.doc, "      ")
+            out.append(f"      clauses: {', '.join(step.clauses)}")
     return out
 
 
@@ -302,6 +357,10 @@ def _stmt_text(s: Assign | Call) -> str:
     if isinstance(s, Assign):
         return f"{s.var} := {unparse(s.value)}"
     return f"{s.effect}({', '.join(unparse(a) for a in s.args)})"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _signature(params: Iterable[tuple[str, Type]]) -> str:
@@ -350,6 +409,8 @@ def _cited(t: Table) -> Iterable[str]:
         yield from p.clauses
     for i in t.invariants:
         yield from i.clauses
+    for s in t.stable:
+        yield from s.clauses
 
 
 def _prose(text: str) -> str:

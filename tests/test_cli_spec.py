@@ -48,6 +48,27 @@ def test_spec_prints_the_listing_of_the_named_machine_only(
     assert err == ""
 
 
+def test_spec_json_carries_contracts_and_step_invariants(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["spec", "--json", "agent"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["version"] == 2
+    agent = doc["machines"]["agent"]
+    settle = next(e for e in agent["effects"] if e["name"] == "settle_idle")
+    assert settle["requires"] == {"text": "quiescent", "expr": {"def": "quiescent"}}
+    assert [s["id"] for s in agent["step_invariants"]] == ["reason_first_wins"]
+    assert set(agent["step_invariants"][0]["clauses"]) <= set(doc["clauses"])
+
+
+def test_spec_lists_contracts_and_step_invariants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "agent"]) == 0
+    out = capsys.readouterr().out
+    assert "\n  settle_idle()  requires: quiescent\n" in out
+    assert "\n  reason_first_wins: reason unchanged while holder == aborted\n" in out
+    assert out.index("\ninvariants (") < out.index("\nstep invariants (")
+
+
 def test_spec_with_unknown_machine_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["spec", "agent", "agnet"]) == 2
     out, err = capsys.readouterr()

@@ -288,6 +288,7 @@ def test_every_clause_is_listed_and_uncited_ones_say_so() -> None:
     tables = [machine.table for machine in spec.machines.values()]
     cited = {c for t in tables for row in t.rows for c in row.clauses}
     cited |= {c for t in tables for inv in t.invariants for c in inv.clauses}
+    cited |= {c for t in tables for step in t.stable for c in step.clauses}
     cited |= {c for t in tables for rule in t.pair_rules for c in rule.clauses}
     every_clause = md[md.index("## Every clause") :]
     for cid in spec.clauses:
@@ -306,6 +307,61 @@ def test_traceability_names_rows_and_invariants_per_machine() -> None:
     md = render_diagrams(load_spec())["traceability.md"]
     line = next(x for x in md.splitlines() if x.startswith("| `S004.cancel-keep-inbox` |"))
     assert line.endswith("| activation: `dispose.begin`<br>agent: `cancel.turn` |")
+
+
+def test_traceability_names_step_invariants_among_their_clauses_citations() -> None:
+    spec = load_spec()
+    md = render_diagrams(spec)["traceability.md"]
+    every_clause = md[md.index("## Every clause") :].splitlines()
+    steps = [(m, s) for m, machine in spec.machines.items() for s in machine.table.stable]
+    assert steps, "no step invariant to trace"
+    for name, step in steps:
+        for cid in step.clauses:
+            line = next(x for x in every_clause if x.startswith(f"| `{cid}` |"))
+            cell = next(c for c in line.split("<br>") if f"{name}: " in c)
+            assert f"step invariant `{step.id}`" in cell, line
+    line = next(x for x in every_clause if x.startswith("| `S000.first-wins` |"))
+    assert line.endswith(
+        "| agent: `cancel.turn`, `cancel.maintenance`, `cancel.discard`, `dispose.converging`; "
+        "invariant `reason_iff_aborted`; step invariant `reason_first_wins` |"
+    )
+
+
+def contracts_note(dot: str) -> list[str]:
+    """The lines of the machine's effect-contracts legend."""
+    found = re.search(r'^\t"\(effect contracts\)" \[label="(.*?)" ', dot, re.MULTILINE)
+    assert found is not None, "no contracts node"
+    return found[1].split("\\l")[:-1]
+
+
+def test_each_machine_draws_its_effect_contracts_in_a_legend() -> None:
+    spec = load_spec()
+    files = render_diagrams(spec)
+    for name, machine in spec.machines.items():
+        lines = contracts_note(files[f"{name}.dot"])
+        assert lines[0] == "Effect contracts (requires: holds whenever the effect runs):"
+        # Continuation lines are indented; each entry starts at the margin with effect(params):.
+        entries = [x for x in lines[1:] if not x.startswith(" ")]
+        contracts = [e for e in machine.table.effects.values() if e.requires is not None]
+        assert [x.split(":")[0] for x in entries] == [
+            f"{e.name}({', '.join(p for p, _ in e.params)})" for e in contracts
+        ], name
+    agent = contracts_note(files["agent.dot"])
+    assert "settle_idle(): quiescent" in agent
+    at = agent.index("abort_holder(signal_reason): holder == aborted and")
+    assert agent[at + 1] == "    reason == signal_reason"
+
+
+def test_a_machine_without_contracts_draws_no_legend(tmp_path: Path) -> None:
+    specs = copy_specs(tmp_path)
+    path = specs / "activation.toml"
+    text = path.read_text(encoding="utf-8")
+    stripped = re.sub(r'^requires = ".*"\n', "", text, flags=re.MULTILINE)
+    assert stripped != text
+    path.write_text(stripped, encoding="utf-8")
+    files = render_diagrams(load_spec(specs))
+    assert "(effect contracts)" not in files["activation.dot"]
+    assert "(effect contracts)" in files["agent.dot"]
 
 
 def test_label_text_is_escaped_for_dot_and_html(tmp_path: Path) -> None:

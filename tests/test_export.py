@@ -59,6 +59,8 @@ def test_export_of_one_machine_matches_the_schema(name: str) -> None:
 _DELETE = object()
 _BUSY = AGENT_ROWS.index("maintenance.busy")
 _ROW0: list[str | int] = ["machines", "agent", "rows", 0]
+_EFFECT0: list[str | int] = ["machines", "agent", "effects", 0]
+_STEP0: list[str | int] = ["machines", "agent", "step_invariants", 0]
 
 MUTATIONS: list[tuple[str, list[str | int], object]] = [
     ("row without id", [*_ROW0, "id"], _DELETE),
@@ -82,9 +84,19 @@ MUTATIONS: list[tuple[str, list[str | int], object]] = [
     ),
     ("reject row with a target", ["machines", "agent", "rows", _BUSY, "to"], "running"),
     ("another format", ["format"], "fsm-core/other"),
-    ("a later version", ["version"], 2),
+    ("the previous version", ["version"], 1),
+    ("a later version", ["version"], 3),
     ("stray top-level key", ["generated"], "today"),
     ("invalid state name", ["machines", "agent", "states", 0, "name"], "Idle"),
+    ("effect without requires", [*_EFFECT0, "requires"], _DELETE),
+    ("requires as bare text", [*_EFFECT0, "requires"], "scheduled"),
+    ("requires without its tree", [*_EFFECT0, "requires", "expr"], _DELETE),
+    ("machine without step invariants", ["machines", "agent", "step_invariants"], _DELETE),
+    ("step invariant without while", [*_STEP0, "while"], _DELETE),
+    ("step invariant while as bare text", [*_STEP0, "while"], "holder == aborted"),
+    ("step invariant of no variable", [*_STEP0, "unchanged"], ""),
+    ("step invariant without a clause", [*_STEP0, "clauses"], []),
+    ("step invariant with holds", [*_STEP0, "holds"], {"text": "true", "expr": {"lit": True}}),
 ]
 
 
@@ -131,13 +143,15 @@ def _tagged(machine: Any) -> Iterator[tuple[str, Any]]:
         yield f"row {row['id']!r}", row
     for inv in machine["invariants"]:
         yield f"invariant {inv['id']!r}", inv
+    for step in machine["step_invariants"]:
+        yield f"step invariant {step['id']!r}", step
     for kind in ("ignored", "rejected"):
         for i, rule in enumerate(machine[kind]):
             yield f"{kind}[{i}]", rule
 
 
 @pytest.mark.parametrize("name", MACHINES)
-def test_every_row_pair_and_invariant_cites_an_exported_clause(name: str) -> None:
+def test_every_row_pair_invariant_and_step_invariant_cites_an_exported_clause(name: str) -> None:
     doc = exported([name])
     for where, entry in _tagged(doc["machines"][name]):
         assert entry["clauses"], f"{name}: {where} has no clause tag"
@@ -239,6 +253,79 @@ def test_variables_and_params_carry_their_domains() -> None:
     assert agent["types"]["phase"] == [s["name"] for s in agent["states"]]
 
 
+# --- contracts and step invariants ---------------------------------------------------------------
+
+
+def _effect(machine: str, name: str) -> Any:
+    effects = exported([machine])["machines"][machine]["effects"]
+    return next(e for e in effects if e["name"] == name)
+
+
+def test_effect_exports_its_contract_over_its_own_params() -> None:
+    effect = _effect("agent", "abort_holder")
+    assert list(effect) == ["name", "params", "notifies", "requires", "doc"]
+    assert effect["requires"] == {
+        "text": "holder == aborted and reason == signal_reason",
+        "expr": {
+            "op": "and",
+            "args": [
+                {"op": "==", "args": [{"var": "holder"}, {"sym": "aborted"}]},
+                {"op": "==", "args": [{"var": "reason"}, {"param": "signal_reason"}]},
+            ],
+        },
+    }
+
+
+def test_effect_without_a_contract_exports_null() -> None:
+    assert _effect("agent", "notify_cancel_requested")["requires"] is None
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_every_declared_contract_is_exported(name: str) -> None:
+    table = SPEC.machines[name].table
+    effects = exported([name])["machines"][name]["effects"]
+    assert [e["name"] for e in effects] == list(table.effects)
+    for e in effects:
+        spec = table.effects[e["name"]]
+        assert (e["requires"] or {}).get("text") == spec.requires_text, e["name"]
+
+
+def test_step_invariants_are_exported_apart_from_the_invariants() -> None:
+    agent = exported(["agent"])["machines"]["agent"]
+    assert agent["step_invariants"] == [
+        {
+            "id": "reason_first_wins",
+            "unchanged": "reason",
+            "while": {
+                "text": "holder == aborted",
+                "expr": {"op": "==", "args": [{"var": "holder"}, {"sym": "aborted"}]},
+            },
+            "doc": "Once an abort wins the holder's reason, nothing rewrites it while that holder "
+            "lasts.",
+            "clauses": ["S000.first-wins", "S000.disposal-precedence"],
+        }
+    ]
+    assert "reason_first_wins" not in [i["id"] for i in agent["invariants"]]
+    assert exported(["activation"])["machines"]["activation"]["step_invariants"] == []
+
+
+def test_step_invariant_names_a_variable_of_its_machine() -> None:
+    for name in MACHINES:
+        m = exported([name])["machines"][name]
+        variables = {v["name"] for v in m["variables"]}
+        for step in m["step_invariants"]:
+            assert step["unchanged"] in variables, (name, step["id"])
+
+
+def test_semantics_say_what_requires_and_step_invariants_mean() -> None:
+    semantics = exported(["agent"])["machines"]["agent"]["semantics"]
+    assert "`requires`" in semantics
+    assert "holds whenever the effect runs" in semantics
+    assert "`unchanged`" in semantics
+    assert "`while`" in semantics
+    assert "`notifies: true`" in semantics
+
+
 # --- round trip: every text parses back to its tree, using nothing but the export ----------------
 
 
@@ -299,6 +386,43 @@ def test_definition_and_invariant_texts_parse_back_to_the_exported_trees(name: s
         assert _reparsed(d["text"], scope) == d["expr"], d["name"]
     for inv in m["invariants"]:
         assert _reparsed(inv["holds"]["text"], scope) == inv["holds"]["expr"], inv["id"]
+    for step in m["step_invariants"]:
+        assert _reparsed(step["while"]["text"], scope) == step["while"]["expr"], step["id"]
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_requires_texts_parse_back_with_the_effects_params(name: str) -> None:
+    m = exported([name])["machines"][name]
+    contracts = [e for e in m["effects"] if e["requires"] is not None]
+    assert contracts, f"{name} declares no contract"
+    for e in contracts:
+        scope = _scope(m, e["params"])
+        assert _reparsed(e["requires"]["text"], scope) == e["requires"]["expr"], e["name"]
+
+
+def _params_in(tree: Any) -> Iterator[str]:
+    if isinstance(tree, dict):
+        if "param" in tree:
+            yield tree["param"]
+        for value in tree.values():
+            yield from _params_in(value)
+    elif isinstance(tree, list):
+        for item in tree:
+            yield from _params_in(item)
+
+
+def test_requires_params_are_the_effects_own() -> None:
+    seen = set()
+    for name in MACHINES:
+        for e in exported([name])["machines"][name]["effects"]:
+            if e["requires"] is None:
+                continue
+            used = set(_params_in(e["requires"]["expr"]))
+            assert used <= {p["name"] for p in e["params"]}, (name, e["name"], used)
+            seen |= {(name, e["name"], p) for p in used}
+    # Some contract does read an argument (so the round trip above exercises params).
+    assert ("agent", "abort_holder", "signal_reason") in seen
+    assert ("agent", "publish_status", "status") in seen
 
 
 # --- the listing ---------------------------------------------------------------------------------
@@ -308,10 +432,11 @@ def test_listing_opens_with_an_overview_of_every_machine() -> None:
     lines = spec_to_text(SPEC, MACHINES).splitlines()
     rows = sum(len(m.table.rows) for m in SPEC.machines.values())
     invariants = sum(len(m.table.invariants) for m in SPEC.machines.values())
+    assert sum(len(m.table.stable) for m in SPEC.machines.values()) == 1
     cited = len(exported()["clauses"])
     assert lines[:3] == [
         f"fsm-core spec: 2 machines from specs/, {rows} rows, {invariants} invariants, "
-        f"{cited} seed clauses cited",
+        f"1 step invariant, {cited} seed clauses cited",
         f"  activation  {SPEC.machines['activation'].table.title}",
         f"  agent       {SPEC.machines['agent'].table.title}",
     ]
@@ -352,3 +477,30 @@ def test_listing_shows_stays_rejects_pairs_and_invariants() -> None:
     )
     assert "  reason_iff_aborted: (reason != none) == (holder == aborted)\n" in text
     assert "== activation" not in text
+
+
+def test_listing_shows_each_effect_with_its_contract() -> None:
+    lines = spec_to_text(SPEC, ["agent"]).splitlines()
+    assert (
+        "  abort_holder(signal_reason: {user, parent, disposed})  (notifies)  requires: "
+        "holder == aborted and reason == signal_reason"
+    ) in lines
+    assert "  schedule_driver()  requires: scheduled" in lines
+    assert "  notify_cancel_requested(cause: {user, parent})  (notifies)" in lines
+
+
+def test_listing_shows_step_invariants_after_the_invariants() -> None:
+    lines = spec_to_text(SPEC, ["agent"]).splitlines()
+    invariants = lines.index("invariants (hold in every reachable state)")
+    step = next(i for i, line in enumerate(lines) if line.startswith("step invariants ("))
+    assert invariants < step
+    assert lines[step + 1 :] == [
+        "  reason_first_wins: reason unchanged while holder == aborted",
+        "      Once an abort wins the holder's reason, nothing rewrites it while that holder "
+        "lasts.",
+        "      clauses: S000.first-wins, S000.disposal-precedence",
+    ]
+    assert not any(
+        line.startswith("step invariants")
+        for line in spec_to_text(SPEC, ["activation"]).splitlines()
+    )
