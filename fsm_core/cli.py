@@ -16,6 +16,8 @@ from pathlib import Path
 from fsm_core._errors import SpecError
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check import _bench as bench
+from fsm_core.check import _mutants as mutants
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -39,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     _configure_check(sub.add_parser("check", help="model-check the bounded models in models/"))
+    bench.configure(sub.add_parser("bench", help="time the checker against the baseline BFS"))
+    mutants.configure(sub.add_parser("mutants", help="prove every planted table bug is caught"))
 
     p_spec = sub.add_parser("spec", help="print the transition tables")
     p_spec.add_argument("machine", nargs="*", help="machines to print (default: all)")
@@ -53,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "bench":
+        return bench.run(args)
+    if args.command == "mutants":
+        return mutants.run(args)
     try:
         spec = load_spec(args.specs)
     except SpecError as e:

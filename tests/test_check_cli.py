@@ -143,10 +143,13 @@ def test_an_unknown_model_name_exits_2_listing_the_models() -> None:
 BROKEN_MAINTENANCE = (
     'do = ["holder := none", "reason := none", "latch := false", "release_holder()", '
     '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
-    'do = ["reason := none", "latch := false", "release_holder()", '
+    'do = ["latch := false", '
     '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
 )
-"""maintenance.finish.idle forgets to clear the holder: an idle agent keeps a live one."""
+"""maintenance.finish.idle forgets the task's holder: an idle agent keeps a live one.
+
+(It drops the holder's release and reason with it: the loader rejects a row that releases a
+live holder, or clears the reason of one that stays aborted.)"""
 
 
 def broken_model(tmp_path: Path, expect: str = "") -> Path:

@@ -6,7 +6,12 @@ replays it through the compiled table the way the runtime runs it: each step's e
 arguments, listeners re-entering inside the notifying effect the trace names. The replay must
 take the same rows, pass through the same states and stop in a state that breaks the same
 property. The replay keeps its own books for the checker's additions (the environment's
-budgets and decision 9's ``owed`` ghost), so the whole state is compared, not only the table's.
+budgets, decision 9's ``owed`` ghost, decision 1's ``prerun`` ghost and the ``broken`` slot
+where a broken contract or step invariant is recorded), so the whole state is compared, not
+only the table's.
+
+Every planted bug loads: the loader proves each row's contracts and step invariants from
+every valid state on its own, so each bug here is one only the checker can refute.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import pytest
 
 from fsm_core._paths import specs_dir
 from fsm_core.check import Report, check, load_model
-from fsm_core.check._agent import NO_PARKED_WAKE
+from fsm_core.check._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
 from fsm_core.check._report import format_trace, to_itf
 from fsm_core.check._system import build
 from fsm_core.spec import Effect, Machine, State
@@ -44,28 +49,49 @@ class Mutant:
     new: str
 
 
-HOLDER_CLEARED_AFTER_TURN_END = Mutant(
-    'do = ["turn := false", "holder := none", "release_holder()", "publish_turn_end(end)", '
-    '"flush_session()"]',
-    'do = ["turn := false", "release_holder()", "publish_turn_end(end)", "holder := none", '
-    '"flush_session()"]',
+LATCH_AFTER_INSERTION = Mutant(
+    'do = ["latch := true", "pending := true", "enqueue(next_turn)"]',
+    'do = ["pending := true", "enqueue(next_turn)", "latch := true"]',
 )
-"""retire.ended publishes turn/end while the holder is still live: a turn/end observer's
-dispose (or cancel) aborts it, then the row clears the holder under the new reason."""
+"""send.latched latches only after publishing the insertion: an inbox listener's dispose
+finds no latch to clear, then the row latches the wake under disposal."""
 
-MAINTENANCE_KEEPS_HOLDER = Mutant(
+MAINTENANCE_FORGETS_HOLDER = Mutant(
     'do = ["holder := none", "reason := none", "latch := false", "release_holder()", '
     '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
-    'do = ["reason := none", "latch := false", "release_holder()", '
+    'do = ["latch := false", '
     '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
 )
-"""maintenance.finish.idle releases the holder but never clears it: idle with a holder."""
+"""maintenance.finish.idle forgets the task's holder (and its reason): idle with a live one."""
 
 REPLAY_KEEPS_LATCH = Mutant(
     'do = ["latch := false", "scheduled := true", "publish_status(idle)", "schedule_driver()"]',
     'do = ["scheduled := true", "publish_status(idle)", "schedule_driver()"]',
 )
 """converge.replay forgets to clear the latch: the idle status is published with it set."""
+
+DISCARD_UNLATCHES_FIRST = Mutant(
+    'do = ["notify_cancel_requested(cause)", "pending := false", "latch := false", '
+    '"clear_inbox()"]',
+    'do = ["latch := false", "notify_cancel_requested(cause)", "pending := false", '
+    '"clear_inbox()"]',
+)
+"""cancel.discard drops the latch before it notifies: a cancel-requested observer's wake
+latches again, and clear_inbox() runs with the latch set. From every valid state the row alone
+keeps clear_inbox's contract (the loader proves it); only a listener re-entering breaks it."""
+
+LAST_WINS_CAUSE = Mutant(
+    '  { when = "holder == live", do = ["holder := aborted", "reason := cause", '
+    '"abort_holder(cause)"] },\n]\nclauses = ["S000.cause-union"',
+    '  "holder := aborted", "reason := cause", "abort_holder(cause)",\n]\n'
+    'clauses = ["S000.cause-union"',
+)
+"""cancel.turn aborts even when a cancel-requested observer's abort already won: the outer
+cause rewrites the reason of a holder that stays aborted (the step invariant
+reason_first_wins)."""
+
+PRERUN_LEAVES_NO_MARKER = Mutant('  "marker := true",\n]', '  "marker := false",\n]')
+"""cancel.prerun leaves no marker: the scheduled driver opens a turn anyway (decision 1)."""
 
 
 def mutant_report(tmp_path: Path, mutant: Mutant, *, reactions: bool = True) -> Report:
@@ -136,7 +162,9 @@ CALL = r"(?P<event>\w+)\((?P<args>[^)]*)\) -> (?P<row>\S+)(?: \(stopped at (?P<s
 STEP = re.compile(rf"^(?P<n>\d+)\. {CALL}   changed: .+$")
 INSIDE = re.compile(rf"^(?P<indent>(?:   )+)inside (?P<effect>\w+\([^)]*\)): {CALL}$")
 INITIAL = re.compile(r"^0\. initial: (?P<state>.+)$")
-LAST = re.compile(r"^violated: (?P<prop>\S+) \(.+\) in state (?P<n>\d+)(?:, at [^:]+)?: (?P<s>.+)$")
+LAST = re.compile(
+    r"^violated: (?P<prop>\S+)(?: \(.+\))? in state (?P<n>\d+)(?:, at [^:]+)?: (?P<s>.+)$"
+)
 
 
 def parse_value(text: str) -> Value:
@@ -205,38 +233,64 @@ def itf_trace(doc: dict[str, Any]) -> Trace:
 
 
 class Stopped(Exception):
-    """A property broke at a notifying effect: a listener there would see the broken state."""
+    """A property broke inside a step: at an effect whose contract fails, or at a notifying
+    effect where a listener would see a broken invariant. The step ends there."""
 
 
 class Replay:
     """Run a trace's calls on the interpreter, as the runtime and its listeners would.
 
     The books the checker adds to the table's state are kept here independently: the
-    environment's budgets, and ``owed`` (DESIGN.md decision 9: a waking send accepted before
+    environment's budgets; ``owed`` (DESIGN.md decision 9: a waking send accepted before
     disposal is owed a turn until claimed, discarded, parked by a keep_inbox cancel, or
-    excused by disposal).
+    excused by disposal); ``prerun`` (decision 1: a cancel on an idle agent with a driver
+    scheduled, until a waking send or the driver's start); and ``broken``, the contract or step
+    invariant found broken. What is proven, and when, is the checker's: each effect's
+    ``requires`` as it runs; at a notifying effect, before its listeners, the step invariants
+    since the last state a listener saw, decision 1 and every invariant; at the step's end the
+    step invariants again.
     """
 
     def __init__(self, report: Report) -> None:
         self.machine: Machine = report.model.machine
         self.budgets = dict(report.model.budgets)
+        assert report.names == (
+            *self.machine.names,
+            *(f"budget.{e}" for e in self.budgets),
+            "ghost.owed",
+            "ghost.prerun",
+            "ghost.broken",
+        ), "the checker keeps books this replay does not"
         self.owed = False
+        self.prerun = False
+        self.broken = ""
         self.driver = TableDriver(self.machine)
-        notifying = [n for n, e in self.machine.table.effects.items() if e.notifies]
-        for name in ("claim_inbox", "clear_inbox"):
-            self.driver.on(name, self._discharge, once=False)
-        for name in notifying:
-            self.driver.on(name, self._check, once=False)
+        self.observed: State = self.driver.state  # the last state a listener could see
+        effects = self.machine.table.effects
+        self.notifying = frozenset(n for n, e in effects.items() if e.notifies)
+        for name in effects:  # first in line: before any listener inside the effect
+            self.driver.on(name, self._observe, once=False)
 
-    def _discharge(self, driver: TableDriver, effect: Effect) -> None:
-        self.owed = False
-
-    def _check(self, driver: TableDriver, effect: Effect) -> None:
-        if self.violated() is not None:
+    def _observe(self, driver: TableDriver, effect: Effect) -> None:
+        now = driver.state
+        if effect.name in ("claim_inbox", "clear_inbox"):
+            self.owed = False
+        if self.machine.unmet(effect.name, now, effect.args):
+            self.broken = f"{effect.name}.requires"
+        elif effect.name in self.notifying:
+            before, self.observed = self.observed, now
+            unstable = self.machine.unstable(before, now)
+            if unstable:
+                self.broken = unstable[0]
+            elif effect.name == "publish_status" and effect.args == ("running",) and self.prerun:
+                self.broken = PRERUN_OPENS_NO_TURN
+        if self.broken or (effect.name in self.notifying and self.violated() is not None):
             raise Stopped(str(effect))
 
     def violated(self) -> str | None:
         """The first property the current state breaks, in the checker's order."""
+        if self.broken:
+            return self.broken
         bad = self.machine.violated(self.driver.store)
         if bad:
             return bad[0]
@@ -265,12 +319,19 @@ class Replay:
         arm()
         args = self.machine.arguments(call.event, **call.args)
         kw = dict(call.args)
-        ignored = self.machine.select(self.driver.store, call.event, args) is None
-        if not ignored and call.event == "send" and kw["wake"] and not self.driver["closing"]:
-            self.owed = True
+        fired = self.machine.select(self.driver.store, call.event, args) is not None
+        prerun = self.driver["phase"] == "idle" and self.driver["scheduled"]
+        if fired and call.event == "send" and kw["wake"]:
+            self.prerun = False
+            if not self.driver["closing"]:
+                self.owed = True
+        elif fired and call.event == "cancel" and prerun:
+            self.prerun = True
         self.driver.fire(call.event, **call.args)
         assert not pending, f"{call.event}: reactions never reached: {pending}"
-        if not ignored and (
+        if fired and call.event == "start":
+            self.prerun = False
+        if fired and (
             (call.event == "cancel" and kw["keep_inbox"])
             or call.event == "dispose"
             or (call.event in ("remove", "take_steering") and not kw["rest"])
@@ -279,16 +340,20 @@ class Replay:
 
     def step(self, call: Call) -> str:
         """Run one step of the trace; return the effect it stopped at ('' if it ran out)."""
+        self.observed = self.driver.state
         try:
             self.run(call)
         except Stopped as stop:
             return str(stop)
+        unstable = self.machine.unstable(self.observed, self.driver.store)
+        if unstable:
+            self.broken = unstable[0]
         return ""
 
     @property
     def state(self) -> State:
         budgets = tuple(self.budgets[e] for e in self.budgets)
-        return (*self.driver.store, *budgets, self.owed)
+        return (*self.driver.store, *budgets, self.owed, self.prerun, self.broken)
 
 
 def replay(report: Report, trace: Trace) -> tuple[Replay, list[State]]:
@@ -325,29 +390,32 @@ def assert_replays(report: Report, trace: Trace) -> None:
 
 
 def test_a_reentrant_counterexample_replays_to_the_same_violation(refute: Refute) -> None:
-    report = refute(HOLDER_CLEARED_AFTER_TURN_END, True)
+    report = refute(LATCH_AFTER_INSERTION, True)
     text = format_trace(report)
     trace = parse_trace(text)
-    assert trace.prop == "reason_iff_aborted"
-    # The refuting step is re-entrant: a turn/end observer acts while the holder is live.
+    assert trace.prop == "disposal_never_latches"
+    # The refuting step is re-entrant: an inbox listener disposes while the wake is unlatched.
     last = trace.steps[-1]
-    assert (last.event, last.row) == ("retire", "retire.ended")
+    assert (last.event, last.row, last.stopped) == ("send", "send.latched", "")
     assert [(effect, c.row) for effect, c in last.inside] == [
-        ("publish_turn_end(completed)", "dispose.turn")
+        ("enqueue(next_turn)", "dispose.maintenance")
     ]
-    assert (
-        text.splitlines()[-2] == "   inside publish_turn_end(completed): dispose() -> dispose.turn"
+    assert text.splitlines()[-2] == "   inside enqueue(next_turn): dispose() -> dispose.maintenance"
+    assert text.splitlines()[-1].startswith(
+        "violated: disposal_never_latches (closing implies not latch) in state 2: "
+        "phase=maintenance holder=aborted reason=disposed "
     )
     assert_replays(report, trace)
 
 
 def test_a_plain_counterexample_replays_to_the_same_violation(refute: Refute) -> None:
-    report = refute(MAINTENANCE_KEEPS_HOLDER, False)
+    report = refute(MAINTENANCE_FORGETS_HOLDER, False)
     text = format_trace(report)
     assert text.splitlines()[:3] == [
         "0. initial: phase=idle holder=none reason=none turn=false pending=false latch=false "
         "marker=false scheduled=false closing=false budget.send=2 budget.cancel=2 "
-        "budget.dispose=1 budget.maintenance_start=1 budget.remove=1 ghost.owed=false",
+        "budget.dispose=1 budget.maintenance_start=1 budget.remove=1 ghost.owed=false "
+        "ghost.prerun=false ghost.broken=",
         "1. maintenance_start() -> maintenance.start   changed: phase idle->maintenance, "
         "holder none->live, budget.maintenance_start 1->0",
         "2. maintenance_finish() -> maintenance.finish.idle   changed: phase maintenance->idle",
@@ -374,16 +442,85 @@ def test_a_step_cut_short_at_a_notification_replays_to_the_same_violation(
     assert_replays(report, trace)
 
 
+def test_a_contract_broken_only_through_reentrancy_replays_to_the_same_violation(
+    refute: Refute,
+) -> None:
+    """The loader accepted the row (alone it keeps clear_inbox's contract from every valid
+    state); the checker breaks it with a listener, and the replay breaks it the same way."""
+    report = refute(DISCARD_UNLATCHES_FIRST, True)
+    text = format_trace(report)
+    trace = parse_trace(text)
+    assert trace.prop == "clear_inbox.requires"
+    assert trace.final["ghost.broken"] == "clear_inbox.requires"
+    assert trace.final["latch"] is True
+    # Inside the last step, an abort observer's cancel discards; inside that cancel's
+    # notification a wake latches again, and the discard's clear_inbox() runs with it set.
+    assert text.splitlines()[-3:-1] == [
+        "   inside abort_holder(user): cancel(cause=parent, keep_inbox=false) -> cancel.discard "
+        "(stopped at clear_inbox())",
+        "      inside notify_cancel_requested(parent): send(wake=true, lane=next_step) "
+        "-> send.latched",
+    ]
+    assert text.splitlines()[-1].startswith(
+        "violated: clear_inbox.requires (clear_inbox requires not pending and not latch) "
+        "in state 2, at clear_inbox() inside step 2: "
+        "phase=maintenance "
+    )
+    assert stop_point(trace.steps[-1]) == "clear_inbox()"
+    assert_replays(report, trace)
+    # Without the listener's wake the same calls keep the contract: the replay runs out.
+    lines = text.splitlines()
+    tampered = "\n".join(line for line in lines if "inside notify_cancel_requested" not in line)
+    with pytest.raises(AssertionError, match="step 2"):
+        assert_replays(report, parse_trace(tampered))
+
+
+def test_a_broken_step_invariant_replays_to_the_same_violation(refute: Refute) -> None:
+    report = refute(LAST_WINS_CAUSE, True)
+    text = format_trace(report)
+    trace = parse_trace(text)
+    assert trace.prop == "reason_first_wins"
+    # Inside the cancel, a cancel-requested observer's dispose wins the reason; the cancel's
+    # own abort then rewrites it, and its abort observers would see the second reason.
+    assert text.splitlines()[-3:-1] == [
+        "   inside publish_status(running): cancel(cause=parent, keep_inbox=true) -> cancel.turn "
+        "(stopped at abort_holder(parent))",
+        "      inside notify_cancel_requested(parent): dispose() -> dispose.turn",
+    ]
+    assert text.splitlines()[-1].startswith(
+        "violated: reason_first_wins (reason unchanged while holder == aborted) in state 2, "
+        "at abort_holder(parent) inside step 2: "
+        "phase=cancelling holder=aborted reason=parent "
+    )
+    assert_replays(report, trace)
+
+
+def test_a_prerun_cancel_that_opens_a_turn_replays_to_the_same_violation(refute: Refute) -> None:
+    report = refute(PRERUN_LEAVES_NO_MARKER, True)
+    text = format_trace(report)
+    trace = parse_trace(text)
+    assert trace.prop == PRERUN_OPENS_NO_TURN
+    assert (trace.final["ghost.prerun"], trace.final["marker"]) == (True, False)
+    assert (trace.steps[-1].row, stop_point(trace.steps[-1])) == (
+        "start.turn",
+        "publish_status(running)",
+    )
+    assert_replays(report, trace)
+
+
 def test_a_trace_without_its_reentrant_call_does_not_replay(refute: Refute) -> None:
-    report = refute(HOLDER_CLEARED_AFTER_TURN_END, True)
+    report = refute(LATCH_AFTER_INSERTION, True)
     lines = format_trace(report).splitlines()
-    tampered = "\n".join(line for line in lines if "inside publish_turn_end" not in line)
+    tampered = "\n".join(line for line in lines if "dispose() -> dispose.maintenance" not in line)
+    assert len(tampered.splitlines()) == len(lines) - 1
     with pytest.raises(AssertionError):
         assert_replays(report, parse_trace(tampered))
 
 
 @pytest.mark.parametrize(
-    "mutant", [HOLDER_CLEARED_AFTER_TURN_END, REPLAY_KEEPS_LATCH], ids=["turn_end", "latch"]
+    "mutant",
+    [LATCH_AFTER_INSERTION, REPLAY_KEEPS_LATCH, DISCARD_UNLATCHES_FIRST, LAST_WINS_CAUSE],
+    ids=["insertion", "latch", "contract", "step_invariant"],
 )
 def test_the_itf_trace_replays_to_the_same_violation(refute: Refute, mutant: Mutant) -> None:
     report = refute(mutant, True)
@@ -407,13 +544,13 @@ def walk(value: Any) -> Iterator[Any]:
 
 
 def test_the_itf_trace_has_the_itf_shape(refute: Refute) -> None:
-    report = refute(HOLDER_CLEARED_AFTER_TURN_END, True)
+    report = refute(LATCH_AFTER_INSERTION, True)
     doc = json.loads(json.dumps(to_itf(report)))
     assert set(doc) == {"#meta", "vars", "states"}
     meta = doc["#meta"]
     assert meta["format"] == "ITF"
     assert meta["format-description"] == "https://apalache-mc.org/docs/adr/015adr-trace.html"
-    assert meta["property"] == "reason_iff_aborted"
+    assert meta["property"] == "disposal_never_latches"
     assert meta["source"] == "models/mutant.toml"
     assert doc["vars"] == list(report.names)
     assert [s["#meta"]["index"] for s in doc["states"]] == list(range(len(doc["states"])))
@@ -425,22 +562,26 @@ def test_the_itf_trace_has_the_itf_shape(refute: Refute) -> None:
             assert not isinstance(v, int | float) or isinstance(v, bool), v
             if isinstance(v, dict):
                 assert set(v) == {"#bigint"} and re.fullmatch(r"-?\d+", v["#bigint"]), v
-    s0, s1, s4 = doc["states"][0], doc["states"][1], doc["states"][4]
+    s0, s1, s2 = doc["states"]
     assert s0["#meta"] == {"index": 0}
     assert s0["phase"] == "idle" and s0["turn"] is False
     assert s0["budget.send"] == {"#bigint": "2"}
+    assert s0["ghost.broken"] == ""
     assert s1["#meta"]["action"] == "send(wake=false, lane=next_turn)"
     assert s1["#meta"]["args"] == {"wake": False, "lane": "next_turn"}
-    assert s4["#meta"]["row"] == "retire.ended"
-    assert s4["#meta"]["inside"] == [
+    assert s1["#meta"]["row"] == "send.idle.quiet"
+    assert s2["#meta"]["row"] == "send.latched"
+    assert "stopped" not in s2["#meta"]
+    assert s2["#meta"]["inside"] == [
         {
-            "effect": "publish_turn_end(completed)",
+            "effect": "enqueue(next_turn)",
             "action": "dispose()",
             "event": "dispose",
             "args": {},
-            "row": "dispose.turn",
+            "row": "dispose.maintenance",
         }
     ]
+    assert (s2["latch"], s2["closing"]) == (True, True)
 
 
 # --- shortest ------------------------------------------------------------------------------------
@@ -475,12 +616,13 @@ def violations_within(report: Report, steps: int) -> list[str]:
     ("mutant", "reactions", "minimal", "why"),
     [
         (
-            HOLDER_CLEARED_AFTER_TURN_END,
+            LATCH_AFTER_INSERTION,
             True,
-            4,
-            "a live turn needs send, start and claim; only retire.ended clears the holder",
+            2,
+            "a wake latches only while an activity owns the agent: maintenance starts (inside "
+            "the first send's insertion at the earliest), then the latched send",
         ),
-        (MAINTENANCE_KEEPS_HOLDER, False, 2, "maintenance must start before it can finish"),
+        (MAINTENANCE_FORGETS_HOLDER, False, 2, "maintenance must start before it can finish"),
         (
             REPLAY_KEEPS_LATCH,
             True,
@@ -488,8 +630,22 @@ def violations_within(report: Report, steps: int) -> list[str]:
             "converge.replay needs a retired aborted turn: send, start, claim, cancel (no "
             "listener runs inside claim), retire, converge",
         ),
+        (
+            DISCARD_UNLATCHES_FIRST,
+            True,
+            2,
+            "a discard with a latching observer needs an aborted activity and queued work "
+            "first; with two listener calls a step cannot also start and abort it",
+        ),
+        (
+            LAST_WINS_CAUSE,
+            True,
+            2,
+            "cancel.turn needs a live turn holder: a send schedules the driver, whose start "
+            "publishes running",
+        ),
     ],
-    ids=["turn_end", "maintenance", "latch"],
+    ids=["insertion", "maintenance", "latch", "contract", "step_invariant"],
 )
 def test_the_trace_is_a_shortest_one(
     refute: Refute, mutant: Mutant, reactions: bool, minimal: int, why: str

@@ -5,8 +5,14 @@ what bug it plants, and the models it runs against. The edit is applied to a cop
 ``specs/`` and ``models/`` (kept as siblings, since model files name ``../specs/...``), the
 models are loaded from the copy and checked. The mutant is *killed* when a check finds a
 violation (its name and the length of its shortest counterexample go in the kill table), or
-when the loader rejects the mutated table (``load: <message>``, kept to a few on purpose: a
-load kill says the table's own validation caught the bug, not the checker)::
+when the loader rejects the mutated table (``load: <message>``).
+
+The loader proves every effect's ``requires`` contract and every step invariant for each row
+from every valid state, so a bug that misorders one row's own assignments and effects is a
+load kill: that is what contracts are for. The kill table is worth most for the bugs only the
+checker finds (re-entrant listeners, several steps, several nodes), so a mutant the loader
+rejects is kept only when no variant of the same bug gets past it (``load_killed``); a
+contract the checker finds broken is named ``<effect>.requires`` (``...@<node>`` in a tree)::
 
     from fsm_core.check._mutants import run_mutants
 
@@ -101,11 +107,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "cancel.turn aborts even when a cancel-requested observer's cancel already won, so the "
         "outer cause overwrites the reason.",
         AGENT,
-        gap=(
-            "no property says the holder's reason never changes once set (DESIGN.md); "
-            "reason_iff_aborted only ties a reason to an aborted holder. Needs a check across "
-            "observation points: while the holder stays aborted, the reason keeps its first value."
-        ),
     ),
     Mutant(
         "latch_set_on_disposed",
@@ -125,14 +126,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "retire.ended publishes turn/end before clearing the holder, so turn/end observers "
         "still hold cancellation authority.",
         AGENT,
+        load_killed=True,
     ),
     Mutant(
         "clearing_cancel_keeps_latch",
         "agent.toml",
         'do = ["notify_cancel_requested(cause)", "pending := false", "latch := false", '
         '"clear_inbox()"]',
-        'do = ["notify_cancel_requested(cause)", "pending := false", "clear_inbox()"]',
-        "cancel.discard clears the inbox but leaves the latch, so a wake replays with no work.",
+        'do = ["latch := false", "notify_cancel_requested(cause)", "pending := false", '
+        '"clear_inbox()"]',
+        "cancel.discard drops the latch before it notifies, so it clears the inbox but leaves "
+        "the latch a cancel-requested observer's wake set: a wake replays with no work.",
         AGENT,
     ),
     Mutant(
@@ -197,12 +201,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "The pre-run cancel leaves no marker, so the scheduled driver still opens a turn for "
         "the work a keep_inbox cancel kept.",
         AGENT,
-        gap=(
-            "no property says a pre-run cancel opens no turn (D1) or that the work a keep_inbox "
-            "cancel kept waits for a later wake (D4); the marker is their only record. Needs a "
-            "ghost set by an effective cancel in the pre-run window and cleared by a waking send, "
-            "with publish_status(running) forbidden at start while it is set."
-        ),
     ),
     Mutant(
         "maintenance_not_latching",
@@ -224,7 +222,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "replacement_reuses_aborted_holder",
         "agent.toml",
-        'do = ["holder := live", "reason := none", "latch := false", "release_holder()", '
+        'do = ["release_holder()", "holder := live", "reason := none", "latch := false", '
         '"open_holder()"]',
         'do = ["latch := false"]',
         "claim.replacement runs the replacement under the aborted holder instead of a fresh one.",
@@ -237,10 +235,6 @@ MUTANTS: tuple[Mutant, ...] = (
         'do = ["publish_status(idle)", "settle_idle()"]',
         "converge.idle resolves when_idle() even when an idle listener's send scheduled a driver.",
         AGENT,
-        gap=(
-            "no property constrains when settle_idle runs: effects carry no preconditions. "
-            "Needs 'settle_idle requires quiescent', checked as the effect is performed."
-        ),
     ),
     Mutant(
         "running_before_holder",
@@ -250,11 +244,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "start.turn publishes running before installing the holder, so a running listener's "
         "cancel finds nothing to abort.",
         AGENT,
-        gap=(
-            "inside publish_status(running) the agent is running with no holder and no turn, "
-            "which is also the legitimate flush state, so no state invariant can see it. Needs "
-            "an effect precondition: publish_status(running) requires holder == live."
-        ),
+        load_killed=True,
+    ),
+    Mutant(
+        "latch_after_insertion",
+        "agent.toml",
+        'do = ["latch := true", "pending := true", "enqueue(next_turn)"]',
+        'do = ["pending := true", "enqueue(next_turn)", "latch := true"]',
+        "send.latched latches only after publishing the insertion, so a disposal an inbox "
+        "listener begins finds no latch to clear and the wake stays latched.",
+        AGENT,
+    ),
+    Mutant(
+        "replay_idle_before_scheduling",
+        "agent.toml",
+        'do = ["latch := false", "scheduled := true", "publish_status(idle)", "schedule_driver()"]',
+        'do = ["latch := false", "publish_status(idle)", "scheduled := true", "schedule_driver()"]',
+        "converge.replay publishes idle before it schedules the replay's driver, so an idle "
+        "listener sees an idle agent with nothing scheduled still owing the latched wake.",
+        AGENT,
     ),
     # --- activation.toml --------------------------------------------------------------------------
     Mutant(
@@ -279,7 +287,9 @@ MUTANTS: tuple[Mutant, ...] = (
         '[[ignored]]\non = ["dispose", "drain", "drain_child"]\n',
         '[[rows]]\nid = "dispose.again"\non = "dispose"\n'
         'from = ["joining", "awaiting_idle", "flushing", "releasing", "settled"]\n'
-        'do = ["close_inbox()", "cancel_agent(parent)", "dispose_children()"]\n'
+        'to = "joining"\n'
+        'do = ["flushed := final_state_flushed", "close_inbox()", "cancel_agent(parent)", '
+        '"dispose_children()"]\n'
         'clauses = ["S004.memoized-close"]\n'
         'doc = "A later dispose() runs finishDisposal again."\n\n'
         '[[ignored]]\non = ["drain", "drain_child"]\n',
@@ -295,11 +305,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '  "announced := true", "notify_parent(failure)",\n',
         "ledger.converge releases ownership (step 4) before notifying the parent (step 3).",
         TREE,
-        gap=(
-            "invariants are checked between steps and at notifying effects only; at "
-            "notify_parent and settle the swapped ledger looks right. Checking them at every "
-            "effect kills it (ownership_after_notice, at release_ownership)."
-        ),
+        load_killed=True,
     ),
     Mutant(
         "notify_before_leaving_registry",
@@ -312,13 +318,15 @@ MUTANTS: tuple[Mutant, ...] = (
         '  "slot := false", "release_slot()",\n',
         "ledger.converge notifies the parent before leaving the registry and releasing the slot.",
         TREE,
+        load_killed=True,
     ),
     Mutant(
         "handle_disposed_before_final_flush",
         "activation.toml",
         'to = "flushing"\ndo = ["flush_final_state()"]',
-        'to = "releasing"\ndo = ["flush_final_state()", "capture()", "dispose_handle()"]',
-        "idle.flush starts the final flush and disposes the handle without awaiting it.",
+        'to = "releasing"\ndo = ["flush_final_state()"]',
+        "idle.flush starts the final flush and moves on to releasing without awaiting it, so "
+        "the handle's disposal can settle before the flush did.",
         TREE,
     ),
 )

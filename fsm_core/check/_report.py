@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fsm_core.check import DEADLOCK, QUIESCENCE, Report
-from fsm_core.check._agent import NO_PARKED_WAKE
+from fsm_core.check._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
 from fsm_core.check._explore import Violation
 from fsm_core.check._moves import Move
 from fsm_core.check._tree import (
@@ -44,6 +44,7 @@ _PROPERTIES = {
     DEADLOCK: "no step is possible and the state is not quiescent",
     QUIESCENCE: "no quiescent state is reachable from this state",
     NO_PARKED_WAKE: "an idle agent with no driver scheduled still owes a waking send its turn",
+    PRERUN_OPENS_NO_TURN: "the driver published running after a pre-run cancel",
     PARENT_LEAVES_AFTER_CHILDREN: "a node left the registry while an admitted child is in it",
     NOTICE_DELIVERED: "a parent refused its child's settlement notice",
     TEARDOWN_ONCE: "a node's memoized close ran twice",
@@ -116,9 +117,16 @@ def _stopped_at(move: Move) -> str:
 def _property(report: Report, name: str) -> str:
     """``name (what it says)``: the invariant's expression, or what a checker property means."""
     base, _, _node = name.partition("@")
-    for inv in report.model.machine.table.invariants:
+    table = report.model.machine.table
+    for inv in table.invariants:
         if inv.id == base:
             return f"{name} ({inv.text})"
+    for stable in table.stable:
+        if stable.id == base:
+            return f"{name} ({stable.var} unchanged while {stable.text})"
+    effect, dot, kind = base.partition(".")
+    if dot and kind == "requires" and effect in table.effects:
+        return f"{name} ({effect} requires {table.effects[effect].requires_text})"
     meaning = _PROPERTIES.get(name)
     return f"{name} ({meaning})" if meaning else name
 
