@@ -408,11 +408,11 @@ def _print_bench(
     _say(
         f"fsm-core bench: our checker against the baseline, the hand-written BFS "
         f"{BASELINE.parent.name}/{BASELINE.name}, on the shared bench model; CPython "
-        f"{sys.version.split()[0]}, {os.cpu_count()} CPUs. Each figure is {runs} of a whole "
+        f"{sys.version.split()[0]} on {_machine()}. Each figure is {runs} of a whole "
         "process: wall seconds and peak RSS. ratio = ours / baseline, lower is better; "
         "states/s = states / our wall seconds. After the bar: FIGURES.md's figures for the "
-        "same scale on the project's standard machine (median of 3; the same baseline on "
-        "CPython 3.12, SPIN DFS and rumur on 1 thread, both without their build step)."
+        "same scale, from its own machine (2-core AMD EPYC, median of 3): the same baseline "
+        "on CPython 3.12, SPIN DFS and rumur on 1 thread, both without their build step."
     )
     head = (
         "scale", "(K,T,S,C)", "states", "transitions", "ours s", "base s", "ratio", "states/s",
@@ -517,6 +517,20 @@ def _done(
         "sec": f"{seconds:.1f}",
     }
     return "Done. " + " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def _machine() -> str:
+    """The CPU model and count, and the memory, for the figures' record."""
+    cpu, memory = "", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+        with open("/proc/meminfo") as f:
+            kib = next((int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:")), 0)
+            memory = f", {kib / 2**20:.0f} GiB" if kib else ""
+    except OSError:
+        pass
+    return f"{cpu or sys.platform}, {os.cpu_count()} CPUs{memory}"
 
 
 def _say(text: str) -> None:
