@@ -12,20 +12,38 @@ on a state and read the next state and the ordered effects::
 
 from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, TransitionError
 from fsm_core.host import HostedMachine
+from fsm_core.runtime import (
+    PARENT,
+    USER,
+    AbortSignal,
+    Agent,
+    AgentCancelCause,
+    AgentHandle,
+    Runtime,
+    UserMessage,
+)
 from fsm_core.spec import Clause, Effect, Machine, Spec, State, Step, load_spec
 
 __all__ = [
+    "AbortSignal",
+    "Agent",
+    "AgentCancelCause",
+    "AgentHandle",
     "Clause",
     "Effect",
     "FsmError",
     "HostedMachine",
     "Machine",
     "NotEnabled",
+    "PARENT",
     "Rejected",
+    "Runtime",
     "Spec",
     "SpecError",
     "State",
     "Step",
     "TransitionError",
+    "USER",
+    "UserMessage",
     "load_spec",
 ]

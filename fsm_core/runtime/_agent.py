@@ -1,0 +1,448 @@
+"""One agent: its control state is the agent table, its work is the driver's turns.
+
+Every phase, holder, latch and marker change happens by firing an event of specs/agent.toml
+on a :class:`~fsm_core.HostedMachine`; the effects the table lists run here, in the table's
+order, as the row reaches them (:meth:`Agent._perform`). The driver (:meth:`Agent._drive`)
+only sequences: start, claim, run the turn's seams, retire, await the flush, converge; what
+each of those does to the control state is the table's decision, read back from the state.
+
+    handle = await rt.create_agent("a1")
+    agent = handle.agent
+    agent.followup(UserMessage("m1", "hi"))   # queues and schedules the driver: no turn yet
+    agent.cancel()                            # same loop iteration: a pre-run cancel
+    await agent.when_idle()                   # resolves: no turn opened, no status published
+
+Cancellation is cooperative: the driver checks the signal around awaited seams but never
+abandons work. ``when_idle()`` and disposal wait for work that ignores the signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from fsm_core._errors import FsmError
+from fsm_core.host import HostedMachine
+from fsm_core.runtime._causes import (
+    DISPOSED,
+    PARENT,
+    USER,
+    AgentCancelCause,
+    Interruption,
+    detach,
+)
+from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
+from fsm_core.runtime._model import Reply, Request, ToolCall
+from fsm_core.runtime._payloads import (
+    AssembleContext,
+    CancelRequested,
+    Flush,
+    MessageDiscarded,
+    MessageInserted,
+    MessagesClaimed,
+    PreStep,
+    RequestError,
+    Status,
+    StatusChanged,
+    StepBoundary,
+    ToolApproval,
+    TurnEnded,
+    TurnStarted,
+    TurnStopping,
+)
+from fsm_core.runtime._session import Session
+from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
+from fsm_core.spec import Effect, Machine
+from fsm_core.spec._expr import Value
+
+if TYPE_CHECKING:
+    from fsm_core.runtime._runtime import Runtime
+
+__all__ = ["Agent", "AgentHandle", "Phase"]
+
+log = logging.getLogger("fsm_core.runtime")
+
+Phase = Literal["idle", "running", "cancelling", "maintenance", "disposing", "disposed"]
+_INTERRUPTIONS: Mapping[str, Interruption] = {"user": USER, "parent": PARENT, "disposed": DISPOSED}
+_DURABLE_OUTCOME = {"max_tokens": "max-tokens"}
+_ENDINGS = {"stop": "completed", "max_tokens": "max_tokens", "blocked": "blocked"}
+
+
+async def _same(value: Any) -> Any:
+    return value
+
+
+def _said(message: UserMessage) -> Mapping[str, Any]:
+    return {"role": "user", "id": message.id, "text": message.text}
+
+
+class Agent:
+    """An agent driven by the agent table. Create it with ``Runtime.create_agent``."""
+
+    def __init__(self, runtime: Runtime, agent_id: str, table: Machine, session: Session) -> None:
+        self.id = agent_id
+        self.runtime = runtime
+        self.events = runtime.events
+        self.session = session
+        self.inbox = Inbox(self._remove)
+        self.control = HostedMachine(table, perform=self._perform)
+        self._handlers: dict[str, Callable[..., None]] = {
+            "enqueue": self._enqueue,
+            "schedule_driver": self._schedule_driver,
+            "notify_cancel_requested": self._notify_cancel_requested,
+            "clear_inbox": self._clear_inbox,
+            "abort_holder": self._abort_holder,
+            "open_holder": self._open_holder,
+            "release_holder": self._release_holder,
+            "publish_status": self._publish_status,
+            "claim_inbox": self._claim_inbox,
+            "claim_steering": self._claim_steering,
+            "publish_turn_start": self._publish_turn_start,
+            "publish_turn_end": self._publish_turn_end,
+            "flush_session": self._flush_session,
+            "settle_idle": self._settle_idle,
+            "finalize_disposal": self._finalize_disposal,
+        }
+        missing = set(table.table.effects) ^ set(self._handlers)
+        if missing:
+            raise FsmError(
+                f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}"
+            )
+        # Invariant: _controller is set iff the table's holder is live or aborted.
+        self._controller: AbortController | None = None
+        self._status: Status = "idle"
+        self._turn = 0
+        # What the event being fired is about; a stack, because listeners re-enter.
+        self._sending: list[UserMessage] = []
+        self._cancelling: list[AgentCancelCause] = []
+        self._claimed: list[UserMessage] = []
+        self._steering: list[UserMessage] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._driver: asyncio.Task[None] | None = None
+
+    # --- what users call ------------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return cast(Phase, self.control.state)
+
+    @property
+    def status(self) -> Status:
+        """What ``agent/status`` last published: ``idle`` or ``running``."""
+        return self._status
+
+    def send(self, message: UserMessage, target: Lane = "next_turn", wakeup: bool = True) -> None:
+        """Queue ``message``; a waking send schedules the driver for a later loop iteration.
+
+        Raises :class:`~fsm_core.Rejected` once the agent is disposed.
+        """
+        self._sending.append(message)
+        try:
+            self.control.fire("send", wake=wakeup, lane=target)
+        finally:
+            self._sending.pop()
+
+    def followup(self, message: UserMessage) -> None:
+        self.send(message, "next_turn", True)
+
+    def steer(self, message: UserMessage) -> None:
+        """Steer the running turn at its next step (a followup when no turn runs)."""
+        self.send(message, "next_step", True)
+
+    def inject(self, message: UserMessage) -> None:
+        """Queue without waking: the message waits for a later wake."""
+        self.send(message, "next_turn", False)
+
+    def cancel(self, cause: AgentCancelCause = USER, *, keep_inbox: bool = False) -> None:
+        """Stop the current turn (first cause wins) and, unless ``keep_inbox``, queued work.
+
+        On an idle agent with nothing queued this does nothing and arms nothing.
+        """
+        self._cancelling.append(cause)
+        try:
+            self.control.fire("cancel", cause=cause.kind, keep_inbox=keep_inbox)
+        finally:
+            self._cancelling.pop()
+
+    async def when_idle(self) -> None:
+        """Return once nothing runs or is about to run (work ignoring its signal included)."""
+        if self.control.spec.holds("quiescent", self.control.snapshot()):
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[object]]) -> None:
+        """Run ``task(signal)`` owning the idle agent; wakes meanwhile are latched.
+
+        Raises :class:`~fsm_core.Rejected` unless the agent is idle with no driver scheduled.
+        """
+        self.control.fire("maintenance_start")
+        controller = self._controller
+        assert controller is not None
+        try:
+            await task(controller.signal)
+        finally:
+            self.control.fire("maintenance_finish")
+
+    def __repr__(self) -> str:
+        v = self.control.values
+        holder, latch = v["holder"], int(bool(v["latch"]))
+        turn = self._turn
+        return f"<Agent {self.id} phase={self.phase} holder={holder} latch={latch} turn={turn}>"
+
+    # --- disposal ---------------------------------------------------------------------------
+
+    async def _dispose(self) -> None:
+        self.control.fire("dispose")
+        await self.when_idle()
+        self.control.fire("dispose_finish")
+
+    # --- the driver -------------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        """One driver: start, then turns until the table says the agent converged."""
+        self.control.fire("start")
+        while self.phase in ("running", "cancelling") and not self._value("turn"):
+            self.control.fire("claim")
+            if not self._value("turn"):
+                continue  # a replacement got a fresh holder, or the claim converged
+            controller = self._controller
+            assert controller is not None
+            ending = await self._run_turn(controller.signal, self._turn)
+            self.control.fire("retire", end=ending)
+            await self.events.waterfall("session/flush", Flush(self, self.session), self._flush)
+            self.control.fire("converge")
+
+    async def _flush(self, payload: Flush) -> None:
+        await payload.session.flush()
+
+    async def _run_turn(self, signal: AbortSignal, turn: int) -> str:
+        """Run one turn's steps; return its own ending. The table classifies the outcome."""
+        context: list[Mapping[str, Any]] = [_said(m) for m in self._claimed]
+        step = 0
+        try:
+            while True:
+                step += 1
+                await self.events.waterfall(
+                    "agent/pre-step", PreStep(self, signal, turn, step), _same
+                )
+                signal.raise_if_aborted()
+                if self.inbox.next_step:
+                    self.control.fire("take_steering", rest=bool(self.inbox.next_turn))
+                    context += [
+                        {"role": "user", "id": m.id, "text": m.text} for m in self._steering
+                    ]
+                reply = await self._step(signal, turn, step, context)
+                if reply.finish != "tool_calls":
+                    break
+            ending = _ENDINGS[reply.finish]
+            await self.events.waterfall(
+                "agent/turn-stopping", TurnStopping(self, signal, turn, ending), _same
+            )
+            return ending
+        except Aborted:
+            return "error"  # the table reads the aborted holder and records aborted/disposed
+        except Exception:
+            log.exception("agent %s: turn %d failed", self.id, turn)
+            return "error"
+
+    async def _step(
+        self, signal: AbortSignal, turn: int, step: int, context: list[Mapping[str, Any]]
+    ) -> Reply:
+        boundary = StepBoundary(self, signal, turn, step)
+        self.session.append("step/start", {"turn": turn, "step": step})
+        self.events.emit("step/start", boundary)
+        try:
+            assembled = await self.events.waterfall(
+                "agent/assemble", AssembleContext(self, signal, tuple(context)), _same
+            )
+            signal.raise_if_aborted()
+            request = Request(self.id, turn, step, tuple(assembled.messages), self._tool_names())
+            reply = await self._request(request, signal)
+            signal.raise_if_aborted()
+            self.session.append(
+                "assistant/message", {"turn": turn, "step": step, "text": reply.text}
+            )
+            context.append({"role": "assistant", "text": reply.text})
+            for call in reply.tool_calls:
+                signal.raise_if_aborted()
+                context.append(await self._call_tool(signal, turn, step, call))
+            return reply
+        finally:
+            self.session.append("step/end", {"turn": turn, "step": step})
+            self.events.emit("step/end", boundary)
+
+    async def _request(self, request: Request, signal: AbortSignal) -> Reply:
+        attempt = 0
+        while True:
+            try:
+                return await self.runtime.model.generate(request, signal)
+            except Aborted:
+                raise
+            except Exception as error:
+                attempt += 1
+                decision = await self.events.waterfall(
+                    "agent/request-error",
+                    RequestError(self, signal, error, attempt),
+                    lambda _e: _same("fail"),
+                )
+                signal.raise_if_aborted()
+                if decision != "retry":
+                    raise
+
+    async def _call_tool(
+        self, signal: AbortSignal, turn: int, step: int, call: ToolCall
+    ) -> Mapping[str, Any]:
+        self.session.append(
+            "tool/call",
+            {"turn": turn, "step": step, "id": call.id, "name": call.name, "args": dict(call.args)},
+        )
+        approved = await self.events.waterfall(
+            "agent/tool-approval", ToolApproval(self, signal, call), lambda _a: _same(True)
+        )
+        signal.raise_if_aborted()
+        tool = self.runtime.tools.get(call.name)
+        # A failure is recorded as a short classification, never as an exception's text.
+        ok, result = False, "refused" if not approved else "unknown-tool"
+        try:
+            if approved and tool is not None:
+                result = "aborted"
+                try:
+                    result, ok = await tool.execute(call.args, signal), True
+                except Aborted:
+                    raise
+                except Exception:
+                    log.exception("agent %s: tool %s failed", self.id, call.name)
+                    result = "failed"
+        finally:
+            self.session.append(
+                "tool/result",
+                {"turn": turn, "step": step, "id": call.id, "ok": ok, "result": result},
+            )
+        return {"role": "tool", "id": call.id, "ok": ok, "result": result}
+
+    def _tool_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.runtime.tools))
+
+    # --- effects: what the table's rows tell the runtime to do --------------------------------
+
+    def _perform(self, effect: Effect) -> None:
+        self._handlers[effect.name](*effect.args)
+
+    def _value(self, name: str) -> Value:
+        return self.control.values[name]
+
+    def _enqueue(self, lane: str) -> None:
+        message = self._sending[-1]
+        self.inbox._insert(message, cast(Lane, lane))
+        self.events.emit("inbox/inserted", MessageInserted(self, message, cast(Lane, lane)))
+
+    def _schedule_driver(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._drive(), name=f"driver {self.id}")
+        self._driver = task
+        self.runtime._track(task)
+
+    def _notify_cancel_requested(self, cause: str) -> None:
+        requested = self._cancelling[-1]
+        assert requested.kind == cause
+        self.events.emit(
+            "agent/cancel-requested",
+            CancelRequested(self, cast(AgentCancelCause, detach(requested))),
+        )
+
+    def _clear_inbox(self) -> None:
+        discarded = self.inbox._clear()
+        if discarded:
+            self.session.append("inbox/discarded", {"ids": [m.id for m in discarded]})
+        for message in discarded:
+            self.events.emit("inbox/discarded", MessageDiscarded(self, message))
+
+    def _abort_holder(self, signal_reason: str) -> None:
+        assert self._controller is not None
+        self._controller.abort(_INTERRUPTIONS[signal_reason])
+
+    def _open_holder(self) -> None:
+        self._controller = AbortController()
+
+    def _release_holder(self) -> None:
+        self._controller = None
+
+    def _publish_status(self, status: str) -> None:
+        self._status = cast(Status, status)
+        self.events.emit("agent/status", StatusChanged(self, self._status))
+
+    def _claim_inbox(self) -> None:
+        self._claimed = self.inbox._claim_all()
+        self._turn += 1
+        controller = self._controller
+        assert controller is not None
+        self.session.append(
+            "inbox/claimed", {"turn": self._turn, "ids": [m.id for m in self._claimed]}
+        )
+        for message in self._claimed:
+            self.session.append("user/message", {"id": message.id, "text": message.text})
+        self.events.emit(
+            "inbox/claimed",
+            MessagesClaimed(self, controller.signal, self._turn, tuple(self._claimed)),
+        )
+
+    def _claim_steering(self) -> None:
+        self._steering = self.inbox._claim_steering()
+        self.session.append(
+            "inbox/claimed", {"turn": self._turn, "ids": [m.id for m in self._steering]}
+        )
+        for message in self._steering:
+            self.session.append("user/message", {"id": message.id, "text": message.text})
+
+    def _publish_turn_start(self) -> None:
+        controller = self._controller
+        assert controller is not None
+        self.session.append("turn/start", {"turn": self._turn})
+        self.events.emit("turn/start", TurnStarted(self, controller.signal, self._turn))
+
+    def _publish_turn_end(self, outcome: str) -> None:
+        durable = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
+        self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
+        self.events.emit("turn/end", TurnEnded(self, self._turn, durable))
+
+    def _flush_session(self) -> None:
+        """The driver awaits the flush right after retire; nothing to start here."""
+
+    def _settle_idle(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _finalize_disposal(self) -> None:
+        self.runtime._forget(self)
+
+    def _remove(self, message_id: str) -> bool:
+        queued = (*self.inbox.next_turn, *self.inbox.next_step)
+        if all(m.id != message_id for m in queued):
+            return False
+        rest = any(m.id != message_id for m in queued)
+        self.control.fire("remove", rest=rest)  # refused on a disposed agent: nothing removed
+        message = self.inbox._take(message_id)
+        assert message is not None
+        self.session.append("inbox/discarded", {"ids": [message.id]})
+        self.events.emit("inbox/discarded", MessageDiscarded(self, message))
+        return True
+
+
+class AgentHandle:
+    """Owns one agent's lifetime. ``dispose()`` is memoized: racing callers await one teardown."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._disposal: asyncio.Task[None] | None = None
+
+    async def dispose(self) -> None:
+        if self._disposal is None:
+            self._disposal = asyncio.get_running_loop().create_task(
+                self.agent._dispose(), name=f"dispose {self.agent.id}"
+            )
+        await self._disposal

@@ -1,0 +1,78 @@
+"""The runtime's event bus: synchronous, contained notifications and awaited waterfalls.
+
+A *notification* (``emit``) calls every listener synchronously, inside the call that emits it,
+so a listener that calls ``agent.cancel()`` or ``agent.send()`` re-enters the agent exactly
+where the table says it may. A listener that raises is logged and contained: it cannot veto
+what is being announced, nor stop the listeners after it.
+
+A *waterfall* (``waterfall``) is awaited: each listener receives ``(payload, next)`` and may
+await ``next(payload)`` to continue the chain, which ends in the runtime's own step. Listeners
+run in registration order. Payloads are objects; agent-scoped payloads carry ``agent`` and,
+for turn seams, the turn's ``signal``.
+
+    off = rt.events.on("agent/status", lambda e: print(e.agent.id, e.status))
+    off()   # the disposer removes the listener
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+__all__ = ["EventBus"]
+
+log = logging.getLogger("fsm_core.runtime")
+
+P = TypeVar("P")
+R = TypeVar("R")
+Listener = Callable[..., object]
+"""``(payload)`` for a notification, ``async (payload, next)`` for a waterfall."""
+Next = Callable[[P], Awaitable[R]]
+
+
+class EventBus:
+    """Listeners by event name. ``on`` returns a disposer."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[str, list[Listener]] = {}
+
+    def on(self, name: str, listener: Listener) -> Callable[[], None]:
+        self._listeners.setdefault(name, []).append(listener)
+
+        def dispose() -> None:
+            listeners = self._listeners.get(name, [])
+            if listener in listeners:
+                listeners.remove(listener)
+
+        return dispose
+
+    def has(self, name: str) -> bool:
+        return bool(self._listeners.get(name))
+
+    def emit(self, name: str, payload: object) -> None:
+        """Notify every listener of ``name`` now; exceptions are logged, never raised."""
+        for listener in list(self._listeners.get(name, ())):
+            try:
+                listener(payload)
+            except Exception:
+                log.exception("a listener of %s raised; the notification goes on", name)
+
+    async def waterfall(self, name: str, payload: P, last: Callable[[P], Awaitable[R]]) -> R:
+        """Run the listeners of ``name`` as a chain ending in ``last``; return its result.
+
+        Each listener is ``async (payload, next)``: it may inspect or replace the payload,
+        await ``next(payload)`` and return (or transform) the result. A listener that returns
+        without calling ``next`` ends the chain with its own result.
+        """
+        chain = list(self._listeners.get(name, ()))
+
+        async def call(index: int, value: P) -> R:
+            if index == len(chain):
+                return await last(value)
+            result = chain[index](value, lambda v: call(index + 1, v))
+            assert isinstance(result, Awaitable), f"a {name} listener must be async"
+            out: R = await result
+            return out
+
+        return await call(0, payload)

@@ -1,0 +1,77 @@
+"""Messages and the agent's inbox: two lanes, every message ending claimed or discarded."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Inbox", "Lane", "UserMessage"]
+
+Lane = Literal["next_turn", "next_step"]
+"""``next_turn`` waits for a turn to claim it; ``next_step`` steers the running turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    id: str
+    text: str
+
+
+class Inbox:
+    """Queued work of one agent. The agent changes it only through its table's effects.
+
+    Users see it as ``agent.inbox``: the two lanes, ``pending``, and :meth:`remove`, which
+    goes through the agent so the table learns what is left.
+    """
+
+    def __init__(self, remove: Callable[[str], bool]) -> None:
+        self._lanes: dict[Lane, deque[UserMessage]] = {"next_turn": deque(), "next_step": deque()}
+        self._remove = remove
+
+    @property
+    def next_turn(self) -> tuple[UserMessage, ...]:
+        return tuple(self._lanes["next_turn"])
+
+    @property
+    def next_step(self) -> tuple[UserMessage, ...]:
+        return tuple(self._lanes["next_step"])
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._lanes["next_turn"] or self._lanes["next_step"])
+
+    def remove(self, message_id: str) -> bool:
+        """Remove a queued message by id; True if it was there (it then ends discarded)."""
+        return self._remove(message_id)
+
+    # --- used by the agent's effects ---------------------------------------------------------
+
+    def _insert(self, message: UserMessage, lane: Lane) -> None:
+        self._lanes[lane].append(message)
+
+    def _take(self, message_id: str) -> UserMessage | None:
+        for lane in self._lanes.values():
+            for message in lane:
+                if message.id == message_id:
+                    lane.remove(message)
+                    return message
+        return None
+
+    def _clear(self) -> list[UserMessage]:
+        out = [*self._lanes["next_step"], *self._lanes["next_turn"]]
+        for lane in self._lanes.values():
+            lane.clear()
+        return out
+
+    def _claim_all(self) -> list[UserMessage]:
+        return self._clear()
+
+    def _claim_steering(self) -> list[UserMessage]:
+        out = list(self._lanes["next_step"])
+        self._lanes["next_step"].clear()
+        return out
+
+    def __repr__(self) -> str:
+        return f"<Inbox next_turn={len(self.next_turn)} next_step={len(self.next_step)}>"

@@ -1,0 +1,566 @@
+"""The durable session: one agent's append-only log of plain JSON events, persisted as JSONL.
+
+A :class:`Session` records what happened to an agent's turns, in order. Each
+:class:`SessionEvent` has a ``seq`` (0, 1, 2, ... in append order), a ``type`` and ``data``
+of exactly the shape :data:`EVENT_SHAPES` declares for that type::
+
+    session.append("turn/start", {"turn": 1})
+    session.append("turn/end", {"turn": 1, "outcome": {"kind": "aborted"}})
+    assert Session.from_jsonl(session.to_jsonl()).events == session.events
+
+The shapes are checked on append and again on load and seed, and they admit plain JSON only,
+so nothing else can reach the durable log: no signal, exception object, stack, cancel cause
+or text from a canceller. In particular an interrupted turn ends with the *coarse* outcome,
+exactly ``{"kind": "aborted"}``: the outcome says what happened to the turn, not who asked
+(the runtime signal knows that, and the process-local ``agent/cancel-requested`` notification
+carries it; neither is durable). Loading rejects the legacy records that kept a reason beside
+``kind``, so replay cannot bring caller-owned cancellation detail back.
+
+Loading and seeding are all or nothing: the first fault rejects the whole input with a
+:class:`SessionError` naming the source and the line (or index), and no session exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal, NoReturn, TypeAlias, final, get_args, overload
+
+from fsm_core._errors import FsmError
+
+__all__ = [
+    "EVENT_SHAPES",
+    "JSON",
+    "OUTCOME_KINDS",
+    "EventType",
+    "FieldType",
+    "OutcomeKind",
+    "Session",
+    "SessionError",
+    "SessionEvent",
+]
+
+JSON: TypeAlias = "str | int | float | bool | Sequence[JSON] | Mapping[str, JSON] | None"
+"""A plain JSON value as the log stores it: arrays are tuples, objects are read-only mappings."""
+
+StrPath: TypeAlias = "str | os.PathLike[str]"
+
+EventType = Literal[
+    "turn/start",
+    "turn/end",
+    "step/start",
+    "step/end",
+    "user/message",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+    "inbox/claimed",
+    "inbox/discarded",
+]
+"""Every durable event type; :data:`EVENT_SHAPES` gives each one's data."""
+
+OutcomeKind = Literal["completed", "max-tokens", "error", "aborted", "disposed", "blocked"]
+"""How a turn ended (DESIGN.md decision 6). ``aborted`` covers both user and parent causes."""
+
+OUTCOME_KINDS: Final[tuple[OutcomeKind, ...]] = get_args(OutcomeKind)
+
+FieldType = Literal["int", "str", "bool", "[str]", "object", "json", "outcome"]
+"""The JSON type of one data field.
+
+``object`` is any JSON object, ``json`` any JSON value, and ``outcome`` exactly
+``{"kind": OutcomeKind}`` with no other key.
+"""
+
+_SHAPES: dict[EventType, dict[str, FieldType]] = {
+    "turn/start": {"turn": "int"},
+    "turn/end": {"turn": "int", "outcome": "outcome"},
+    "step/start": {"turn": "int", "step": "int"},
+    "step/end": {"turn": "int", "step": "int"},
+    "user/message": {"id": "str", "text": "str"},
+    "assistant/message": {"turn": "int", "step": "int", "text": "str"},
+    "tool/call": {"turn": "int", "step": "int", "id": "str", "name": "str", "args": "object"},
+    # Invariant: when ok is false, result is an error classification (see _CLASSIFICATION).
+    "tool/result": {"turn": "int", "step": "int", "id": "str", "ok": "bool", "result": "json"},
+    "inbox/claimed": {"turn": "int", "ids": "[str]"},
+    "inbox/discarded": {"ids": "[str]"},
+}
+
+EVENT_SHAPES: Final[Mapping[EventType, Mapping[str, FieldType]]] = MappingProxyType(
+    {name: MappingProxyType(shape) for name, shape in _SHAPES.items()}
+)
+"""The one table of durable shapes: event type -> field -> JSON type. Data has exactly these
+fields, no more and no fewer."""
+
+_EXPECTED: Final[Mapping[FieldType, str]] = {
+    "int": "an integer",
+    "str": "a string",
+    "bool": "a boolean",
+    "[str]": "an array of strings",
+    "object": "a JSON object",
+    "json": "a JSON value",
+    "outcome": 'an outcome {"kind": ...}',
+}
+
+# A failed tool's result names a class of failure ("aborted", "tool-error", "invalid-args"),
+# never an exception's text, type name or stack.
+_CLASSIFICATION: Final = re.compile(r"[a-z][a-z0-9]*(?:[-_/.][a-z0-9]+)*\Z")
+_CLASSIFICATION_MAX: Final = 64
+
+_RECORD_KEYS: Final = ("seq", "type", "data")
+_EVENT_TYPES: Final[Mapping[str, EventType]] = {name: name for name in _SHAPES}
+
+
+class SessionError(FsmError):
+    """A session input or append was rejected; nothing of it was recorded.
+
+    The message is ``SOURCE: WHERE: FAULT``, e.g. ``session.jsonl: line 3: turn/end: field
+    'outcome' must be exactly {"kind": ...}, but also has 'reason' (...)``. ``WHERE`` is
+    ``line N`` (1-based) for JSONL and ``event N`` (the index, which is the seq) for seeds and
+    appends.
+    """
+
+    def __init__(self, source: str, where: str, fault: str) -> None:
+        self.source = source
+        self.where = where
+        self.fault = fault
+        super().__init__(f"{source}: {where}: {fault}" if where else f"{source}: {fault}")
+
+
+class _Fault(Exception):
+    """A fault found while checking one record; the caller adds the source and place."""
+
+
+# --- values ----------------------------------------------------------------------------------
+
+
+def _kind(value: object) -> str:
+    """The JSON name of ``value``'s type, or its Python type name if it is not JSON at all."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return f"{type(value).__name__} (not a JSON value)"
+
+
+def _freeze(value: object, path: str, stack: tuple[int, ...] = ()) -> JSON:
+    """A deep, read-only copy of a JSON value made of exact built-in types; faults otherwise.
+
+    Subclasses of ``str``, ``int`` and ``float`` are copied to the base type, so nothing a
+    caller attached to them survives into the log.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Fault(f"field {path!r} is {value!r}; JSON numbers are finite")
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, list | tuple | Mapping):
+        if id(value) in stack:
+            raise _Fault(f"field {path!r} contains itself")
+        inner = (*stack, id(value))
+        if isinstance(value, Mapping):
+            frozen: dict[str, JSON] = {}
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise _Fault(f"field {path!r} has a non-string key {key!r}")
+                frozen[str.__str__(key)] = _freeze(item, f"{path}.{key}", inner)
+            return MappingProxyType(frozen)
+        return tuple(_freeze(item, f"{path}[{i}]", inner) for i, item in enumerate(value))
+    raise _Fault(f"field {path!r} must be a JSON value, found {type(value).__name__}")
+
+
+def _thaw(value: JSON) -> Any:
+    """A plain, mutable copy (dicts and lists) of a frozen value, for ``json`` and callers."""
+    if isinstance(value, Mapping):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+# --- shapes ----------------------------------------------------------------------------------
+
+
+def _check_field(name: str, field_type: FieldType, value: object) -> JSON:
+    def wrong() -> NoReturn:
+        raise _Fault(f"field {name!r} must be {_EXPECTED[field_type]}, found {_kind(value)}")
+
+    match field_type:
+        case "int":
+            if not isinstance(value, int) or isinstance(value, bool):
+                wrong()
+            return int.__int__(value)
+        case "str":
+            if not isinstance(value, str):
+                wrong()
+            return str.__str__(value)
+        case "bool":
+            if not isinstance(value, bool):
+                wrong()
+            return value
+        case "[str]":
+            if not isinstance(value, list | tuple):
+                wrong()
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise _Fault(f"field '{name}[{i}]' must be a string, found {_kind(item)}")
+            return tuple(str.__str__(item) for item in value)
+        case "object":
+            if not isinstance(value, Mapping):
+                wrong()
+            return _freeze(value, name)
+        case "json":
+            return _freeze(value, name)
+        case "outcome":
+            if not isinstance(value, Mapping):
+                wrong()
+            extra = sorted((repr(key) for key in value if key != "kind"), key=str)
+            if extra:
+                raise _Fault(
+                    f'field {name!r} must be exactly {{"kind": ...}}, but also has '
+                    f"{', '.join(extra)} (a durable outcome never records who cancelled or why)"
+                )
+            if "kind" not in value:
+                raise _Fault(f"field {name!r} has no 'kind'")
+            kind = value["kind"]
+            if not isinstance(kind, str):
+                raise _Fault(f"field '{name}.kind' must be a string, found {_kind(kind)}")
+            if kind not in OUTCOME_KINDS:
+                raise _Fault(
+                    f"field '{name}.kind' is {kind!r}, not one of: {', '.join(OUTCOME_KINDS)}"
+                )
+            return MappingProxyType({"kind": str.__str__(kind)})
+
+
+def _check_data(event_type: EventType, data: object) -> Mapping[str, JSON]:
+    """The frozen data of one event, checked against its row of :data:`EVENT_SHAPES`."""
+    shape = EVENT_SHAPES[event_type]
+    exactly = f"{event_type} data is exactly: {', '.join(shape)}"
+    try:
+        if not isinstance(data, Mapping):
+            raise _Fault(f"data must be a JSON object, found {_kind(data)}")
+        for key in data:
+            if key not in shape:
+                raise _Fault(f"unexpected field {key!r} ({exactly})")
+        for key in shape:
+            if key not in data:
+                raise _Fault(f"missing field {key!r} ({exactly})")
+        frozen = {name: _check_field(name, field, data[name]) for name, field in shape.items()}
+        if event_type == "tool/result" and frozen["ok"] is False:
+            result = frozen["result"]
+            if (
+                not isinstance(result, str)
+                or len(result) > _CLASSIFICATION_MAX
+                or not _CLASSIFICATION.match(result)
+            ):
+                raise _Fault(
+                    "field 'result' must be an error classification when ok is false "
+                    '(a short lowercase token such as "tool-error" or "aborted", never an '
+                    "exception's text)"
+                )
+        return MappingProxyType(frozen)
+    except _Fault as fault:
+        raise _Fault(f"{event_type}: {fault}") from None
+    except RecursionError:
+        raise _Fault(f"{event_type}: data is nested too deeply") from None
+
+
+def _check_type(event_type: object) -> EventType:
+    if not isinstance(event_type, str):
+        raise _Fault(f"type must be a string, found {_kind(event_type)}")
+    if event_type not in _EVENT_TYPES:
+        raise _Fault(f"unknown event type {event_type!r} (known: {', '.join(EVENT_SHAPES)})")
+    return _EVENT_TYPES[event_type]
+
+
+def _check_record(record: object, seq: int) -> SessionEvent:
+    """One recorded event ``{"seq", "type", "data"}`` that must come at position ``seq``."""
+    if not isinstance(record, Mapping):
+        raise _Fault(f"a record must be a JSON object, found {_kind(record)}")
+    exactly = f"a record is exactly: {', '.join(_RECORD_KEYS)}"
+    for key in record:
+        if key not in _RECORD_KEYS:
+            raise _Fault(f"record has an unexpected key {key!r} ({exactly})")
+    for key in _RECORD_KEYS:
+        if key not in record:
+            raise _Fault(f"record has no key {key!r} ({exactly})")
+    got = record["seq"]
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise _Fault(f"seq must be an integer, found {_kind(got)}")
+    if got != seq:
+        raise _Fault(f"seq is {got} but should be {seq} (seq counts 0, 1, 2, ... in order)")
+    event_type = _check_type(record["type"])
+    return SessionEvent(seq, event_type, _check_data(event_type, record["data"]))
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse(line: str) -> object:
+    if not line.strip():
+        raise _Fault("blank line (every line is one JSON record)")
+    try:
+        return json.loads(
+            line, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+        )
+    except ValueError as e:  # JSONDecodeError, duplicate keys, NaN and Infinity
+        raise _Fault(f"not valid JSON ({e})") from None
+    except RecursionError:
+        raise _Fault("not valid JSON (nested too deeply)") from None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one step: a synced temp file beside it, then rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+# --- the log ---------------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True, repr=False)
+class SessionEvent:
+    """One durable event: its place in the log, its type and its plain JSON data.
+
+    You do not build these: :meth:`Session.append`, :meth:`Session.seed` and loading do, after
+    checking the data against :data:`EVENT_SHAPES`. ``data`` is deep-frozen (objects are
+    read-only mappings, arrays are tuples), so no caller can change the log through it; use
+    :meth:`to_json` for a plain, mutable copy.
+    """
+
+    seq: int
+    type: EventType
+    data: Mapping[str, JSON]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSONL record ``{"seq": ..., "type": ..., "data": ...}`` as fresh plain values."""
+        return {"seq": self.seq, "type": self.type, "data": _thaw(self.data)}
+
+    def __hash__(self) -> int:
+        return hash((self.seq, self.type, _dumps(_thaw(self.data))))
+
+    def __repr__(self) -> str:
+        return f"SessionEvent(seq={self.seq}, type={self.type!r}, data={_thaw(self.data)!r})"
+
+
+@final
+class _Events(Sequence[SessionEvent]):
+    """A live, read-only view of a session's events; equal to any sequence of equal events."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self, events: list[SessionEvent]) -> None:
+        self._events = events
+
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[SessionEvent, ...]: ...
+    def __getitem__(self, index: int | slice) -> SessionEvent | tuple[SessionEvent, ...]:
+        if isinstance(index, slice):
+            return tuple(self._events[index])
+        return self._events[index]
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        return iter(self._events)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Events):
+            return self._events == other._events
+        if isinstance(other, list | tuple):
+            return self._events == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a live view is not a value
+
+    def __repr__(self) -> str:
+        return repr(self._events)
+
+
+@final
+class Session:
+    """The append-only durable log of one agent.
+
+    ::
+
+        session = Session()                                   # in memory
+        session.append("user/message", {"id": "m1", "text": "hi"})
+
+    ``Session(path)`` persists the log at ``path``: an existing log there is loaded first (all
+    or nothing), and every :meth:`flush` replaces the file atomically with the whole log.
+    :meth:`load` and :meth:`from_jsonl` read a log without attaching to it, so replaying a
+    recorded file never writes to it.
+
+    A ``tool/result`` with ``ok`` false records a short error *classification* as its result
+    (``"tool-error"``, ``"aborted"``, ``"invalid-args"``), never an exception's text: the
+    shape rejects anything else, as it rejects any value that is not plain JSON.
+    """
+
+    __slots__ = ("_events", "_lines", "_name", "_path")
+
+    def __init__(self, path: StrPath | None = None) -> None:
+        # Invariant: _events[i].seq == i; every event passed _check_data.
+        self._events: list[SessionEvent] = []
+        # Invariant: _lines[i] is the JSONL line of _events[i] (a prefix; filled lazily).
+        self._lines: list[str] = []
+        self._path = None if path is None else Path(path)
+        self._name = "<session>" if path is None else os.fspath(path)
+        if self._path is not None and self._path.exists():
+            self._events = Session.load(self._path)._events
+
+    @property
+    def events(self) -> Sequence[SessionEvent]:
+        """Every event so far, in seq order: a live, read-only view."""
+        return _Events(self._events)
+
+    @property
+    def path(self) -> Path | None:
+        """Where :meth:`flush` writes, or None for a session held only in memory."""
+        return self._path
+
+    def append(self, type: EventType, data: Mapping[str, object]) -> SessionEvent:
+        """Record one event and return it, with the next seq.
+
+        Raises :class:`SessionError` (and records nothing) for an unknown ``type`` or data
+        that does not have exactly the declared shape. The log keeps a deep-frozen copy, so
+        changing ``data`` afterwards does not change the log.
+        """
+        seq = len(self._events)
+        try:
+            event_type = _check_type(type)
+            event = SessionEvent(seq, event_type, _check_data(event_type, data))
+        except _Fault as fault:
+            raise SessionError(self._name, f"event {seq}", str(fault)) from None
+        self._events.append(event)
+        return event
+
+    def to_jsonl(self) -> str:
+        """One compact JSON record per line, keys sorted, ASCII only, each ending in ``\\n``."""
+        for event in self._events[len(self._lines) :]:
+            self._lines.append(_dumps(event.to_json()) + "\n")
+        return "".join(self._lines)
+
+    def save(self, path: StrPath) -> None:
+        """Write the log to ``path`` atomically; the session does not attach to it."""
+        _write_atomically(Path(path), self.to_jsonl())
+
+    async def flush(self) -> None:
+        """A durability point: when it returns, the whole log is on disk (if attached).
+
+        The runtime awaits it through the ``session/flush`` waterfall after each turn ends,
+        before the next turn and before idle. With no path it returns at once.
+        """
+        if self._path is not None:
+            _write_atomically(self._path, self.to_jsonl())
+
+    @classmethod
+    def from_jsonl(cls, text: str, source: str = "<jsonl>") -> Session:
+        """A session holding the events of ``text``; any fault rejects it whole.
+
+        The error names ``source`` and the 1-based line: ``session.jsonl: line 3: not valid
+        JSON (...)``. A final newline is optional; blank lines are faults.
+        """
+        # Split on "\n" only: str.splitlines() would also split on U+2028 and friends.
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        events: list[SessionEvent] = []
+        for number, line in enumerate(lines, 1):
+            try:
+                events.append(_check_record(_parse(line), len(events)))
+            except _Fault as fault:
+                raise SessionError(source, f"line {number}", str(fault)) from None
+        return cls._holding(events, source)
+
+    @classmethod
+    def load(cls, path: StrPath) -> Session:
+        """The session stored at ``path`` (see :meth:`from_jsonl`), not attached to it."""
+        display = os.fspath(path)
+        try:
+            raw = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise SessionError(display, "", "file not found") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw.count(b"\n", 0, e.start) + 1
+            raise SessionError(display, f"line {line}", f"not UTF-8 ({e.reason})") from None
+        return cls.from_jsonl(text, source=display)
+
+    @classmethod
+    def seed(
+        cls, events: Iterable[Mapping[str, object] | SessionEvent], source: str = "<seed>"
+    ) -> Session:
+        """A session starting from recorded events: records ``{"seq", "type", "data"}`` or
+        :class:`SessionEvent` values, checked exactly as loading checks them.
+
+        The error names ``source`` and the 0-based index: ``<seed>: event 2: ...``.
+        """
+        checked: list[SessionEvent] = []
+        for index, event in enumerate(events):
+            record = event.to_json() if isinstance(event, SessionEvent) else event
+            try:
+                checked.append(_check_record(record, index))
+            except _Fault as fault:
+                raise SessionError(source, f"event {index}", str(fault)) from None
+        return cls._holding(checked, source)
+
+    @classmethod
+    def _holding(cls, events: list[SessionEvent], name: str) -> Session:
+        session = cls()
+        session._events = events
+        session._name = name
+        return session
+
+    def __repr__(self) -> str:
+        last = f" last={self._events[-1].type}" if self._events else ""
+        return f"<Session {self._name} events={len(self._events)}{last}>"
