@@ -25,6 +25,8 @@ from fsm_core.runtime import (
 from fsm_core.spec import Clause, Effect, Machine, Spec, State, Step, load_spec
 
 __all__ = [
+    "PARENT",
+    "USER",
     "AbortSignal",
     "Agent",
     "AgentCancelCause",
@@ -35,7 +37,6 @@ __all__ = [
     "HostedMachine",
     "Machine",
     "NotEnabled",
-    "PARENT",
     "Rejected",
     "Runtime",
     "Spec",
@@ -43,7 +44,6 @@ __all__ = [
     "State",
     "Step",
     "TransitionError",
-    "USER",
     "UserMessage",
     "load_spec",
 ]

@@ -34,6 +34,7 @@ from fsm_core.runtime._model import (
 )
 from fsm_core.runtime._payloads import Status
 from fsm_core.runtime._runtime import Runtime
+from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session, SessionError, SessionEvent
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 
@@ -71,4 +72,5 @@ __all__ = [
     "UserCause",
     "UserMessage",
     "Wait",
+    "initiating_agent",
 ]

@@ -52,6 +52,7 @@ from fsm_core.runtime._payloads import (
     TurnStarted,
     TurnStopping,
 )
+from fsm_core.runtime._scope import context_for
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 from fsm_core.spec import Effect, Machine
@@ -195,8 +196,13 @@ class Agent:
 
     # --- disposal ---------------------------------------------------------------------------
 
-    async def _dispose(self) -> None:
+    def _request_disposal(self) -> None:
+        """Begin disposal inside the caller's call, as the seed's ``dispose()`` does before its
+        first await: a turn that a cancel has just aborted must not retire before the lifecycle
+        flag is set, or it would record ``aborted`` where decision 6 says ``disposed``."""
         self.control.fire("dispose")
+
+    async def _dispose(self) -> None:
         await self.when_idle()
         self.control.fire("dispose_finish")
 
@@ -213,7 +219,12 @@ class Agent:
             assert controller is not None
             ending = await self._run_turn(controller.signal, self._turn)
             self.control.fire("retire", end=ending)
-            await self.events.waterfall("session/flush", Flush(self, self.session), self._flush)
+            try:
+                await self.events.waterfall("session/flush", Flush(self, self.session), self._flush)
+            except Exception:
+                # The turn's outcome is already recorded; a failed flush is reported and must
+                # not strand the agent in running (when_idle() and dispose would never return).
+                log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
             self.control.fire("converge")
 
     async def _flush(self, payload: Flush) -> None:
@@ -232,9 +243,7 @@ class Agent:
                 signal.raise_if_aborted()
                 if self.inbox.next_step:
                     self.control.fire("take_steering", rest=bool(self.inbox.next_turn))
-                    context += [
-                        {"role": "user", "id": m.id, "text": m.text} for m in self._steering
-                    ]
+                    context += [_said(m) for m in self._steering]
                 reply = await self._step(signal, turn, step, context)
                 if reply.finish != "tool_calls":
                     break
@@ -300,14 +309,16 @@ class Agent:
             "tool/call",
             {"turn": turn, "step": step, "id": call.id, "name": call.name, "args": dict(call.args)},
         )
-        approved = await self.events.waterfall(
-            "agent/tool-approval", ToolApproval(self, signal, call), lambda _a: _same(True)
-        )
-        signal.raise_if_aborted()
-        tool = self.runtime.tools.get(call.name)
-        # A failure is recorded as a short classification, never as an exception's text.
-        ok, result = False, "refused" if not approved else "unknown-tool"
+        # A failure is recorded as a short classification, never as an exception's text. Every
+        # tool/call gets its tool/result, even when the turn is interrupted during approval.
+        ok, result = False, "aborted"
         try:
+            approved = await self.events.waterfall(
+                "agent/tool-approval", ToolApproval(self, signal, call), lambda _a: _same(True)
+            )
+            signal.raise_if_aborted()
+            tool = self.runtime.tools.get(call.name)
+            result = "refused" if not approved else "unknown-tool"
             if approved and tool is not None:
                 result = "aborted"
                 try:
@@ -330,6 +341,15 @@ class Agent:
     # --- effects: what the table's rows tell the runtime to do --------------------------------
 
     def _perform(self, effect: Effect) -> None:
+        # The table's contract for this effect must hold as it runs; the loader and the checker
+        # prove it for the table, this catches a runtime that re-enters where the table does
+        # not say it may.
+        if self.control.spec.unmet(effect.name, self.control.snapshot(), effect.args):
+            requires = self.control.spec.table.effects[effect.name].requires_text
+            raise FsmError(
+                f"agent {self.id}: {effect} runs where its contract {requires!r} does not hold "
+                f"({self.control.spec.format_state(self.control.snapshot())})"
+            )
         self._handlers[effect.name](*effect.args)
 
     def _value(self, name: str) -> Value:
@@ -341,7 +361,9 @@ class Agent:
         self.events.emit("inbox/inserted", MessageInserted(self, message, cast(Lane, lane)))
 
     def _schedule_driver(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._drive(), name=f"driver {self.id}")
+        task = asyncio.get_running_loop().create_task(
+            self._drive(), name=f"driver {self.id}", context=context_for(self)
+        )
         self._driver = task
         self.runtime._track(task)
 
@@ -375,19 +397,15 @@ class Agent:
         self.events.emit("agent/status", StatusChanged(self, self._status))
 
     def _claim_inbox(self) -> None:
+        # Not a notifying effect in the table: inbox/claimed is announced by
+        # publish_turn_start, so a listener that cancels re-enters where the table says it may.
         self._claimed = self.inbox._claim_all()
         self._turn += 1
-        controller = self._controller
-        assert controller is not None
         self.session.append(
             "inbox/claimed", {"turn": self._turn, "ids": [m.id for m in self._claimed]}
         )
         for message in self._claimed:
             self.session.append("user/message", {"id": message.id, "text": message.text})
-        self.events.emit(
-            "inbox/claimed",
-            MessagesClaimed(self, controller.signal, self._turn, tuple(self._claimed)),
-        )
 
     def _claim_steering(self) -> None:
         self._steering = self.inbox._claim_steering()
@@ -401,6 +419,8 @@ class Agent:
         controller = self._controller
         assert controller is not None
         self.session.append("turn/start", {"turn": self._turn})
+        claimed = MessagesClaimed(self, controller.signal, self._turn, tuple(self._claimed))
+        self.events.emit("inbox/claimed", claimed)
         self.events.emit("turn/start", TurnStarted(self, controller.signal, self._turn))
 
     def _publish_turn_end(self, outcome: str) -> None:
@@ -442,6 +462,7 @@ class AgentHandle:
 
     async def dispose(self) -> None:
         if self._disposal is None:
+            self.agent._request_disposal()
             self._disposal = asyncio.get_running_loop().create_task(
                 self.agent._dispose(), name=f"dispose {self.agent.id}"
             )

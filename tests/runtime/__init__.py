@@ -1,0 +1,1 @@
+"""Tests of the asyncio reference runtime (fsm_core.runtime)."""
