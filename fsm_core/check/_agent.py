@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from fsm_core.check._explore import System
 from fsm_core.check._model import Model
-from fsm_core.check._moves import Move, show
+from fsm_core.check._moves import Labels, Move, show
 from fsm_core.spec._expr import Value
 from fsm_core.spec._machine import REFUSED, State
 
@@ -94,8 +94,8 @@ class AgentSystem:
             for args in m.all_arguments(e)
         ]
         self._events = [(e, list(m.all_arguments(e))) for e in m.table.events]
-        self.labels: list[Move] = []
-        self._label_index: dict[Move, int] = {}
+        self._labels = Labels()
+        self.labels = self._labels.moves
         initial = (*m.initial, *(model.budgets[e] for e in self.budget_events), False, False, "")
         self.names: tuple[str, ...] = (
             *m.names,
@@ -141,15 +141,8 @@ class AgentSystem:
                 continue
             for args in arguments:
                 for move, nxt in self._runs(s, event, args):
-                    out.append((self._label(move), nxt))
+                    out.append((self._labels.index(move), nxt))
         return out
-
-    def _label(self, move: Move) -> int:
-        index = self._label_index.get(move)
-        if index is None:
-            index = self._label_index[move] = len(self.labels)
-            self.labels.append(move)
-        return index
 
     def _runs(self, s: State, event: str, args: tuple[Value, ...]) -> list[tuple[Move, State]]:
         """Every way the step can go: one run per plan of listener reactions."""

@@ -51,3 +51,18 @@ class Move:
 
     def kwargs(self) -> Mapping[str, Value]:
         return dict(self.args)
+
+
+class Labels:
+    """Moves numbered by first appearance: the explorer stores the numbers, not the moves."""
+
+    def __init__(self) -> None:
+        self.moves: list[Move] = []
+        self._index: dict[Move, int] = {}
+
+    def index(self, move: Move) -> int:
+        found = self._index.get(move)
+        if found is None:
+            found = self._index[move] = len(self.moves)
+            self.moves.append(move)
+        return found

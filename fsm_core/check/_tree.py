@@ -36,7 +36,7 @@ from typing import Any
 
 from fsm_core.check._explore import System
 from fsm_core.check._model import Model
-from fsm_core.check._moves import Move
+from fsm_core.check._moves import Labels, Move
 from fsm_core.spec._expr import Value
 from fsm_core.spec._machine import REFUSED, Perform
 
@@ -109,8 +109,8 @@ class TreeSystem:
             (e, list(m.all_arguments(e))) for e in m.table.events if e not in _WIRED_ONLY
         ]
         self._params = {e: [p for p, _ in spec.params] for e, spec in m.table.events.items()}
-        self.labels: list[Move] = []
-        self._label_index: dict[Move, int] = {}
+        self._labels = Labels()
+        self.labels = self._labels.moves
         slots: list[object] = [tuple(m.initial)] + [None] * (n - 1)
         initial: TreeState = (
             *slots,
@@ -182,15 +182,8 @@ class TreeSystem:
                     step = self._step(s, i, event, args)
                     if step is not None:
                         move, nxt = step
-                        out.append((self._label(move), nxt))
+                        out.append((self._labels.index(move), nxt))
         return out
-
-    def _label(self, move: Move) -> int:
-        index = self._label_index.get(move)
-        if index is None:
-            index = self._label_index[move] = len(self.labels)
-            self.labels.append(move)
-        return index
 
     def _step(
         self, s: TreeState, node: int, event: str, args: tuple[Value, ...]
