@@ -24,12 +24,22 @@ change that invalidates a mutant fails loudly instead of silently testing nothin
 means a property is missing (or the mutant is equivalent); ``gap`` records the ones whose
 missing property is known and reported, so ``fsm-core mutants --spec`` still lists them as
 survivors and exits 1 until the property exists.
+
+``fsm-core mutants --runtime`` is the same idea one layer down: plausible bugs in the runtime's
+own Python (effect handlers, event order, awaits, signals, waiters), each run against the race
+machine of ``tests/race``. That catalogue and the switch that turns a mutant on live only in the
+repository's tests (``tests/race/runtime_mutants.py``); :func:`run_runtime` finds them from the
+package's location and prints their kill table.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
+import logging
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -37,6 +47,8 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Protocol
 
 from fsm_core._errors import FsmError, SpecError
 from fsm_core._paths import models_dir, specs_dir
@@ -434,15 +446,29 @@ _DEFAULT_JOBS = 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Declare the arguments of ``fsm-core mutants [--spec] [--jobs N] [NAME ...]``."""
+    """Declare the arguments of ``fsm-core mutants [--spec | --runtime [--no-shrink]]
+    [--jobs N] [NAME ...]``."""
     parser.add_argument("names", nargs="*", metavar="NAME", help="mutants to run (default: all)")
-    parser.add_argument(
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument(
         "--spec",
         action="store_true",
-        help="mutate the tables in specs/ (the only kind of mutant so far, and the default)",
+        help="mutate the tables in specs/ and model-check them (the default)",
+    )
+    kind.add_argument(
+        "--runtime",
+        action="store_true",
+        help="mutate the runtime's own Python and run the race machine of tests/race against "
+        "each mutant (needs a checkout of the repository)",
     )
     parser.add_argument(
         "--jobs", type=int, default=None, metavar="N", help="processes to use (default: 2)"
+    )
+    parser.add_argument(
+        "--no-shrink",
+        dest="shrink",
+        action="store_false",
+        help="with --runtime: stop at each first failure, without shrinking it (no steps)",
     )
 
 
@@ -451,8 +477,11 @@ def run(args: argparse.Namespace) -> int:
 
     The unmutated tables are checked first, alongside the mutants: if they already fail, a
     kill proves nothing and no table is printed. Exit 0 when every mutant is killed, 1 on a
-    survivor or failing unmutated tables, 2 on an unknown name or a stale edit.
+    survivor or failing unmutated tables, 2 on an unknown name or a stale edit. ``--runtime``
+    runs :func:`run_runtime` instead, with the same exit statuses.
     """
+    if getattr(args, "runtime", False):
+        return run_runtime(args)
     start = time.perf_counter()
     try:
         chosen = select(args.names or None)
@@ -502,6 +531,159 @@ def format_table(mutants: Sequence[Mutant], kills: Sequence[Kill]) -> str:
     return "\n".join([*out, *notes]) + "\n"
 
 
+# --- runtime mutants: fsm-core mutants --runtime ------------------------------------------------
+# The catalogue, the switch that turns a mutant on and the runner live in the repository's
+# tests/race/runtime_mutants.py, beside the race machine they run: nothing here (or anywhere in
+# the package) can switch a runtime mutant on. This command only finds them, runs them in worker
+# processes and prints the kill table, so it needs a checkout, not an installed wheel.
+
+RUNTIME_MUTANTS = "tests.race.runtime_mutants"
+"""The module holding the runtime mutant catalogue and its runner, under the repository root."""
+
+
+class _RuntimeKill(Protocol):
+    """What ``hunt_by_name`` of tests/race/runtime_mutants.py returns for one mutant."""
+
+    mutant: str
+    killed: bool
+    examples: int
+    seconds: float
+    steps: int | None
+    error: str | None
+
+
+class _RuntimeMutant(Protocol):
+    name: str
+    doc: str
+    gap: str | None
+
+
+def repository_root() -> Path:
+    """The checkout this package runs from: the parent of ``fsm_core/`` if it holds
+    pyproject.toml and ``tests/race/``; raises :class:`MutantError` otherwise."""
+    package = Path(__file__).resolve().parents[1]
+    root = package.parent
+    catalogue = root / Path(*RUNTIME_MUTANTS.split(".")).with_suffix(".py")
+    if not (root / "pyproject.toml").is_file() or not catalogue.is_file():
+        raise MutantError(
+            f"runtime mutants need the repository's tests/race/ (a developer tool): no "
+            f"{catalogue.relative_to(root)} beside the package at {package}; run fsm-core from "
+            "a checkout of the repository (python3 -m uv run --locked fsm-core mutants --runtime)"
+        )
+    return root
+
+
+def _import_runtime_mutants(root: Path) -> ModuleType:
+    """``tests.race.runtime_mutants`` of the checkout at ``root`` (never another ``tests``)."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    module = importlib.import_module(RUNTIME_MUTANTS)
+    found = Path(module.__file__ or "").resolve()
+    if not found.is_relative_to(root):
+        raise MutantError(f"{RUNTIME_MUTANTS} was imported from {found}, not from {root}")
+    return module
+
+
+def _runtime_worker(root: str) -> None:
+    """Set up a worker process: the checkout on sys.path, runtime logging kept quiet."""
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    _quiet_runtime_logs()
+
+
+def _quiet_runtime_logs() -> None:
+    # Mutants make listeners, drivers and tasks fail; the runtime (and asyncio, for a task
+    # whose failure nobody awaited) logs that, and the race machine judges it. Without a
+    # handler Python would print every record to stderr, around the kill table.
+    for name in ("fsm_core", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+
+
+def _hunt_all(
+    module: ModuleType, root: Path, names: Sequence[str], jobs: int | None, shrink: bool
+) -> list[_RuntimeKill]:
+    """``module.hunt_by_name`` for each name (the unmutated run included), in order."""
+    hunt = functools.partial(module.hunt_by_name, shrink=shrink)
+    workers = max(1, min(jobs or _DEFAULT_JOBS, len(names)))
+    if workers == 1:
+        _quiet_runtime_logs()
+        return [hunt(name) for name in names]
+    with ProcessPoolExecutor(
+        max_workers=workers, initializer=_runtime_worker, initargs=(str(root),)
+    ) as pool:
+        return list(pool.map(hunt, names))
+
+
+def run_runtime(args: argparse.Namespace) -> int:
+    """``fsm-core mutants --runtime [NAME ...]``: the runtime kill table; the exit status.
+
+    The race machine runs against the unmutated runtime too, alongside the mutants: if it
+    fails there, a kill proves nothing and no table is printed. Exit 0 when every mutant is
+    killed, 1 on a survivor or a failing unmutated runtime, 2 on a missing tests/race, an
+    unknown name or a stale edit.
+    """
+    start = time.perf_counter()
+    try:
+        root = repository_root()
+        module = _import_runtime_mutants(root)
+        chosen: list[_RuntimeMutant] = module.select(args.names or None)
+        module.check_edits(chosen)  # a stale edit fails here, before any process starts
+    except MutantError as e:
+        print(f"fsm-core: {e}", file=sys.stderr)
+        return 2
+    unmutated: str = module.UNMUTATED
+    names = [unmutated, *(m.name for m in chosen)]
+    sanity, *kills = _hunt_all(module, root, names, args.jobs, getattr(args, "shrink", True))
+    if sanity.killed:
+        print(
+            f"fsm-core: the race machine already fails on the unmutated runtime after "
+            f"{sanity.examples} examples ({sanity.error}); a kill table would prove nothing",
+            file=sys.stderr,
+        )
+        return 1
+    print(format_runtime_table(chosen, kills), end="")
+    survived = sum(not k.killed for k in kills)
+    times = [k.seconds for k in kills if k.killed]
+    median = f"{statistics.median(times):.1f}" if times else "-"
+    print(
+        f"Done. mutants={len(kills)} killed={len(kills) - survived} survived={survived} "
+        f"median_kill_sec={median} sec={time.perf_counter() - start:.1f}"
+    )
+    return 1 if survived else 0
+
+
+_FAILURE_WIDTH = 60
+"""How much of a kill's final failure the table shows."""
+
+
+def format_runtime_table(mutants: Sequence[_RuntimeMutant], kills: Sequence[_RuntimeKill]) -> str:
+    """The runtime kill table: result, examples and seconds to the first failure, the shrunk
+    program's steps and its failure, one line per mutant; then each survivor's gap."""
+    header = ("mutant", "result", "examples", "sec", "steps", "first line of the failure")
+    lines = [header]
+    notes: list[str] = []
+    for m, k in zip(mutants, kills, strict=True):
+        failure = k.error or "-"
+        if len(failure) > _FAILURE_WIDTH:
+            failure = failure[: _FAILURE_WIDTH - 3] + "..."
+        if not k.killed:
+            notes.append(f"{m.name} survived: {m.gap or 'no rule or invariant caught it'}")
+        steps = "-" if k.steps is None else str(k.steps)
+        result = "killed" if k.killed else "SURVIVED"
+        lines.append((m.name, result, str(k.examples), f"{k.seconds:.1f}", steps, failure))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    out = []
+    for line in lines:
+        cells = [
+            cell.rjust(w) if i in (2, 3, 4) else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(line, widths, strict=False))
+        ]
+        out.append("  ".join([*cells, line[-1]]).rstrip())
+    return "\n".join([*out, *notes]) + "\n"
+
+
 __all__ = [
     "MUTANTS",
     "UNMUTATED",
@@ -509,10 +691,13 @@ __all__ = [
     "Mutant",
     "MutantError",
     "configure",
+    "format_runtime_table",
     "format_table",
+    "repository_root",
     "run",
     "run_mutant",
     "run_mutants",
+    "run_runtime",
     "run_unmutated",
     "select",
 ]
