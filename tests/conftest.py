@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, settings
 settings.register_profile(
     "ci",
     derandomize=True,
+    # No example database: a run depends on the code alone, in CI's fresh clone and locally.
+    database=None,
     max_examples=100,
     deadline=None,
     print_blob=True,
