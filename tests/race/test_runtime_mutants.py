@@ -9,10 +9,10 @@ asserts is the kill, and shrinking a stateful program costs far more than findin
 unmutated runtime passes the same machine is test_agent_race.py's own test, not repeated here.
 
 A mutant with a known ``gap`` is not reliably killed within the budget (the reason is reported);
-its test is a non-strict xfail. The one gap today, ``steering_rest_counts_itself``, is killed
-in some runs and not others: the machine's choices are not yet fully independent of string
-hashing across processes, so at the budget the kill depends on the process. Making the machine
-hash-independent and then making gaps strict again is the next step.
+its test is a non-strict xfail. The one gap today, ``steering_rest_counts_itself``, is not killed
+when its test runs alone (any PYTHONHASHSEED) but was killed in a full ``-n 2`` run: something
+carried across tests in one process changes the search, so the kill depends on test order.
+Finding that shared state, then making gaps strict again, is the next step.
 """
 
 from __future__ import annotations
