@@ -550,6 +550,7 @@ class _RuntimeKill(Protocol):
     seconds: float
     steps: int | None
     error: str | None
+    shrink_cut: bool
 
 
 class _RuntimeMutant(Protocol):
@@ -646,7 +647,7 @@ def run_runtime(args: argparse.Namespace) -> int:
     print(format_runtime_table(chosen, kills), end="")
     survived = sum(not k.killed for k in kills)
     times = [k.seconds for k in kills if k.killed]
-    median = f"{statistics.median(times):.1f}" if times else "-"
+    median = f"{statistics.median(times):.2f}" if times else "-"
     print(
         f"Done. mutants={len(kills)} killed={len(kills) - survived} survived={survived} "
         f"median_kill_sec={median} sec={time.perf_counter() - start:.1f}"
@@ -670,9 +671,14 @@ def format_runtime_table(mutants: Sequence[_RuntimeMutant], kills: Sequence[_Run
             failure = failure[: _FAILURE_WIDTH - 3] + "..."
         if not k.killed:
             notes.append(f"{m.name} survived: {m.gap or 'no rule or invariant caught it'}")
-        steps = "-" if k.steps is None else str(k.steps)
+        steps = "-" if k.steps is None else f"<={k.steps}" if k.shrink_cut else str(k.steps)
+        if k.shrink_cut:
+            notes.append(
+                f"{m.name}: Hypothesis stopped shrinking at its time limit; the program may be "
+                "shorter than the steps shown"
+            )
         result = "killed" if k.killed else "SURVIVED"
-        lines.append((m.name, result, str(k.examples), f"{k.seconds:.1f}", steps, failure))
+        lines.append((m.name, result, str(k.examples), f"{k.seconds:.2f}", steps, failure))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
     out = []
     for line in lines:

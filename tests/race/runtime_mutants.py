@@ -48,6 +48,9 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.errors import UnsatisfiedAssumption
+from hypothesis.internal.conjecture import providers
+from hypothesis.internal.constants_ast import Constants
+from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 
 from fsm_core.check._mutants import MutantError
@@ -391,9 +394,9 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
             ),
         ),
         gap=(
-            "at the ci budget the derandomized search never takes steering at a step boundary "
-            "with no followup queued (the only state where the wrong rest shows); it is killed "
-            "after 75 examples with max_examples=200 and 83 with 500"
+            "the ci search never reaches the one state where the wrong rest shows: in the whole "
+            "ci run on the unmutated runtime take_steering fires 12 times, always with followups "
+            "queued (rest=true); with max_examples=200 it is killed after 75 examples"
         ),
     ),
     RuntimeMutant(
@@ -481,7 +484,8 @@ class RuntimeKill:
     machine built, for a survivor); ``seconds`` is the time to that first failure (the whole
     search, for a survivor); ``steps`` is the number of rule steps in the shrunk program
     Hypothesis reports (None for a survivor, or when shrinking was skipped); ``error`` names
-    the final failure, ``"Type: first line"``; ``total`` includes shrinking.
+    the final failure, ``"Type: first line"``; ``total`` includes shrinking; ``program`` is
+    the reported program, one line per step (invariant checks included).
     """
 
     mutant: str
@@ -492,6 +496,8 @@ class RuntimeKill:
     error: str | None
     total: float
     program: tuple[str, ...] = field(default=(), compare=False)
+    shrink_cut: bool = False
+    """Hypothesis gave up shrinking at its time limit: ``steps`` is an upper bound."""
 
 
 def race_machine() -> type[RuleBasedStateMachine]:
@@ -567,8 +573,9 @@ def _hunt(
 
     test.hypothesis.inner_test = watched  # type: ignore[attr-defined]
     error: BaseException | None = None
+    reports: list[object] = []  # what Hypothesis would print (here: only a warning, if any)
     start = time.perf_counter()
-    with activated(mutant):
+    with activated(mutant), _no_local_constants(), with_reporter(reports.append):
         try:
             test()
         except Exception as e:
@@ -580,7 +587,31 @@ def _hunt(
         return RuntimeKill(name, False, built, total, None, None, total)
     program = _program(error)
     steps = _rule_steps(program, checks) if shrink and program else None
-    return RuntimeKill(name, True, first[0], first[1], steps, _describe(error), total, program)
+    cut = any(_SLOW_SHRINK in str(r) for r in reports)
+    return RuntimeKill(name, True, first[0], first[1], steps, _describe(error), total, program, cut)
+
+
+_SLOW_SHRINK = "stopped because it is making very slow progress"
+"""What Hypothesis reports when it gives up shrinking after its time limit (five minutes)."""
+
+
+@contextmanager
+def _no_local_constants() -> Iterator[None]:
+    """Generate as if no module of this repository were loaded.
+
+    Hypothesis mixes integer (and other) constants found in every *local* module loaded so far
+    into what it draws, rule choices included. So which modules a process happened to import
+    (which test files pytest collected, what ran before in a worker) can change a derandomized
+    search, and with it the examples a kill takes, or whether it happens. Pinned to none while
+    hunting, that pool is the same in pytest, in any worker and in ``fsm-core mutants``.
+    """
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(providers, "_get_local_constants", Constants)
+        providers.CONSTANTS_CACHE.cache.clear()  # it caches the constants drawn from so far
+        try:
+            yield
+        finally:
+            providers.CONSTANTS_CACHE.cache.clear()
 
 
 def _program(error: BaseException | None) -> tuple[str, ...]:
