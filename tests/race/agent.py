@@ -285,6 +285,8 @@ class AgentRaceMachine(RuleBasedStateMachine):
         self.in_seams = 0
         self.abort_senders = 0
         """Abort observers waiting for the next turn's signal."""
+        self.pre_step_steers = 0
+        """Steers the next ``agent/pre-step`` handlers send, one each."""
         self.idle_seen: list[tuple[State, int]] = []
         """The state, and how many turns had ended, each time a when_idle() waiter resumed."""
         # The durable log, read incrementally.
@@ -517,6 +519,15 @@ class AgentRaceMachine(RuleBasedStateMachine):
             self.abort_senders += 1
 
     @precondition(_alive)
+    @rule()
+    def on_pre_step_steer(self) -> None:
+        """Once: the next ``agent/pre-step`` handler steers, just before the step boundary reads
+        the steering lane. The turn claimed every followup as it opened, so on a first step
+        the boundary takes steering with nothing else queued, which a steer sent while a turn
+        waits at a gate reaches only if no followup came in between."""
+        self.pre_step_steers += 1
+
+    @precondition(_alive)
     @rule(cause=causes, keep_inbox=st.booleans())
     def on_turn_end_cancel(self, cause: CauseKind, keep_inbox: bool) -> None:
         """Once: a ``turn/end`` observer cancels (it has no authority over the ended turn)."""
@@ -728,7 +739,8 @@ class AgentRaceMachine(RuleBasedStateMachine):
             try:
                 listener(payload)
             except Exception as error:
-                self.problems.append(f"a {where} listener failed: {type(error).__name__}: {error}")
+                failure = f"{type(error).__name__}: {error}"
+                self.problems.append(f"a listener on {where} failed: {failure}")
 
         return guarded
 
@@ -822,6 +834,9 @@ class AgentRaceMachine(RuleBasedStateMachine):
     async def _pre_step(self, payload: PreStep, next: Next[PreStep, Any]) -> Any:
         self.in_seams += 1
         try:
+            if self.pre_step_steers:
+                self.pre_step_steers -= 1
+                self._guarded("pre-step", lambda _p: self._send("next_step", True))(payload)
             await self._seam("pre-step", payload.signal, payload.turn)
             return await next(payload)
         finally:

@@ -7,7 +7,8 @@ well under a minute on 2 cores. ``deep`` (5000 examples, random) is for nightly 
 exploration: ``scripts/test --hypothesis-profile=deep tests/race``.
 
 The named races below are short programs of the machine's own rules, written as Hypothesis
-prints a failing run, so the random search can reach each of them too. Each runs with
+prints a failing run, so the random search can reach each of them too: seed 000's races, then a
+steer racing a step boundary (what ``steering_rest_counts_itself`` needs to die). Each runs with
 ``check_each_step=True``: every invariant is checked after every step, then the test asserts
 what the race is about.
 """
@@ -175,3 +176,20 @@ def test_cancel_versus_dispose_with_an_uncooperative_seam_reaches_quiescence(
         # A cancel after disposal aborted the holder has nothing to abort: it emits nothing.
         assert causes(state) == (["user"] if cancel_first else [])
         assert statuses(state) == ["running", "idle"]
+
+
+def test_a_steer_racing_the_step_boundary_is_taken_by_that_step() -> None:
+    with race() as state:
+        state.on_pre_step_steer()  # steers as step 1 begins, after the turn claimed m1
+        state.followup()
+        durable = [
+            (e.data["turn"], list(e.data["ids"]))  # type: ignore[arg-type]
+            for e in state.agent.session.events
+            if e.type == "inbox/claimed"
+        ]
+        assert durable == [(1, ["m1"]), (1, ["m2"])]
+        assert "take_steering" in state.oracle.rows
+        # Taken with nothing left: the wake the steer latched opens no second turn.
+        assert not state.agent.inbox.pending
+        assert statuses(state) == ["running", "idle"]
+        assert outcomes(state) == ["completed"]
