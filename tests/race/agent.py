@@ -522,9 +522,10 @@ class AgentRaceMachine(RuleBasedStateMachine):
     @rule()
     def on_pre_step_steer(self) -> None:
         """Once: the next ``agent/pre-step`` handler steers, just before the step boundary reads
-        the steering lane. The turn claimed every followup as it opened, so on a first step
-        the boundary takes steering with nothing else queued, which a steer sent while a turn
-        waits at a gate reaches only if no followup came in between."""
+        the steering lane. A turn claims every followup as it opens, so on a first step the
+        boundary takes this steering with nothing else left (``rest=false``). A steer sent
+        while a turn waits at a gate gets there only if no followup comes in between, which
+        random programs rarely do."""
         self.pre_step_steers += 1
 
     @precondition(_alive)
