@@ -44,6 +44,7 @@ import fsm_core
 from fsm_core._errors import SpecError
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
+from fsm_core.check._report import aligned
 
 _REPO = Path(fsm_core.__file__).resolve().parent.parent
 BASELINE: Final = _REPO / "benchmarks" / "ref_bfs.py"
@@ -547,18 +548,8 @@ def _rate(per_second: float) -> str:
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> None:
     """Print aligned columns: the first ``left`` to the left, numbers to the right."""
-    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
-
-    def line(cells: Sequence[str]) -> str:
-        out = [
-            c.ljust(w) if i < left else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(out).rstrip()
-
-    print(line(head))
-    for r in rows:
-        print(line(r))
+    for line in aligned([head, *rows], right=range(left, len(head))):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from typing import Protocol
 from fsm_core._errors import FsmError, SpecError
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import check, load_model
+from fsm_core.check._report import aligned
 
 AGENT = ("agent_races",)
 """The models an agent.toml mutant runs against."""
@@ -520,15 +521,7 @@ def format_table(mutants: Sequence[Mutant], kills: Sequence[Kill]) -> str:
             notes.append(f"{m.name} survived: {m.gap or 'no property caught it'}")
         steps = str(k.trace) if k.trace else "-"
         lines.append((m.name, killer, k.model or "-", steps, f"{k.seconds:.1f}", m.doc))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    out = []
-    for line in lines:
-        cells = [
-            cell.rjust(w) if i in (3, 4) else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(line, widths, strict=False))
-        ]
-        out.append("  ".join([*cells, line[-1]]))
-    return "\n".join([*out, *notes]) + "\n"
+    return "\n".join([*aligned(lines, right=(3, 4)), *notes]) + "\n"
 
 
 # --- runtime mutants: fsm-core mutants --runtime ------------------------------------------------
@@ -683,15 +676,7 @@ def format_runtime_table(mutants: Sequence[_RuntimeMutant], kills: Sequence[_Run
             )
         result = "killed" if k.killed else "SURVIVED"
         lines.append((m.name, result, str(k.examples), f"{k.seconds:.2f}", steps, failure))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    out = []
-    for line in lines:
-        cells = [
-            cell.rjust(w) if i in (2, 3, 4) else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(line, widths, strict=False))
-        ]
-        out.append("  ".join([*cells, line[-1]]).rstrip())
-    return "\n".join([*out, *notes]) + "\n"
+    return "\n".join([*aligned(lines, right=(2, 3, 4)), *notes]) + "\n"
 
 
 __all__ = [

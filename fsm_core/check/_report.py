@@ -19,7 +19,7 @@ runtime or a port. The run ends with one line a script can read (:func:`done_lin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 from fsm_core.check import DEADLOCK, QUIESCENCE, Report
@@ -286,15 +286,22 @@ def summary_table(reports: Iterable[Report]) -> str:
                 _expectation_mark(r),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.ljust(w) if col in _LEFT else cell.rjust(w)
-            for col, cell, w in zip(_COLUMNS, row, widths, strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"
+    right = {i for i, column in enumerate(_COLUMNS) if column not in _LEFT}
+    return "\n".join(aligned(rows, right)) + "\n"
+
+
+def aligned(rows: Sequence[Sequence[str]], right: Container[int]) -> list[str]:
+    """``rows`` of cells as lines of columns two spaces apart, each as wide as its widest
+    cell: the columns whose index is in ``right`` aligned right (numbers), the others left;
+    no trailing spaces. The checker's, the kill tables' and the benchmark's tables."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def done_line(reports: Sequence[Report], seconds: float) -> str:
