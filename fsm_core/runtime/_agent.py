@@ -376,10 +376,13 @@ class Agent:
         )
 
     def _clear_inbox(self) -> None:
-        discarded = self.inbox._clear()
-        if discarded:
-            self.session.append("inbox/discarded", {"ids": [m.id for m in discarded]})
-        for message in discarded:
+        self._discard(self.inbox._clear())
+
+    def _discard(self, messages: list[UserMessage]) -> None:
+        """Record the discarded messages (one durable event), then announce each."""
+        if messages:
+            self.session.append("inbox/discarded", {"ids": [m.id for m in messages]})
+        for message in messages:
             self.events.emit("inbox/discarded", MessageDiscarded(self, message))
 
     def _abort_holder(self, signal_reason: str) -> None:
@@ -399,20 +402,18 @@ class Agent:
     def _claim_inbox(self) -> None:
         # Not a notifying effect in the table: inbox/claimed is announced by
         # publish_turn_start, so a listener that cancels re-enters where the table says it may.
-        self._claimed = self.inbox._claim_all()
+        self._claimed = self.inbox._clear()
         self._turn += 1
-        self.session.append(
-            "inbox/claimed", {"turn": self._turn, "ids": [m.id for m in self._claimed]}
-        )
-        for message in self._claimed:
-            self.session.append("user/message", {"id": message.id, "text": message.text})
+        self._record_claim(self._claimed)
 
     def _claim_steering(self) -> None:
         self._steering = self.inbox._claim_steering()
-        self.session.append(
-            "inbox/claimed", {"turn": self._turn, "ids": [m.id for m in self._steering]}
-        )
-        for message in self._steering:
+        self._record_claim(self._steering)
+
+    def _record_claim(self, messages: list[UserMessage]) -> None:
+        """The durable claim by the open turn, then each claimed message's text."""
+        self.session.append("inbox/claimed", {"turn": self._turn, "ids": [m.id for m in messages]})
+        for message in messages:
             self.session.append("user/message", {"id": message.id, "text": message.text})
 
     def _publish_turn_start(self) -> None:
@@ -448,8 +449,7 @@ class Agent:
         self.control.fire("remove", rest=rest)  # refused on a disposed agent: nothing removed
         message = self.inbox._take(message_id)
         assert message is not None
-        self.session.append("inbox/discarded", {"ids": [message.id]})
-        self.events.emit("inbox/discarded", MessageDiscarded(self, message))
+        self._discard([message])
         return True
 
 

@@ -47,9 +47,6 @@ class EventBus:
 
         return dispose
 
-    def has(self, name: str) -> bool:
-        return bool(self._listeners.get(name))
-
     def emit(self, name: str, payload: object) -> None:
         """Notify every listener of ``name`` now; exceptions are logged, never raised."""
         for listener in list(self._listeners.get(name, ())):

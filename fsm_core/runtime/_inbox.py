@@ -65,9 +65,6 @@ class Inbox:
             lane.clear()
         return out
 
-    def _claim_all(self) -> list[UserMessage]:
-        return self._clear()
-
     def _claim_steering(self) -> list[UserMessage]:
         out = list(self._lanes["next_step"])
         self._lanes["next_step"].clear()

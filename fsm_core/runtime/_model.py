@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
-from fsm_core.runtime._signal import Aborted, AbortSignal
+from fsm_core.runtime._signal import AbortSignal
 
 __all__ = [
     "Fail",
@@ -205,6 +205,3 @@ class ScriptedTool:
         if not self.script:
             raise AssertionError(f"ScriptedTool {self._name}: no step left")
         return await _play(self.script.pop(0), signal)
-
-
-__all__ += ["Aborted"]

@@ -96,10 +96,10 @@ class PreStep:
 
 @dataclass(frozen=True, slots=True)
 class AssembleContext:
-    """Prompt assembly. ``signal`` is None only for assembly outside a turn."""
+    """Prompt assembly for one step of a turn."""
 
     agent: Agent
-    signal: AbortSignal | None
+    signal: AbortSignal
     messages: Sequence[Mapping[str, Any]]
 
 

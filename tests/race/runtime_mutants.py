@@ -214,10 +214,10 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{AGENT}:Agent._clear_inbox",
-                "    discarded = self.inbox._clear()\n",
+                "    self._discard(self.inbox._clear())\n",
                 "    if self._controller is not None and self._controller.signal.aborted:\n"
                 "        return\n"
-                "    discarded = self.inbox._clear()\n",
+                "    self._discard(self.inbox._clear())\n",
             ),
         ),
     ),
@@ -228,9 +228,10 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{AGENT}:Agent._clear_inbox",
-                "    discarded = self.inbox._clear()\n",
+                "    self._discard(self.inbox._clear())\n",
                 "    discarded = list(self.inbox.next_turn)\n"
-                '    self.inbox._lanes["next_turn"].clear()\n',
+                '    self.inbox._lanes["next_turn"].clear()\n'
+                "    self._discard(discarded)\n",
             ),
         ),
     ),
