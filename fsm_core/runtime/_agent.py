@@ -120,6 +120,8 @@ class Agent:
         self._cancelling: list[AgentCancelCause] = []
         self._claimed: list[UserMessage] = []
         self._steering: list[UserMessage] = []
+        self._flush_owed = False
+        """Set by the table's ``flush_session`` effect; the driver awaits the flush it owes."""
         self._waiters: list[asyncio.Future[None]] = []
         self._driver: asyncio.Task[None] | None = None
 
@@ -219,13 +221,18 @@ class Agent:
             assert controller is not None
             ending = await self._run_turn(controller.signal, self._turn)
             self.control.fire("retire", end=ending)
-            try:
-                await self.events.waterfall("session/flush", Flush(self, self.session), self._flush)
-            except Exception:
-                # The turn's outcome is already recorded; a failed flush is reported and must
-                # not strand the agent in running (when_idle() and dispose would never return).
-                log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
+            if self._flush_owed:
+                self._flush_owed = False
+                await self._await_flush()
             self.control.fire("converge")
+
+    async def _await_flush(self) -> None:
+        try:
+            await self.events.waterfall("session/flush", Flush(self, self.session), self._flush)
+        except Exception:
+            # The turn's outcome is already recorded; a failed flush is reported and must
+            # not strand the agent in running (when_idle() and dispose would never return).
+            log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
 
     async def _flush(self, payload: Flush) -> None:
         await payload.session.flush()
@@ -430,7 +437,8 @@ class Agent:
         self.events.emit("turn/end", TurnEnded(self, self._turn, durable))
 
     def _flush_session(self) -> None:
-        """The driver awaits the flush right after retire; nothing to start here."""
+        """An effect cannot await: the driver owes the flush, and awaits it before converge."""
+        self._flush_owed = True
 
     def _settle_idle(self) -> None:
         waiters, self._waiters = self._waiters, []

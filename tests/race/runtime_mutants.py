@@ -297,16 +297,16 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "idle (or the next turn) does not wait for the durability point.",
         (
             Edit(
-                f"{AGENT}:Agent._drive",
-                '            await self.events.waterfall("session/flush", '
+                f"{AGENT}:Agent._await_flush",
+                '        await self.events.waterfall("session/flush", '
                 "Flush(self, self.session), self._flush)\n",
-                "            self.runtime._track(\n"
-                "                asyncio.ensure_future(\n"
-                "                    self.events.waterfall(\n"
-                '                        "session/flush", Flush(self, self.session), self._flush\n'
-                "                    )\n"
+                "        self.runtime._track(\n"
+                "            asyncio.ensure_future(\n"
+                "                self.events.waterfall(\n"
+                '                    "session/flush", Flush(self, self.session), self._flush\n'
                 "                )\n"
-                "            )\n",
+                "            )\n"
+                "        )\n",
             ),
         ),
     ),
