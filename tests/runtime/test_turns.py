@@ -9,7 +9,7 @@ signal and the next turn a fresh one; ``turn/end`` observers and the durability 
 cancellation authority (DESIGN.md decisions 6 and 7).
 
 No test sleeps to wait for work: each waits on a gate's ``reached``, on ``when_idle()`` or on a
-signal. :func:`spin` only lets ready callbacks run, to show that something did *not* happen.
+signal, and shows that something did not happen early by the order things were observed in.
 """
 
 from __future__ import annotations
@@ -95,15 +95,6 @@ class ModelDown(Exception):
 
 def run(scenario: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(scenario)
-
-
-async def spin(iterations: int = 20) -> None:
-    """Let ready callbacks run for ``iterations`` loop iterations.
-
-    Only to show that something did *not* happen; never to wait for something that should.
-    """
-    for _ in range(iterations):
-        await asyncio.sleep(0)
 
 
 def exactly(message: str) -> str:
@@ -457,15 +448,18 @@ def test_a_blocked_flush_has_no_cancellation_authority_and_holds_back_the_next_t
         agent.cancel()
         agent.cancel(PARENT)
         agent.followup(UserMessage("m2", "and then"))
-        idle = asyncio.ensure_future(agent.when_idle())
-        await spin()
 
-        assert not idle.done()
+        async def wait_idle() -> None:
+            await agent.when_idle()
+            order.append("idle")
+
+        idle = asyncio.ensure_future(wait_idle())
         assert order == ["turn/start 1", "turn/end 1"]
         assert requested == []
 
         flush.open()
         await idle
+        # Neither the next turn nor idle came before the flush they wait for.
         assert order == [
             "turn/start 1",
             "turn/end 1",
@@ -473,6 +467,7 @@ def test_a_blocked_flush_has_no_cancellation_authority_and_holds_back_the_next_t
             "turn/start 2",
             "turn/end 2",
             "flushed",
+            "idle",
         ]
         assert outcomes(agent.session) == {1: COMPLETED, 2: COMPLETED}
         assert [signal.aborted for _, signal in model.requests] == [False, False]
