@@ -77,7 +77,6 @@ from fsm_core.runtime import (
 )
 from fsm_core.runtime._model import Finish
 from fsm_core.runtime._payloads import (
-    AssembleContext,
     CancelRequested,
     Flush,
     MessageDiscarded,
@@ -87,10 +86,8 @@ from fsm_core.runtime._payloads import (
     RequestError,
     StatusChanged,
     StepBoundary,
-    ToolApproval,
     TurnEnded,
     TurnStarted,
-    TurnStopping,
 )
 from fsm_core.runtime._session import OUTCOME_KINDS
 from fsm_core.spec._expr import Value
@@ -271,6 +268,9 @@ class AgentRaceMachine(RuleBasedStateMachine):
         """True once ``handle.dispose()`` has been called (it sets the lifecycle flag inside
         the call)."""
         self.accepted: list[str] = []
+        """The messages whose send() returned (a refused send raises)."""
+        self.inserted: list[str] = []
+        """The messages ``inbox/inserted`` announced, in order."""
         self.discard_notices: Counter[str] = Counter()
         self.removing: str | None = None
         self.callers: list[AgentCancelCause] = []
@@ -300,10 +300,10 @@ class AgentRaceMachine(RuleBasedStateMachine):
         for name in NOTIFICATIONS:
             events.on(name, self._guarded(name, self._noted(name)))
         events.on("agent/pre-step", self._pre_step)
-        events.on("agent/assemble", self._assemble)
+        events.on("agent/assemble", self._passing("assembly"))
         events.on("agent/request-error", self._request_error)
-        events.on("agent/tool-approval", self._hook)
-        events.on("agent/turn-stopping", self._turn_stopping)
+        events.on("agent/tool-approval", self._passing("hook"))
+        events.on("agent/turn-stopping", self._passing("turn-stopping", turn=True))
         events.on("session/flush", self._flush)
 
     # --- rules: what users call ---------------------------------------------------------------
@@ -565,7 +565,11 @@ class AgentRaceMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_message_ends_once(self) -> None:
-        """Every accepted message is claimed or discarded exactly once, or still queued."""
+        """Every accepted message was announced as inserted, and is claimed or discarded
+        exactly once, or still queued."""
+        assert sorted(self.inserted) == sorted(self.accepted), (
+            f"inbox/inserted announced {self.inserted} but send() accepted {self.accepted}"
+        )
         self._read_log()
         queued = self._queued()
         for message in self.accepted:
@@ -649,6 +653,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
             assert disposed, f"send({message.id}) was rejected by a {self.agent.phase} agent"
             return
         assert not disposed, f"a disposed agent accepted {message.id}"
+        self.accepted.append(message.id)
 
     def _run(self, action: Callable[[], object]) -> None:
         """Run ``action`` in the loop and let the loop settle (checking, if asked)."""
@@ -843,13 +848,19 @@ class AgentRaceMachine(RuleBasedStateMachine):
         finally:
             self.in_seams -= 1
 
-    async def _assemble(self, payload: AssembleContext, next: Next[AssembleContext, Any]) -> Any:
-        self.in_seams += 1
-        try:
-            await self._seam("assembly", payload.signal)
-            return await next(payload)
-        finally:
-            self.in_seams -= 1
+    def _passing(self, seam: Seam, *, turn: bool = False) -> Callable[[Any, Next[Any, Any]], Any]:
+        """A waterfall listener that passes ``seam`` (its gate, if armed), then the chain on;
+        ``turn``: the payload names its turn."""
+
+        async def listener(payload: Any, next: Next[Any, Any]) -> Any:
+            self.in_seams += 1
+            try:
+                await self._seam(seam, payload.signal, payload.turn if turn else None)
+                return await next(payload)
+            finally:
+                self.in_seams -= 1
+
+        return listener
 
     async def _request_error(self, payload: RequestError, next: Next[RequestError, str]) -> str:
         self.in_seams += 1
@@ -857,22 +868,6 @@ class AgentRaceMachine(RuleBasedStateMachine):
             await self._seam("request-error", payload.signal)
             error = payload.error
             return "retry" if isinstance(error, SeamFailure) and error.retry else "fail"
-        finally:
-            self.in_seams -= 1
-
-    async def _hook(self, payload: ToolApproval, next: Next[ToolApproval, bool]) -> bool:
-        self.in_seams += 1
-        try:
-            await self._seam("hook", payload.signal)
-            return await next(payload)
-        finally:
-            self.in_seams -= 1
-
-    async def _turn_stopping(self, payload: TurnStopping, next: Next[TurnStopping, Any]) -> Any:
-        self.in_seams += 1
-        try:
-            await self._seam("turn-stopping", payload.signal, payload.turn)
-            return await next(payload)
         finally:
             self.in_seams -= 1
 
@@ -943,9 +938,9 @@ class AgentRaceMachine(RuleBasedStateMachine):
         self.cancel_notices.append((payload, payload.cause.kind))
 
     def _on_inserted(self, payload: MessageInserted) -> None:
-        if payload.message.id in self.accepted:
+        if payload.message.id in self.inserted:
             self.problems.append(f"message {payload.message.id} was inserted twice")
-        self.accepted.append(payload.message.id)
+        self.inserted.append(payload.message.id)
 
     def _on_discarded(self, payload: MessageDiscarded) -> None:
         message = payload.message.id
