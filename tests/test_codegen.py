@@ -14,7 +14,6 @@ SPEC = load_spec()
 def test_generated_successors_equal_the_interpreter_everywhere(name: str) -> None:
     machine = SPEC.machines[name]
     compiled = compile_successors(machine)
-    compared = 0
     for state in machine.domain():
         generated = sorted((compiled.labels[i], t) for i, t in compiled.successors(state))
         interpreted = []
@@ -27,8 +26,6 @@ def test_generated_successors_equal_the_interpreter_everywhere(name: str) -> Non
                 if step.row is not None:
                     interpreted.append(((event, step.row, args), step.target))
         assert generated == sorted(interpreted), machine.format_state(state)
-        compared += 1
-    assert compared == len(list(machine.domain()))
 
 
 @pytest.mark.parametrize("name", sorted(SPEC.machines))

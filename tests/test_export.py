@@ -121,12 +121,6 @@ def test_mutated_export_fails_the_schema(label: str, path: list[str | int], valu
 # --- stability and clauses -----------------------------------------------------------------------
 
 
-def test_export_is_byte_stable() -> None:
-    first = json.dumps(spec_to_json(SPEC, MACHINES), indent=2, ensure_ascii=False)
-    again = json.dumps(spec_to_json(SPEC, MACHINES), indent=2, ensure_ascii=False)
-    assert first == again
-
-
 def test_export_keeps_the_order_machines_were_named_in_once_each() -> None:
     assert list(exported(["agent", "activation", "agent"])["machines"]) == ["agent", "activation"]
 
@@ -243,7 +237,7 @@ def test_variables_and_params_carry_their_domains() -> None:
         "type": "holder",
         "domain": ["none", "live", "aborted"],
         "init": "none",
-        "doc": holder["doc"],
+        "doc": "The active activity's cancellation holder: none, live, or aborted.",
     }
     cancel = next(e for e in agent["events"] if e["name"] == "cancel")
     assert cancel["params"] == [
