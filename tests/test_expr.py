@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Mapping
 
 import pytest
@@ -35,6 +34,7 @@ from fsm_core.spec._expr import (
     unparse,
     unparse_stmt,
 )
+from tests.helpers import exactly
 
 # The scope every test works in: three booleans, an enumeration, a bounded integer, one event
 # parameter and one definition. State tuples are (a, b, c, e, n); argument tuples are (p,).
@@ -60,11 +60,6 @@ def ident(name: str) -> Ident:
 
 def op(operator: str, left: Expr, right: Expr) -> BinOp:
     return BinOp(operator, left, right)
-
-
-def exactly(message: str) -> str:
-    """A ``match=`` pattern for exactly this whole message."""
-    return f"^{re.escape(message)}$"
 
 
 # --- precedence and associativity ----------------------------------------------------------------

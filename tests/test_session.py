@@ -31,6 +31,7 @@ from fsm_core.runtime._session import (
     SessionEvent,
 )
 from fsm_core.runtime._signal import AbortController, Aborted
+from tests.helpers import exactly
 
 KNOWN = (
     "turn/start, turn/end, step/start, step/end, user/message, assistant/message, tool/call, "
@@ -41,11 +42,6 @@ NOT_CLASSIFICATION = (
     "field 'result' must be an error classification when ok is false (a short lowercase "
     'token such as "tool-error" or "aborted", never an exception\'s text)'
 )
-
-
-def exactly(message: str) -> str:
-    """A ``match=`` pattern for exactly this whole message."""
-    return f"^{re.escape(message)}$"
 
 
 # A realistic turn: a message is claimed, the model calls a tool, then answers.

@@ -7,12 +7,12 @@ cancel aborts and a finish settles), makes one small textual edit, and pins the 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from fsm_core import SpecError, load_spec
+from tests.helpers import exactly
 
 BASE = """\
 # A tiny cancel protocol: a waking submit starts a job, cancel aborts it, finish settles.
@@ -199,11 +199,6 @@ def edit(text: str, old: str, new: str) -> str:
     """``text`` with the one occurrence of ``old`` replaced by ``new``."""
     assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
     return text.replace(old, new)
-
-
-def exactly(message: str) -> str:
-    """A ``match=`` pattern for exactly this whole message."""
-    return f"^{re.escape(message)}$"
 
 
 def test_the_base_table_loads_and_runs(tmp_path: Path) -> None:

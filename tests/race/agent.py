@@ -91,6 +91,7 @@ from fsm_core.runtime._payloads import (
 )
 from fsm_core.runtime._session import OUTCOME_KINDS
 from fsm_core.spec._expr import Value
+from tests.helpers import NOTIFICATIONS
 from tests.race.bridge import LoopBridge
 from tests.race.lockstep import Fire, Oracle, Recorder
 
@@ -127,17 +128,6 @@ MODES: tuple[Mode, ...] = ("cooperate", "ignore", "off")
 CauseKind = Literal["user", "parent"]
 CAUSES: tuple[CauseKind, ...] = ("user", "parent")
 
-NOTIFICATIONS = (
-    "agent/status",
-    "agent/cancel-requested",
-    "inbox/inserted",
-    "inbox/discarded",
-    "inbox/claimed",
-    "turn/start",
-    "turn/end",
-    "step/start",
-    "step/end",
-)
 _DURABLE = {"max_tokens": "max-tokens"}
 _FINISH: Mapping[str, Finish] = {"stop": "stop", "max_tokens": "max_tokens", "blocked": "blocked"}
 _PLAIN = (str, int, float, bool, type(None))

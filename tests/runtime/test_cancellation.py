@@ -41,23 +41,12 @@ from fsm_core.runtime import (
     Wait,
 )
 from fsm_core.spec import Effect
+from tests.helpers import NOTIFICATIONS
 
 PROJECT = Path(__file__).resolve().parents[2]
 
 # A watchdog, not a clock: a protocol bug here shows up as a hang, so fail fast instead.
 pytestmark = pytest.mark.timeout(30)
-
-NOTIFICATIONS = (
-    "agent/status",
-    "agent/cancel-requested",
-    "inbox/inserted",
-    "inbox/discarded",
-    "inbox/claimed",
-    "turn/start",
-    "turn/end",
-    "step/start",
-    "step/end",
-)
 
 
 def m(n: int) -> UserMessage:

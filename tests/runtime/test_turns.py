@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ from fsm_core.runtime._payloads import (
     TurnStarted,
 )
 from fsm_core.runtime._session import OUTCOME_KINDS
+from tests.helpers import exactly
 
 T = TypeVar("T")
 
@@ -95,10 +95,6 @@ class ModelDown(Exception):
 
 def run(scenario: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(scenario)
-
-
-def exactly(message: str) -> str:
-    return f"^{re.escape(message)}$"
 
 
 def records(session: Session) -> list[dict[str, Any]]:
