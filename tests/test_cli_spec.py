@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -89,13 +88,12 @@ def test_spec_on_a_broken_table_exits_2_naming_file_and_row(
 
     assert main(["--specs", str(specs), "spec"]) == 2
     out, err = capsys.readouterr()
-    events = ", ".join(load_spec().machines["agent"].table.events)
     assert out == ""
-    assert re.fullmatch(
-        r"fsm-core: specs/agent\.toml: row 'cancel\.turn': unknown event 'cancle' "
-        rf"\(events: {re.escape(events)}\)\n",
-        err,
-    ), err
+    assert err == (
+        "fsm-core: specs/agent.toml: row 'cancel.turn': unknown event 'cancle' (events: send, "
+        "cancel, dispose, maintenance_start, remove, start, claim, take_steering, retire, "
+        "converge, maintenance_finish, dispose_finish)\n"
+    )
 
 
 def test_entry_point_prints_the_same_export_bytes(tmp_path: Path) -> None:

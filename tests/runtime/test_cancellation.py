@@ -1,8 +1,10 @@
 """Turn cancellation as a user sees it (seed 000, DESIGN.md decisions 1-6).
 
-Each test drives a real agent through the runtime and asserts only what a user can observe:
+Each test drives a real agent through the runtime and asserts what a user can observe:
 notifications on ``rt.events``, ``agent.phase`` and ``agent.status``, the durable session,
-the signals the seams received, and exceptions. Nothing sleeps: a test waits on a gate's
+the signals the seams received, and exceptions; where the protocol itself names a variable
+(the wake latch, the holder), also the table state ``agent.control`` holds, which a port must
+reproduce. Nothing sleeps: a test waits on a gate's
 ``reached`` event, on ``when_idle()``, on a signal, or on the table event it needs.
 """
 
