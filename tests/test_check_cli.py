@@ -6,15 +6,15 @@ import contextlib
 import io
 import json
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from fsm_core._paths import models_dir, specs_dir
+from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.cli import _progress, main
+from tests.helpers import edit, write_model
 
 DEFAULT = [m for m in load_models(models_dir()) if m.tier == "default"]
 DONE = re.compile(
@@ -110,16 +110,6 @@ def test_check_json_reports_each_named_model(named_json: Run) -> None:
 # --- bad input -----------------------------------------------------------------------------------
 
 
-def write_model(tmp_path: Path, name: str, body: str) -> Path:
-    """A model file in ``tmp_path/models`` beside a copy of the shipped ``specs/``."""
-    if not (tmp_path / "specs").exists():
-        shutil.copytree(specs_dir(), tmp_path / "specs")
-        (tmp_path / "models").mkdir()
-    path = tmp_path / "models" / f"{name}.toml"
-    path.write_text(body, encoding="utf-8")
-    return path
-
-
 def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
     path = write_model(
         tmp_path,
@@ -164,11 +154,7 @@ def broken_model(tmp_path: Path, expect: str = "") -> Path:
         '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
         "[environment]\nbudgets = { send = 1, maintenance_start = 1 }\n" + expect,
     )
-    table = tmp_path / "specs" / "agent.toml"
-    old, new = BROKEN_MAINTENANCE
-    text = table.read_text(encoding="utf-8")
-    assert text.count(old) == 1
-    table.write_text(text.replace(old, new), encoding="utf-8")
+    edit(tmp_path / "specs" / "agent.toml", *BROKEN_MAINTENANCE)
     return path
 
 

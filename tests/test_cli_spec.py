@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fsm_core._paths import specs_dir
 from fsm_core.cli import main
 from fsm_core.export import spec_to_json
 from fsm_core.spec import load_spec
+from tests.helpers import copy_specs, edit
 
 
 def test_spec_json_prints_every_machine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,13 +77,12 @@ def test_spec_with_unknown_machine_exits_2_naming_it(capsys: pytest.CaptureFixtu
 def test_spec_on_a_broken_table_exits_2_naming_file_and_row(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    specs = tmp_path / "specs"
-    shutil.copytree(specs_dir(), specs)
-    agent = specs / "agent.toml"
-    text = agent.read_text(encoding="utf-8")
-    row = 'id = "cancel.turn"\non = "cancel"\n'
-    assert text.count(row) == 1
-    agent.write_text(text.replace(row, 'id = "cancel.turn"\non = "cancle"\n'), encoding="utf-8")
+    specs = copy_specs(tmp_path)
+    edit(
+        specs / "agent.toml",
+        'id = "cancel.turn"\non = "cancel"\n',
+        'id = "cancel.turn"\non = "cancle"\n',
+    )
 
     assert main(["--specs", str(specs), "spec"]) == 2
     out, err = capsys.readouterr()

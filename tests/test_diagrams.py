@@ -16,6 +16,7 @@ import pytest
 from fsm_core.cli import main
 from fsm_core.diagrams import check_diagrams, default_out_dir, render_diagrams, write_diagrams
 from fsm_core.spec import Spec, load_spec
+from tests.helpers import copy_specs, edit
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_DOT = shutil.which("dot") is not None
@@ -32,19 +33,6 @@ def generated_files() -> list[str]:
         *(["agent.svg"] if svg else []),
         "traceability.md",
     ]
-
-
-def copy_specs(parent: Path) -> Path:
-    """A private copy of the shipped tables at ``parent/specs`` (``load_spec`` caches by path)."""
-    specs = parent / "specs"
-    shutil.copytree(load_spec().root, specs)
-    return specs
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == 1, f"{old!r} must occur exactly once in {path.name}"
-    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 def sha256(text: str) -> str:

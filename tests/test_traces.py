@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from fsm_core._paths import specs_dir
 from fsm_core.check import Report, check, load_model
 from fsm_core.check._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
 from fsm_core.check._report import format_trace, to_itf
 from fsm_core.check._system import build
 from fsm_core.spec import Effect, Machine, State
 from fsm_core.spec._expr import Value
+from tests.helpers import copy_specs, edit, write_model
 from tests.table_driver import TableDriver
 
 BUDGETS = "{ send = 2, cancel = 2, dispose = 1, maintenance_start = 1, remove = 1 }"
@@ -96,18 +95,13 @@ PRERUN_LEAVES_NO_MARKER = Mutant('  "marker := true",\n]', '  "marker := false",
 
 def mutant_report(tmp_path: Path, mutant: Mutant, *, reactions: bool = True) -> Report:
     """Check one agent model (agent_races' environment) over a mutated copy of specs/."""
-    shutil.copytree(specs_dir(), tmp_path / "specs")
-    table = tmp_path / "specs" / "agent.toml"
-    text = table.read_text(encoding="utf-8")
-    assert text.count(mutant.old) == 1, "the mutant no longer matches specs/agent.toml"
-    table.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
-    (tmp_path / "models").mkdir()
-    model = tmp_path / "models" / "mutant.toml"
+    edit(copy_specs(tmp_path) / "agent.toml", mutant.old, mutant.new)
     listeners = f"reactions = {REACTIONS}\n" if reactions else ""
-    model.write_text(
+    model = write_model(
+        tmp_path,
+        "mutant",
         '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
         f"[environment]\nbudgets = {BUDGETS}\n{listeners}",
-        encoding="utf-8",
     )
     report = check(load_model(model))
     assert report.violation is not None, "the checker did not refute the mutant"
@@ -661,13 +655,11 @@ def test_the_trace_is_a_shortest_one(
 
 
 def test_a_model_that_holds_has_no_trace_to_print(tmp_path: Path) -> None:
-    shutil.copytree(specs_dir(), tmp_path / "specs")
-    (tmp_path / "models").mkdir()
-    path = tmp_path / "models" / "quiet.toml"
-    path.write_text(
+    path = write_model(
+        tmp_path,
+        "quiet",
         '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
         "[environment]\nbudgets = { send = 1 }\n",
-        encoding="utf-8",
     )
     report = check(load_model(path))
     assert report.verdict == "ok"
@@ -677,20 +669,16 @@ def test_a_model_that_holds_has_no_trace_to_print(tmp_path: Path) -> None:
 
 def test_a_tree_trace_names_each_node_and_its_slot(tmp_path: Path) -> None:
     """Tree states hold one activation per slot: shown as ``node.var``, ITF records in variants."""
-    shutil.copytree(specs_dir(), tmp_path / "specs")
-    table = tmp_path / "specs" / "activation.toml"
-    old = 'on = "children_joined"\nfrom = ["joining"]\nguard = "not children"\n'
-    text = table.read_text(encoding="utf-8")
-    assert text.count(old) == 1
-    table.write_text(
-        text.replace(old, 'on = "children_joined"\nfrom = ["joining"]\n'), encoding="utf-8"
+    edit(
+        copy_specs(tmp_path) / "activation.toml",
+        'on = "children_joined"\nfrom = ["joining"]\nguard = "not children"\n',
+        'on = "children_joined"\nfrom = ["joining"]\n',
     )
-    (tmp_path / "models").mkdir()
-    path = tmp_path / "models" / "tree.toml"
-    path.write_text(
+    path = write_model(
+        tmp_path,
+        "tree",
         '[model]\ntable = "../specs/activation.toml"\nkind = "activation-tree"\n\n'
         "[tree]\ndepth = 1\nwidth = 1\n\n[environment]\nbudgets = { admit = 1, dispose = 1 }\n",
-        encoding="utf-8",
     )
     report = check(load_model(path))
     assert report.violation is not None
