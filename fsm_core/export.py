@@ -37,7 +37,18 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from fsm_core.spec import Machine, Spec
-from fsm_core.spec._expr import Assign, Block, Call, Expr, Stmt, Type, Value, to_json, unparse
+from fsm_core.spec._expr import (
+    Assign,
+    Block,
+    Call,
+    Expr,
+    Stmt,
+    Type,
+    show,
+    to_json,
+    unparse,
+    unparse_stmt,
+)
 from fsm_core.spec._table import PairRule, Table
 
 __all__ = ["FORMAT", "SEMANTICS", "VERSION", "spec_to_json", "spec_to_text"]
@@ -269,7 +280,7 @@ def _listing(t: Table) -> list[str]:
 
     out += ["", "variables (name: type = initial value)"]
     for v in t.variables:
-        out.append(f"  {v.name}: {_type_text(v.type)} = {_show(v.init)}")
+        out.append(f"  {v.name}: {_type_text(v.type)} = {show(v.init)}")
         out += _wrap(v.doc, "      ")
 
     if t.defs:
@@ -347,16 +358,10 @@ def _effect_lines(t: Table, stmts: Sequence[Stmt], indent: str, prefix: str) -> 
                 out.append(f"{indent}{number} when {unparse(when)}:")
                 out += _effect_lines(t, body, indent + " " * (len(number) + 1), number)
             case Call(effect=name) if t.effects[name].notifies:
-                out.append(f"{indent}{number} {_stmt_text(s)}  (notifies)")
+                out.append(f"{indent}{number} {unparse_stmt(s)}  (notifies)")
             case _:
-                out.append(f"{indent}{number} {_stmt_text(s)}")
+                out.append(f"{indent}{number} {unparse_stmt(s)}")
     return out
-
-
-def _stmt_text(s: Assign | Call) -> str:
-    if isinstance(s, Assign):
-        return f"{s.var} := {unparse(s.value)}"
-    return f"{s.effect}({', '.join(unparse(a) for a in s.args)})"
 
 
 def _count(n: int, noun: str) -> str:
@@ -376,10 +381,6 @@ def _domain(t: Type) -> str:
     if t.kind == "enum":
         return "{" + ", ".join(str(v) for v in t.values) + "}"
     return t.name
-
-
-def _show(v: Value) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def _wrap(text: str, indent: str) -> list[str]:

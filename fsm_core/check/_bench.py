@@ -33,7 +33,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -45,6 +44,7 @@ from fsm_core._errors import SpecError
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.check._report import aligned
+from fsm_core.spec._load import read_toml
 
 _REPO = Path(fsm_core.__file__).resolve().parent.parent
 BASELINE: Final = _REPO / "benchmarks" / "ref_bfs.py"
@@ -210,11 +210,7 @@ def _bad(message: str) -> int:
 def _params(path: Path) -> tuple[int, int, int, int]:
     """The (K, T, S, C) a bench model file sets in ``[model] constants``."""
     display = f"{path.parent.name}/{path.name}"
-    try:
-        with path.open("rb") as f:
-            constants = tomllib.load(f).get("model", {}).get("constants", {})
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(display, "", f"not valid TOML: {e}") from None
+    constants = read_toml(path, display).get("model", {}).get("constants", {})
     try:
         k, t, s, c = (constants[name] for name in "KTSC")
     except (KeyError, TypeError):

@@ -32,6 +32,7 @@ from fsm_core.check._tree import (
     PARENT_LEAVES_AFTER_CHILDREN,
     TEARDOWN_ONCE,
 )
+from fsm_core.spec._expr import show
 
 __all__ = ["done_line", "format_trace", "summary_table", "to_itf", "to_json"]
 
@@ -139,9 +140,9 @@ def _flat(report: Report, state: Sequence[object]) -> list[tuple[str, str]]:
         if value is None:
             out.append((name, _ABSENT))
         elif isinstance(value, tuple):
-            out += [(f"{name}.{n}", _text(v)) for n, v in zip(names, value, strict=True)]
+            out += [(f"{name}.{n}", show(v)) for n, v in zip(names, value, strict=True)]
         else:
-            out.append((name, _text(value)))
+            out.append((name, show(value)))
     return out
 
 
@@ -156,7 +157,7 @@ def _changes(report: Report, before: Sequence[object], after: Sequence[object]) 
             continue
         if isinstance(old, tuple) and isinstance(new, tuple):
             pairs = zip(report.model.machine.names, old, new, strict=True)
-            out += [f"{name}.{n} {_text(a)}->{_text(b)}" for n, a, b in pairs if a != b]
+            out += [f"{name}.{n} {show(a)}->{show(b)}" for n, a, b in pairs if a != b]
         else:
             out.append(f"{name} {_show_value(report, old)}->{_show_value(report, new)}")
     return out
@@ -167,12 +168,7 @@ def _show_value(report: Report, value: object) -> str:
         return _ABSENT
     if isinstance(value, tuple):
         return report.model.machine.format_state(value)
-    return _text(value)
-
-
-def _text(value: object) -> str:
-    """A value as the tables write it: ``true``, ``false``, ``3``, ``idle``."""
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return show(value)
 
 
 # --- ITF ------------------------------------------------------------------------------------------

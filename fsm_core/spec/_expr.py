@@ -149,7 +149,12 @@ Stmt: TypeAlias = Assign | Call | Block
 
 _PRECEDENCE = {"implies": 1, "or": 2, "and": 3}
 _COMPARISONS = ("==", "!=", "<=", ">=", "<", ">")
-_KEYWORDS = frozenset({"and", "or", "not", "implies", "if", "then", "else", "in", "true", "false"})
+KEYWORDS = frozenset({"and", "or", "not", "implies", "if", "then", "else", "in", "true", "false"})
+
+
+def show(value: object) -> str:
+    """A value as the tables write it: ``true``, ``false``, ``3``, ``idle``."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def unparse(e: Expr) -> str:
@@ -301,7 +306,7 @@ class _Parser:
         if tok is None:
             raise ExprError("unexpected end of expression, expected a name")
         self.i += 1
-        if not re.fullmatch(r"[A-Za-z_]\w*", tok) or tok in _KEYWORDS:
+        if not re.fullmatch(r"[A-Za-z_]\w*", tok) or tok in KEYWORDS:
             raise ExprError(f"expected a name but found {tok!r}")
         return tok
 

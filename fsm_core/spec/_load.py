@@ -16,6 +16,7 @@ from typing import Any, Literal, NoReturn
 from fsm_core._errors import SpecError
 from fsm_core.spec._expr import (
     BOOL,
+    KEYWORDS,
     Assign,
     BinOp,
     Block,
@@ -37,9 +38,10 @@ from fsm_core.spec._expr import (
     int_type,
     parse_expr,
     parse_stmt,
+    show,
     unparse,
 )
-from fsm_core.spec._machine import Machine, State
+from fsm_core.spec._machine import Machine, State, show_args
 from fsm_core.spec._table import (
     Clause,
     Definition,
@@ -57,7 +59,6 @@ from fsm_core.spec._table import (
 _NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
 _INT = re.compile(r"int\[(-?\d+|[A-Za-z_]\w*)\.\.(-?\d+|[A-Za-z_]\w*)\]\Z")
 _CONSTANT = re.compile(r"[A-Za-z_]\w*\Z")
-_KEYWORDS = frozenset({"and", "or", "not", "implies", "if", "then", "else", "in", "true", "false"})
 _TOP = {
     "machine", "constants", "states", "types", "vars", "defs", "events", "effects",
     "rows", "ignored", "rejected", "invariants",
@@ -110,7 +111,7 @@ class _File:
         return tuple(value)
 
     def ident(self, where: str, name: str) -> str:
-        if not _NAME.match(name) or name in _KEYWORDS:
+        if not _NAME.match(name) or name in KEYWORDS:
             self.fail(where, f"{name!r} is not a valid name (lower_snake_case, not a keyword)")
         return name
 
@@ -287,7 +288,6 @@ def _parse(
         return tuple(out)
 
     defs: dict[str, Definition] = {}
-    base = Scope(var_types, {}, {}, symbols, consts)
     for name, body in f.table("[defs]", data.get("defs", {})).items():
         where = f"def {name!r}"
         f.ident(where, name)
@@ -579,8 +579,8 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                         a, b = rows[0].row.id, rows[1].row.id
                         f.fail(
                             f"row {b!r}",
-                            f"rows {a!r} and {b!r} are both enabled for {e}({_args(m, e, args)}) "
-                            f"in {m.format_state(st)}",
+                            f"rows {a!r} and {b!r} are both enabled for "
+                            f"{e}({show_args(m, e, args)}) in {m.format_state(st)}",
                         )
                     if rows and rows[0].row.reject is None:
                         _check_result(f, m, rows[0].row, st, args, valid=st in valid_states)
@@ -591,7 +591,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                             f.fail(
                                 f"event {e!r}",
                                 f"input event not handled: no row is enabled for "
-                                f"{e}({_args(m, e, args)}) in {m.format_state(st)}",
+                                f"{e}({show_args(m, e, args)}) in {m.format_state(st)}",
                             )
 
 
@@ -637,7 +637,7 @@ def _check_result(
         in_domain(f", when {name} runs")
         if valid:
             if m.unmet(name, store, values):
-                shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+                shown = ", ".join(show(v) for v in values)
                 f.fail(
                     f"row {row.id!r}",
                     f"{name}({shown}) requires {t.effects[name].requires_text}, which does not "
@@ -695,15 +695,6 @@ def _calls(stmts: Sequence[Stmt]) -> Iterable[str]:
             yield s.effect
         elif isinstance(s, Block):
             yield from _calls(s.body)
-
-
-def _args(m: Machine, event: str, args: Sequence[Value]) -> str:
-    names = [p for p, _ in m.table.events[event].params]
-    return ", ".join(f"{n}={_lower(a)}" for n, a in zip(names, args, strict=True))
-
-
-def _lower(v: Value) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 __all__ = ["load_clauses", "load_table", "read_toml", "unparse"]

@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from fsm_core._errors import NotEnabled, Rejected
-from fsm_core.spec._expr import Assign, Block, Call, Evaluator, Expr, Stmt, Value, compile_expr
+from fsm_core.spec._expr import (
+    Assign,
+    Block,
+    Call,
+    Evaluator,
+    Expr,
+    Stmt,
+    Value,
+    compile_expr,
+    show,
+)
 from fsm_core.spec._table import Row, Table
 
 State: TypeAlias = tuple[Value, ...]
@@ -42,7 +52,7 @@ class Effect:
     args: tuple[Value, ...]
 
     def __str__(self) -> str:
-        return f"{self.name}({', '.join(_show(a) for a in self.args)})"
+        return f"{self.name}({', '.join(show(a) for a in self.args)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +242,7 @@ class Machine:
         if event not in self.table.events:
             raise KeyError(f"{self.name} has no event {event!r}")
         raise NotEnabled(
-            f"{self.name}: no row of {event}({_show_args(self, event, args)}) is enabled in "
+            f"{self.name}: no row of {event}({show_args(self, event, args)}) is enabled in "
             f"{self.format_state(state[: len(self.names)])}"
         )
 
@@ -296,7 +306,7 @@ class Machine:
 
     def format_state(self, state: Sequence[Value]) -> str:
         """``idle{holder=none, latch=false, ...}``: the state variable, then the variables."""
-        pairs = ", ".join(f"{n}={_show(v)}" for n, v in zip(self.names[1:], state[1:], strict=True))
+        pairs = ", ".join(f"{n}={show(v)}" for n, v in zip(self.names[1:], state[1:], strict=True))
         return f"{state[0]}{{{pairs}}}"
 
 
@@ -312,10 +322,7 @@ def _run(
             _run(op.body, store, args, perform)
 
 
-def _show(v: Value) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
-
-
-def _show_args(m: Machine, event: str, args: Sequence[Value]) -> str:
+def show_args(m: Machine, event: str, args: Sequence[Value]) -> str:
+    """``wake=true, lane=next_turn``: an event's arguments named as it declares them."""
     params = [p for p, _ in m.table.events[event].params] if event in m.table.events else []
-    return ", ".join(f"{p}={_show(a)}" for p, a in zip(params, args, strict=False))
+    return ", ".join(f"{p}={show(a)}" for p, a in zip(params, args, strict=False))
