@@ -58,7 +58,7 @@ __all__ = ["check_diagrams", "default_out_dir", "render_diagrams", "write_diagra
 
 _COMMAND = "fsm-core diagrams"
 _TRACEABILITY = "traceability.md"
-_DECISIONS = tuple(f"D{i}" for i in range(1, 10))  # DESIGN.md's pinned decisions
+_DECISION_SOURCE = "D"  # the clause source of DESIGN.md's pinned decisions (D1..D9)
 
 _WIDTH = 46  # characters per label line before it wraps
 _NOTE_WIDTH = 64
@@ -425,9 +425,9 @@ def _traceability(spec: Spec) -> str:
         "| --- | --- | --- |",
     ]
     out += [
-        f"| {_code(d)} | {_cell(spec.clauses[d].summary)} | {cell(d)} |"
-        for d in _DECISIONS
-        if d in spec.clauses
+        f"| {_code(d)} | {_cell(clause.summary)} | {cell(d)} |"
+        for d, clause in spec.clauses.items()
+        if clause.source == _DECISION_SOURCE
     ]
     out += [
         "",
