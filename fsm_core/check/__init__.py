@@ -57,7 +57,6 @@ class Report:
     result: Result[Any]
     names: tuple[str, ...]
     moves: list[Move]
-    properties: tuple[str, ...]
     dead_rows: tuple[str, ...]
     violation: Violation[Any] | None
 
@@ -101,16 +100,14 @@ def check(
     """Explore ``model`` and report. ``liveness`` defaults to on except for bench models."""
     built = build(model)
     live = model.tier != "bench" if liveness is None else liveness
-    result = explore(
-        built.system, max_states=max_states, keep_graph=live, track_labels=True, progress=progress
-    )
+    result = explore(built.system, max_states=max_states, keep_graph=live, progress=progress)
     violation = result.violation
     if violation is None and result.complete and live and result.graph is not None:
         stuck = unreachable_quiescence(result.graph, built.system.quiescent)
         if stuck:
-            first = min(stuck, key=lambda s: len(trace_to(result.parent, s)))
-            violation = Violation(QUIESCENCE, trace_to(result.parent, first))
+            # In BFS order, so the first has a shortest trace.
+            violation = Violation(QUIESCENCE, trace_to(result.parent, stuck[0]))
     taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive
-    return Report(model, result, built.names, built.moves, built.properties, dead, violation)
+    return Report(model, result, built.names, built.moves, dead, violation)

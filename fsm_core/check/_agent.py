@@ -28,13 +28,13 @@ driver scheduled never owes a wake.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fsm_core.check._codegen import compile_predicates
 from fsm_core.check._explore import System
 from fsm_core.check._model import Model
-from fsm_core.check._moves import Labels, Move, show
-from fsm_core.spec._expr import Value
+from fsm_core.check._moves import Labels, Move
+from fsm_core.spec._expr import Value, show
 from fsm_core.spec._machine import REFUSED, State
 
 NO_PARKED_WAKE = "no_parked_wake"
@@ -94,6 +94,15 @@ class AgentSystem:
             for args in m.all_arguments(e)
         ]
         self._events = [(e, list(m.all_arguments(e))) for e in m.table.events]
+        self._params = {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
+        # The ghost reads these arguments by position: send's wake, cancel's keep_inbox and
+        # the rest of remove and take_steering.
+        self._wake = self._params["send"].index("wake")
+        self._keep_inbox = self._params["cancel"].index("keep_inbox")
+        self._rest = {e: self._params[e].index("rest") for e in ("remove", "take_steering")}
+        # Compiled once: evaluated on the agent's positions of every state and every notification.
+        self._violated = compile_predicates(m, {i.id: i.expr for i in m.table.invariants})
+        self._unquiet = compile_predicates(m, {"quiescent": m.table.defs["quiescent"].expr})
         self._labels = Labels()
         self.labels = self._labels.moves
         initial = (*m.initial, *(model.budgets[e] for e in self.budget_events), False, False, "")
@@ -113,23 +122,17 @@ class AgentSystem:
     def first_violated(self, s: State) -> str | None:
         if s[self._broken]:
             return str(s[self._broken])
-        bad = self.machine.violated(s[: self.n])
-        if bad:
-            return bad[0]
-        if s[self._owed] and self._idle_with_nothing_scheduled(s):
+        agent = s[: self.n]
+        bad = self._violated(agent)
+        if bad is not None:
+            return bad
+        # Idle with nothing scheduled: quiescent, and the state variable ``phase`` is idle.
+        if s[self._owed] and agent[0] == "idle" and self._unquiet(agent) is None:
             return NO_PARKED_WAKE
         return None
 
-    def _idle_with_nothing_scheduled(self, s: Sequence[Value]) -> bool:
-        m = self.machine
-        return (
-            m.get(s, "phase") == "idle"
-            and m.get(s, "holder") == "none"
-            and not m.get(s, "scheduled")
-        )
-
     def quiescent(self, s: State) -> bool:
-        return self.machine.holds("quiescent", s[: self.n])
+        return self._unquiet(s[: self.n]) is None
 
     # --- successors --------------------------------------------------------------------------
 
@@ -199,11 +202,12 @@ class AgentSystem:
             nonlocal points
             if name in ("claim_inbox", "clear_inbox"):
                 store[self._owed] = False
-            broken = self._observe(observed, store, name, values)
+            now = tuple(store)
+            broken = self._observe(observed, now, name, values)
             if broken is not None:
                 store[self._broken] = broken
             if broken is not None or (
-                name in self._notifying and self.first_violated(tuple(store)) is not None
+                name in self._notifying and self.first_violated(now) is not None
             ):
                 raise _Stop(f"{name}({', '.join(show(v) for v in values)})")
             if name not in self._reactions:
@@ -249,14 +253,14 @@ class AgentSystem:
         return _Outcome(move, tuple(store), points)
 
     def _observe(
-        self, observed: list[State], store: list[Value], effect: str, values: tuple[Value, ...]
+        self, observed: list[State], now: State, effect: str, values: tuple[Value, ...]
     ) -> str | None:
-        """What ``effect`` finds broken: its own contract, at any effect; a step invariant or
-        decision 1's ghost, at a notification, where a listener observes the state.
+        """What ``effect`` finds broken in the store ``now``: its own contract, at any effect;
+        a step invariant or decision 1's ghost, at a notification, where a listener observes
+        the state.
 
         ``observed[0]`` is the last state a listener could see; it moves on to this one.
         """
-        now = tuple(store)
         if self.machine.unmet(effect, now, values):
             return f"{effect}.requires"
         if effect not in self._notifying:
@@ -265,7 +269,7 @@ class AgentSystem:
         unstable = self.machine.unstable(before, now)
         if unstable:
             return unstable[0]
-        if effect == "publish_status" and values[0] == "running" and store[self._prerun]:
+        if effect == "publish_status" and values[0] == "running" and now[self._prerun]:
             return PRERUN_OPENS_NO_TURN
         return None
 
@@ -277,8 +281,8 @@ class AgentSystem:
         inside: tuple[tuple[str, Move], ...],
         stopped: str = "",
     ) -> Move:
-        params = (p for p, _ in self.machine.table.events[event].params)
-        return Move(event, tuple(zip(params, args, strict=True)), row, "", inside, stopped)
+        named = tuple(zip(self._params[event], args, strict=True))
+        return Move(event, named, row, "", inside, stopped)
 
     # --- ghost ---------------------------------------------------------------------------------
 
@@ -291,11 +295,8 @@ class AgentSystem:
         disposal excuses, whatever was owed when it *finishes*, so work a cancel-requested
         observer queues inside that cancel is parked with the rest (pre-abort, D4).
         """
-        kwargs = dict(
-            zip((p for p, _ in self.machine.table.events[event].params), args, strict=True)
-        )
         if before:
-            if event == "send" and kwargs["wake"]:
+            if event == "send" and args[self._wake]:
                 store[self._prerun] = False
                 if not store[self._closing]:
                     store[self._owed] = True
@@ -305,8 +306,8 @@ class AgentSystem:
         if event == "start":
             store[self._prerun] = False
         if (
-            (event == "cancel" and kwargs["keep_inbox"])
+            (event == "cancel" and args[self._keep_inbox])
             or event == "dispose"
-            or (event in ("remove", "take_steering") and not kwargs["rest"])
+            or (event in self._rest and not args[self._rest[event]])
         ):
             store[self._owed] = False

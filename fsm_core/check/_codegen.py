@@ -62,15 +62,14 @@ class CompiledSuccessors:
     source: str
 
 
-def compile_successors(machine: Machine, events: Sequence[str] | None = None) -> CompiledSuccessors:
+def compile_successors(machine: Machine) -> CompiledSuccessors:
     """Generate ``successors(state) -> [(label_index, next_state), ...]``.
 
-    Only rows of ``events`` (default: every event) are included; reject rows are skipped
-    (a refusal is not a transition). Effects that call out are ignored: the result is the
-    atomic, listener-free semantics of each row.
+    Every event's rows are included; reject rows are skipped (a refusal is not a transition).
+    Effects that call out are ignored: the result is the atomic, listener-free semantics of
+    each row.
     """
     t = machine.table
-    chosen = set(t.events if events is None else events)
     names = machine.names
     local = {n: f"v_{n}" for n in names}
     defs = {name: d.expr for name, d in t.defs.items()}
@@ -79,7 +78,7 @@ def compile_successors(machine: Machine, events: Sequence[str] | None = None) ->
     for state in t.state_names:
         body: list[str] = []
         for row in t.rows:
-            if state not in row.sources or row.event not in chosen or row.reject is not None:
+            if state not in row.sources or row.reject is not None:
                 continue
             params = [p for p, _ in t.events[row.event].params]
             for args in machine.all_arguments(row.event):

@@ -67,10 +67,6 @@ class Result(Generic[S]):
     parent: dict[S, tuple[S, int] | None] = field(default_factory=dict)
     """Parent pointers of every visited state: :func:`trace_to` walks them."""
 
-    @property
-    def ok(self) -> bool:
-        return self.violation is None and self.complete
-
 
 Progress = Callable[[int, int, int, float], None]
 """Called about once a second with (states, frontier, depth, elapsed seconds)."""
@@ -81,13 +77,12 @@ def explore(
     *,
     max_states: int | None = None,
     keep_graph: bool = False,
-    track_labels: bool = True,
     progress: Progress | None = None,
 ) -> Result[S]:
     """Explore every reachable state of ``system``, stopping at the first violation.
 
     ``keep_graph`` stores every edge, which the liveness check needs and small models can
-    afford; ``track_labels`` records which labels (rows) were ever taken.
+    afford. The result records which labels (rows) were ever taken.
     """
     start = time.perf_counter()
     succ = system.successors
@@ -121,7 +116,7 @@ def explore(
                     parent[t] = (s, label)
                     append(t)
             # Stop recording once every label is taken (the bench takes all of its rows early).
-            if track_labels and len(taken) < len(labels):
+            if len(taken) < len(labels):
                 taken.update(label for label, _ in nexts)
             count += 1
             if progress is not None and count & 0xFFF == 0:

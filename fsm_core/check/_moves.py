@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fsm_core.spec._expr import Value
-
-
-def show(v: Value) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+from fsm_core.spec._expr import Value, show
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +44,6 @@ class Move:
             yield self.row
         for _, nested in self.inside:
             yield from nested.rows()
-
-    def kwargs(self) -> Mapping[str, Value]:
-        return dict(self.args)
 
 
 class Labels:

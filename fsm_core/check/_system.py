@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fsm_core.check._agent import NO_PARKED_WAKE, AgentSystem
+from fsm_core.check._agent import AgentSystem
 from fsm_core.check._codegen import compile_predicates, compile_successors
 from fsm_core.check._explore import System
 from fsm_core.check._model import Model
 from fsm_core.check._moves import Move
-from fsm_core.check._tree import TREE_PROPERTIES, TreeSystem
+from fsm_core.check._tree import TreeSystem
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,12 +22,10 @@ class Built:
     system: System[Any]
     names: tuple[str, ...]
     moves: list[Move]
-    properties: tuple[str, ...]
 
 
 def build(model: Model) -> Built:
     m = model.machine
-    invariants = tuple(i.id for i in m.table.invariants)
     if model.kind == "table":
         compiled = compile_successors(m)
         params = {e: [p for p, _ in spec.params] for e, spec in m.table.events.items()}
@@ -41,10 +39,9 @@ def build(model: Model) -> Built:
             model.name, m.initial, compiled.successors, moves, violated,
             lambda s: quiet(s) is None,
         )  # fmt: skip
-        return Built(system, m.names, moves, invariants)
+        return Built(system, m.names, moves)
     if model.kind == "agent":
         agent = AgentSystem(model)
-        return Built(agent.system, agent.names, agent.labels, (*invariants, NO_PARKED_WAKE))
+        return Built(agent.system, agent.names, agent.labels)
     tree = TreeSystem(model)
-    per_node = tuple(f"{i}@<node>" for i in invariants)
-    return Built(tree.system, tree.names, tree.labels, (*per_node, *TREE_PROPERTIES))
+    return Built(tree.system, tree.names, tree.labels)

@@ -44,7 +44,6 @@ PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
 NOTICE_DELIVERED = "settlement_notice_delivered"
 TEARDOWN_ONCE = "teardown_runs_once"
 NOTICE_ONCE = "notice_sent_once"
-TREE_PROPERTIES = (PARENT_LEAVES_AFTER_CHILDREN, NOTICE_DELIVERED, TEARDOWN_ONCE, NOTICE_ONCE)
 
 Node = tuple[Value, ...] | None
 TreeState = tuple[object, ...]
@@ -102,9 +101,7 @@ class TreeSystem:
         self._closes = self._failures + 1
         self._notices = self._closes + n
         self._broken = self._notices + n
-        self._stage = m.names.index("stage")
         self._resident = m.names.index("resident")
-        self._children_var = m.names.index("children")
         self._offered = [
             (e, list(m.all_arguments(e))) for e in m.table.events if e not in _WIRED_ONLY
         ]
@@ -296,4 +293,5 @@ class TreeSystem:
         return []
 
     def _settled(self, node: object) -> bool:
-        return isinstance(node, tuple) and node[self._stage] == "settled"
+        # The table's ``quiescent``: the activation reached ``settled``.
+        return isinstance(node, tuple) and self.machine.holds("quiescent", node)
