@@ -122,7 +122,7 @@ def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
     assert r.err == (
         "fsm-core: models/bad.toml: [environment] budgets: unknown event 'sned' (events: send, "
         "cancel, dispose, maintenance_start, remove, start, claim, take_steering, retire, "
-        "converge, maintenance_finish, dispose_finish)\n"
+        "converge, halt, maintenance_finish, dispose_finish)\n"
     )
 
 
@@ -232,7 +232,7 @@ def test_a_model_that_does_not_match_its_expectation_exits_1_naming_the_numbers(
     mismatches = [line for line in r.out.splitlines() if line.startswith("mismatch:")]
     assert mismatches == [
         "mismatch: small (models/small.toml) [expect] states: expected 1, found 64",
-        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 481",
+        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 498",
         "mismatch: small (models/small.toml) [expect] depth: expected 3, found 5",
     ]
     assert r.out.splitlines()[1].split()[-1] == "✗"

@@ -22,8 +22,8 @@ scheduled sets it, a waking send (a replacement) or the driver's start clears it
 A ghost ``owed`` instruments DESIGN.md decision 9: it is set when a waking send is
 accepted before disposal, and cleared when the work is claimed (``claim_inbox``, the last
 ``take_steering``), discarded (``clear_inbox``, removal of the last message), parked by a
-``keep_inbox`` cancel, or when disposal begins. ``no_parked_wake`` says an idle agent with no
-driver scheduled never owes a wake.
+``keep_inbox`` cancel, or when disposal begins or the driver halts on an escape (``halt``).
+``no_parked_wake`` says an idle agent with no driver scheduled never owes a wake.
 """
 
 from __future__ import annotations
@@ -293,7 +293,8 @@ class AgentSystem:
 
         A waking send owes a wake as it is accepted; a ``keep_inbox`` cancel parks, and
         disposal excuses, whatever was owed when it *finishes*, so work a cancel-requested
-        observer queues inside that cancel is parked with the rest (pre-abort, D4).
+        observer queues inside that cancel is parked with the rest (pre-abort, D4). A halting
+        driver excuses what was owed as it *starts*: its own idle notification is checked.
         """
         if before:
             if event == "send" and args[self._wake]:
@@ -302,6 +303,8 @@ class AgentSystem:
                     store[self._owed] = True
             elif event == "cancel" and store[0] == "idle" and store[self._scheduled]:
                 store[self._prerun] = True
+            elif event == "halt":
+                store[self._owed] = False  # before the row: its idle notification is checked
             return
         if event == "start":
             store[self._prerun] = False
