@@ -10,7 +10,14 @@ on a state and read the next state and the ordered effects::
     assert step.row == "cancel.noop" and step.effects == ()   # idle cancel: nothing at all
 """
 
-from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, TransitionError
+from fsm_core._errors import (
+    FsmError,
+    NotEnabled,
+    Rejected,
+    SpecError,
+    TransitionError,
+    UsageError,
+)
 from fsm_core.host import HostedMachine
 from fsm_core.runtime import (
     PARENT,
@@ -44,6 +51,7 @@ __all__ = [
     "State",
     "Step",
     "TransitionError",
+    "UsageError",
     "UserMessage",
     "load_spec",
 ]

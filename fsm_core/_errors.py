@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FsmError", "NotEnabled", "Rejected", "SpecError", "TransitionError"]
+__all__ = ["FsmError", "NotEnabled", "Rejected", "SpecError", "TransitionError", "UsageError"]
 
 
 class FsmError(Exception):
@@ -40,4 +40,14 @@ class Rejected(TransitionError):
 
     ``str(error)`` is the table's reason, e.g. ``the agent is disposed; it accepts no more
     messages``.
+    """
+
+
+class UsageError(FsmError):
+    """The runtime refused a call at the door, before anything changed.
+
+    A message that is not a :class:`~fsm_core.UserMessage` of strings, an id that is already
+    pending, a waking send with no running event loop, a session another agent owns, an agent
+    created while the runtime closes: each would corrupt the table, the inbox or the durable
+    log if it got in, so it does not.
     """

@@ -23,5 +23,5 @@ def test_no_undeclared_public_name_leaks() -> None:
 
 
 def test_errors_share_one_root() -> None:
-    for name in ("SpecError", "TransitionError", "NotEnabled", "Rejected"):
+    for name in ("SpecError", "TransitionError", "NotEnabled", "Rejected", "UsageError"):
         assert issubclass(getattr(fsm_core, name), fsm_core.FsmError)

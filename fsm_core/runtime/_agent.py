@@ -14,6 +14,16 @@ each of those does to the control state is the table's decision, read back from 
 
 Cancellation is cooperative: the driver checks the signal around awaited seams but never
 abandons work. ``when_idle()`` and disposal wait for work that ignores the signal.
+
+Whatever escapes, the table converges, so ``when_idle()`` and disposal always return:
+
+- a seam that raises an ``Exception`` (``CancelledError`` included, unless the driver's own task
+  is being cancelled) ends the turn as ``error``; a notification listener's is contained;
+- a ``BaseException`` that is not contained (the driver task cancelled from outside,
+  ``KeyboardInterrupt``, ...) retires the open turn and *halts* the driver (the table's
+  ``halt`` rows), then propagates; queued work stays parked until a later wake;
+- a listener's uncontained ``BaseException`` inside a row is held until the row completes,
+  then raised to whoever fired the event, so no row ever stops half-way.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from fsm_core._errors import FsmError
+from fsm_core._errors import FsmError, UsageError
 from fsm_core.host import HostedMachine
 from fsm_core.runtime._causes import (
     DISPOSED,
@@ -53,7 +63,7 @@ from fsm_core.runtime._payloads import (
     TurnStopping,
 )
 from fsm_core.runtime._scope import context_for
-from fsm_core.runtime._session import Session
+from fsm_core.runtime._session import Session, SessionError
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 from fsm_core.spec import Effect, Machine
 from fsm_core.spec._expr import Value
@@ -73,6 +83,16 @@ _ENDINGS = {"stop": "completed", "max_tokens": "max_tokens", "blocked": "blocked
 
 async def _same(value: Any) -> Any:
     return value
+
+
+def _cancelling() -> bool:
+    """True iff the current task has a pending cancellation request (it is being cancelled).
+
+    Tells a seam that *raises* ``CancelledError`` (a fault, contained like any exception) from
+    the driver's own task being cancelled from outside (which must propagate).
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _said(message: UserMessage) -> Mapping[str, Any]:
@@ -114,7 +134,12 @@ class Agent:
         # Invariant: _controller is set iff the table's holder is live or aborted.
         self._controller: AbortController | None = None
         self._status: Status = "idle"
-        self._turn = 0
+        session._attach(agent_id)
+        # Turns continue the session's numbering: a resumed log never repeats a turn number.
+        self._turn = max(
+            (int(cast(int, e.data["turn"])) for e in session.events if e.type == "turn/start"),
+            default=0,
+        )
         # What the event being fired is about; a stack, because listeners re-enter.
         self._sending: list[UserMessage] = []
         self._cancelling: list[AgentCancelCause] = []
@@ -124,6 +149,10 @@ class Agent:
         """Set by the table's ``flush_session`` effect; the driver awaits the flush it owes."""
         self._waiters: list[asyncio.Future[None]] = []
         self._driver: asyncio.Task[None] | None = None
+        self._firing = 0
+        """How many table events are being fired right now (listeners nest them)."""
+        self._held: BaseException | None = None
+        """A listener's uncontained BaseException, raised once the outermost row completes."""
 
     # --- what users call ------------------------------------------------------------------
 
@@ -139,13 +168,47 @@ class Agent:
     def send(self, message: UserMessage, target: Lane = "next_turn", wakeup: bool = True) -> None:
         """Queue ``message``; a waking send schedules the driver for a later loop iteration.
 
-        Raises :class:`~fsm_core.Rejected` once the agent is disposed.
+        Raises :class:`~fsm_core.Rejected` once the agent is disposed, and
+        :class:`~fsm_core.UsageError` (changing nothing) for a message that is not a
+        :class:`UserMessage` of strings, an id that is already pending, a lane or ``wakeup`` of
+        the wrong type, or a waking send with no running event loop to schedule the driver on.
         """
+        self._admit(message, target, wakeup)
         self._sending.append(message)
         try:
-            self.control.fire("send", wake=wakeup, lane=target)
+            self._fire("send", wake=wakeup, lane=target)
         finally:
             self._sending.pop()
+
+    def _admit(self, message: UserMessage, target: Lane, wakeup: bool) -> None:
+        """Refuse, before the table moves, what would corrupt the inbox or the log."""
+        if not isinstance(message, UserMessage):
+            raise UsageError(
+                f"agent {self.id}: send() takes a UserMessage, not {type(message).__name__}"
+            )
+        for field in ("id", "text"):
+            value = getattr(message, field)
+            if not isinstance(value, str):
+                raise UsageError(
+                    f"agent {self.id}: a message's {field} must be a str, "
+                    f"not {type(value).__name__}"
+                )
+        if target not in ("next_turn", "next_step"):
+            raise UsageError(
+                f"agent {self.id}: target must be 'next_turn' or 'next_step', not {target!r}"
+            )
+        if not isinstance(wakeup, bool):
+            raise UsageError(f"agent {self.id}: wakeup must be a bool, not {wakeup!r}")
+        if any(m.id == message.id for m in (*self.inbox.next_turn, *self.inbox.next_step)):
+            raise UsageError(f"agent {self.id}: message {message.id!r} is already pending")
+        if wakeup:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                raise UsageError(
+                    f"agent {self.id}: a waking send needs a running event loop to schedule "
+                    "the driver on (send from async code, or use inject())"
+                ) from None
 
     def followup(self, message: UserMessage) -> None:
         self.send(message, "next_turn", True)
@@ -163,9 +226,11 @@ class Agent:
 
         On an idle agent with nothing queued this does nothing and arms nothing.
         """
+        if not isinstance(keep_inbox, bool):
+            raise UsageError(f"agent {self.id}: keep_inbox must be a bool, not {keep_inbox!r}")
         self._cancelling.append(cause)
         try:
-            self.control.fire("cancel", cause=cause.kind, keep_inbox=keep_inbox)
+            self._fire("cancel", cause=cause.kind, keep_inbox=keep_inbox)
         finally:
             self._cancelling.pop()
 
@@ -182,13 +247,13 @@ class Agent:
 
         Raises :class:`~fsm_core.Rejected` unless the agent is idle with no driver scheduled.
         """
-        self.control.fire("maintenance_start")
+        self._fire("maintenance_start")
         controller = self._controller
         assert controller is not None
         try:
             await task(controller.signal)
         finally:
-            self.control.fire("maintenance_finish")
+            self._fire("maintenance_finish")
 
     def __repr__(self) -> str:
         v = self.control.values
@@ -202,36 +267,78 @@ class Agent:
         """Begin disposal inside the caller's call, as the seed's ``dispose()`` does before its
         first await: a turn that a cancel has just aborted must not retire before the lifecycle
         flag is set, or it would record ``aborted`` where decision 6 says ``disposed``."""
-        self.control.fire("dispose")
+        self._fire("dispose")
 
     async def _dispose(self) -> None:
+        """Teardown after the activity converged: write the whole log once more (teardown
+        work, not a turn's seam: no ``session/flush`` listener runs), then ``dispose_finish``.
+        A failed write is raised after disposal completed, so it reaches every caller of
+        ``dispose()`` and the agent is disposed either way."""
         await self.when_idle()
-        self.control.fire("dispose_finish")
+        try:
+            await self.session.flush()
+        finally:
+            self._fire("dispose_finish")
 
     # --- the driver -------------------------------------------------------------------------
 
+    def _fire(self, event: str, **args: Value) -> None:
+        """Fire a table event; a listener's held BaseException is raised after the row."""
+        self._firing += 1
+        try:
+            self.control.fire(event, **args)
+        finally:
+            self._firing -= 1
+        if self._firing == 0 and self._held is not None:
+            held, self._held = self._held, None
+            raise held
+
     async def _drive(self) -> None:
-        """One driver: start, then turns until the table says the agent converged."""
-        self.control.fire("start")
-        while self.phase in ("running", "cancelling") and not self._value("turn"):
-            self.control.fire("claim")
-            if not self._value("turn"):
-                continue  # a replacement got a fresh holder, or the claim converged
-            controller = self._controller
-            assert controller is not None
-            ending = await self._run_turn(controller.signal, self._turn)
-            self.control.fire("retire", end=ending)
-            if self._flush_owed:
-                self._flush_owed = False
-                await self._await_flush()
-            self.control.fire("converge")
+        """One driver: start, then turns until the table says the agent converged.
+
+        Whatever escapes (a cancelled task, a ``BaseException`` from a seam or a listener), the
+        driver retires the open turn and halts before it propagates, so the table converges.
+        """
+        try:
+            self._fire("start")
+            while self.phase in ("running", "cancelling") and not self._value("turn"):
+                self._fire("claim")
+                if not self._value("turn"):
+                    continue  # a replacement got a fresh holder, or the claim converged
+                controller = self._controller
+                assert controller is not None
+                ending = await self._run_turn(controller.signal, self._turn)
+                self._fire("retire", end=ending)
+                if self._flush_owed:
+                    self._flush_owed = False
+                    await self._await_flush()
+                self._fire("converge")
+        except BaseException:
+            self._halt()
+            raise
+
+    def _halt(self) -> None:
+        """Converge the table after an escape, with no await: retire the open turn, halt."""
+        self._flush_owed = False
+        for event, args in (("retire", {"end": "error"}), ("halt", {})):
+            if self.phase not in ("running", "cancelling"):
+                return
+            if event == "retire" and not self._value("turn"):
+                continue
+            try:
+                self._fire(event, **args)
+            except BaseException:  # a listener's, held to the row's end: the first one wins
+                log.exception("agent %s: a listener raised while the driver halted", self.id)
 
     async def _await_flush(self) -> None:
         try:
             await self.events.waterfall("session/flush", Flush(self, self.session), self._flush)
-        except Exception:
+        except (Exception, asyncio.CancelledError) as error:
             # The turn's outcome is already recorded; a failed flush is reported and must
             # not strand the agent in running (when_idle() and dispose would never return).
+            # Disposal flushes the whole log again and raises if that fails too.
+            if isinstance(error, asyncio.CancelledError) and _cancelling():
+                raise
             log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
 
     async def _flush(self, payload: Flush) -> None:
@@ -249,7 +356,7 @@ class Agent:
                 )
                 signal.raise_if_aborted()
                 if self.inbox.next_step:
-                    self.control.fire("take_steering", rest=bool(self.inbox.next_turn))
+                    self._fire("take_steering", rest=bool(self.inbox.next_turn))
                     context += [_said(m) for m in self._steering]
                 reply = await self._step(signal, turn, step, context)
                 if reply.finish != "tool_calls":
@@ -261,7 +368,9 @@ class Agent:
             return ending
         except Aborted:
             return "error"  # the table reads the aborted holder and records aborted/disposed
-        except Exception:
+        except (Exception, asyncio.CancelledError) as error:
+            if isinstance(error, asyncio.CancelledError) and _cancelling():
+                raise  # the driver's own task is being cancelled: _drive halts
             log.exception("agent %s: turn %d failed", self.id, turn)
             return "error"
 
@@ -270,8 +379,8 @@ class Agent:
     ) -> Reply:
         boundary = StepBoundary(self, signal, turn, step)
         self.session.append("step/start", {"turn": turn, "step": step})
-        self.events.emit("step/start", boundary)
         try:
+            self.events.emit("step/start", boundary)
             assembled = await self.events.waterfall(
                 "agent/assemble", AssembleContext(self, signal, tuple(context)), _same
             )
@@ -336,11 +445,22 @@ class Agent:
                     log.exception("agent %s: tool %s failed", self.id, call.name)
                     result = "failed"
         finally:
-            self.session.append(
-                "tool/result",
-                {"turn": turn, "step": step, "id": call.id, "ok": ok, "result": result},
-            )
+            ok, result = self._record_result(turn, step, call, ok, result)
         return {"role": "tool", "id": call.id, "ok": ok, "result": result}
+
+    def _record_result(
+        self, turn: int, step: int, call: ToolCall, ok: bool, result: Any
+    ) -> tuple[bool, Any]:
+        """Append the call's ``tool/result``; a result the log cannot hold (NaN, a set, an
+        object, an integer beyond JSON's safe range) is recorded as ``invalid-result``."""
+        data = {"turn": turn, "step": step, "id": call.id, "ok": ok, "result": result}
+        try:
+            self.session.append("tool/result", data)
+        except SessionError:
+            log.exception("agent %s: tool %s gave a result the log cannot hold", self.id, call.name)
+            ok, result = False, "invalid-result"
+            self.session.append("tool/result", {**data, "ok": ok, "result": result})
+        return ok, result
 
     def _tool_names(self) -> tuple[str, ...]:
         return tuple(sorted(self.runtime.tools))
@@ -357,7 +477,12 @@ class Agent:
                 f"agent {self.id}: {effect} runs where its contract {requires!r} does not hold "
                 f"({self.control.spec.format_state(self.control.snapshot())})"
             )
-        self._handlers[effect.name](*effect.args)
+        try:
+            self._handlers[effect.name](*effect.args)
+        except BaseException as error:
+            # Only a notification's listener raises here (emit contains the rest): the row
+            # must complete, so the exception waits for the outermost _fire to return.
+            self._held = self._held or error
 
     def _value(self, name: str) -> Value:
         return self.control.values[name]
@@ -447,6 +572,7 @@ class Agent:
                 waiter.set_result(None)
 
     def _finalize_disposal(self) -> None:
+        self.session._detach()
         self.runtime._forget(self)
 
     def _remove(self, message_id: str) -> bool:
@@ -454,7 +580,7 @@ class Agent:
         if all(m.id != message_id for m in queued):
             return False
         rest = any(m.id != message_id for m in queued)
-        self.control.fire("remove", rest=rest)  # refused on a disposed agent: nothing removed
+        self._fire("remove", rest=rest)  # refused on a disposed agent: nothing removed
         message = self.inbox._take(message_id)
         assert message is not None
         self._discard([message])
@@ -469,9 +595,18 @@ class AgentHandle:
         self._disposal: asyncio.Task[None] | None = None
 
     async def dispose(self) -> None:
+        """Interrupt the agent's work, wait for it to settle, flush the log and finish.
+
+        Every caller awaits the same teardown; cancelling one caller does not cancel it. A
+        failed final flush is raised to every caller, after the agent is disposed.
+        """
         if self._disposal is None:
-            self.agent._request_disposal()
-            self._disposal = asyncio.get_running_loop().create_task(
-                self.agent._dispose(), name=f"dispose {self.agent.id}"
-            )
-        await self._disposal
+            try:
+                self.agent._request_disposal()
+            finally:
+                # Even when a listener's BaseException escapes the request, the table is
+                # disposing now, and teardown must run.
+                self._disposal = asyncio.get_running_loop().create_task(
+                    self.agent._dispose(), name=f"dispose {self.agent.id}"
+                )
+        await asyncio.shield(self._disposal)

@@ -3,7 +3,11 @@
 A *notification* (``emit``) calls every listener synchronously, inside the call that emits it,
 so a listener that calls ``agent.cancel()`` or ``agent.send()`` re-enters the agent exactly
 where the table says it may. A listener that raises is logged and contained: it cannot veto
-what is being announced, nor stop the listeners after it.
+what is being announced, nor stop the listeners after it. That includes
+``asyncio.CancelledError``: a synchronous listener cannot be the target of a task's
+cancellation, so one it raises is a fault of the listener like any other. A ``BaseException``
+that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``, ...) is not swallowed:
+the remaining listeners still run, then the first such exception is raised from ``emit``.
 
 A *waterfall* (``waterfall``) is awaited: each listener receives ``(payload, next)`` and may
 await ``next(payload)`` to continue the chain, which ends in the runtime's own step. Listeners
@@ -16,6 +20,7 @@ for turn seams, the turn's ``signal``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -48,12 +53,22 @@ class EventBus:
         return dispose
 
     def emit(self, name: str, payload: object) -> None:
-        """Notify every listener of ``name`` now; exceptions are logged, never raised."""
+        """Notify every listener of ``name`` now.
+
+        Exceptions (``CancelledError`` included) are logged, never raised. Every listener runs
+        even when one raises a ``BaseException`` such as ``KeyboardInterrupt``; the first of
+        those is raised once the last listener has returned.
+        """
+        escaped: BaseException | None = None
         for listener in list(self._listeners.get(name, ())):
             try:
                 listener(payload)
-            except Exception:
+            except (Exception, asyncio.CancelledError):
                 log.exception("a listener of %s raised; the notification goes on", name)
+            except BaseException as error:
+                escaped = escaped or error
+        if escaped is not None:
+            raise escaped
 
     async def waterfall(self, name: str, payload: P, last: Callable[[P], Awaitable[R]]) -> R:
         """Run the listeners of ``name`` as a chain ending in ``last``; return its result.

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from fsm_core._errors import FsmError
+from fsm_core._errors import UsageError
 from fsm_core.runtime._agent import Agent, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._model import ModelAdapter, Tool
@@ -22,8 +22,8 @@ log = logging.getLogger("fsm_core.runtime")
 class Runtime:
     """Create agents that share one event bus, one model seam and one set of tools.
 
-    ``aclose()`` disposes every agent and returns only when all their work has settled,
-    including work that ignores its signal: nothing is raced or abandoned.
+    ``aclose()`` stops admitting agents, disposes every agent and returns only when all their
+    work has settled, including work that ignores its signal: nothing is raced or abandoned.
     """
 
     def __init__(
@@ -35,23 +35,49 @@ class Runtime:
         self._table = load_spec(specs).machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing: asyncio.Task[None] | None = None
 
     @property
     def agents(self) -> dict[str, Agent]:
         return {name: h.agent for name, h in self._handles.items()}
 
     async def create_agent(self, agent_id: str, session: Session | None = None) -> AgentHandle:
+        """A new agent recording into ``session`` (a fresh in-memory one by default).
+
+        Raises :class:`~fsm_core.UsageError` once ``aclose()`` has begun, for an id in use,
+        and for a session another live agent records into.
+        """
+        if self._closing is not None:
+            raise UsageError(f"the runtime is closing; agent {agent_id!r} was not created")
+        if not isinstance(agent_id, str):
+            raise UsageError(f"an agent id is a str, not {type(agent_id).__name__}")
         if agent_id in self._handles:
-            raise FsmError(f"an agent named {agent_id!r} already exists")
+            raise UsageError(f"an agent named {agent_id!r} already exists")
         agent = Agent(self, agent_id, self._table, session or Session())
         handle = self._handles[agent_id] = AgentHandle(agent)
         return handle
 
     async def aclose(self) -> None:
-        """Dispose every agent, then wait for every driver this runtime started."""
-        await asyncio.gather(*(h.dispose() for h in list(self._handles.values())))
+        """Stop admitting, dispose every agent, then wait for every driver this runtime started.
+
+        Memoized: every caller awaits the same close, and cancelling a caller does not cancel
+        it. Agents that failed to dispose (a failed final flush) are raised together, as an
+        ``BaseExceptionGroup``, once everything has settled.
+        """
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(self._close(), name="aclose")
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        results = await asyncio.gather(
+            *(h.dispose() for h in list(self._handles.values())), return_exceptions=True
+        )
         while self._tasks:
-            await asyncio.gather(*list(self._tasks))
+            # asyncio.wait, unlike gather, never cancels what it waits for.
+            await asyncio.wait(list(self._tasks))
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise BaseExceptionGroup("some agents failed to dispose", failures)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal, NoReturn, TypeAlias, final, get_args, overload
 
-from fsm_core._errors import FsmError
+from fsm_core._errors import FsmError, UsageError
 
 __all__ = [
     "EVENT_SHAPES",
@@ -114,6 +114,12 @@ _EXPECTED: Final[Mapping[FieldType, str]] = {
 _CLASSIFICATION: Final = re.compile(r"[a-z][a-z0-9]*(?:[-_/.][a-z0-9]+)*\Z")
 _CLASSIFICATION_MAX: Final = 64
 
+# What every reader of the log can hold (RFC 7493, I-JSON): integers a double represents
+# exactly, so a JavaScript port replays the same numbers, and a bounded nesting depth, so no
+# reader runs out of stack. Checked on append, load and seed alike: what goes in reads back.
+SAFE_INTEGER: Final = 2**53 - 1
+MAX_DEPTH: Final = 64
+
 _RECORD_KEYS: Final = ("seq", "type", "data")
 _EVENT_TYPES: Final[Mapping[str, EventType]] = {name: name for name in _SHAPES}
 
@@ -169,7 +175,7 @@ def _freeze(value: object, path: str, stack: tuple[int, ...] = ()) -> JSON:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return int.__int__(value)
+        return _safe_int(value, path)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _Fault(f"field {path!r} is {value!r}; JSON numbers are finite")
@@ -179,6 +185,8 @@ def _freeze(value: object, path: str, stack: tuple[int, ...] = ()) -> JSON:
     if isinstance(value, list | tuple | Mapping):
         if id(value) in stack:
             raise _Fault(f"field {path!r} contains itself")
+        if len(stack) >= MAX_DEPTH:
+            raise _Fault(f"field {path!r} is nested deeper than {MAX_DEPTH} levels")
         inner = (*stack, id(value))
         if isinstance(value, Mapping):
             frozen: dict[str, JSON] = {}
@@ -189,6 +197,15 @@ def _freeze(value: object, path: str, stack: tuple[int, ...] = ()) -> JSON:
             return MappingProxyType(frozen)
         return tuple(_freeze(item, f"{path}[{i}]", inner) for i, item in enumerate(value))
     raise _Fault(f"field {path!r} must be a JSON value, found {type(value).__name__}")
+
+
+def _safe_int(value: int, path: str) -> int:
+    if not -SAFE_INTEGER <= value <= SAFE_INTEGER:
+        raise _Fault(
+            f"field {path!r} is an integer beyond +-(2**53 - 1), which not every JSON reader "
+            "holds exactly"
+        )
+    return int.__int__(value)
 
 
 def _thaw(value: JSON) -> Any:
@@ -215,7 +232,7 @@ def _check_field(name: str, field_type: FieldType, value: object) -> JSON:
         case "int":
             if not isinstance(value, int) or isinstance(value, bool):
                 wrong()
-            return int.__int__(value)
+            return _safe_int(value, name)
         case "str":
             if not isinstance(value, str):
                 wrong()
@@ -354,10 +371,23 @@ def _write_atomically(path: Path, text: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _fsync_directory(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (POSIX); where directories cannot be opened, skip."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- the log ---------------------------------------------------------------------------------
@@ -445,7 +475,7 @@ class Session:
     shape rejects anything else, as it rejects any value that is not plain JSON.
     """
 
-    __slots__ = ("_events", "_lines", "_name", "_path")
+    __slots__ = ("_events", "_lines", "_name", "_owner", "_path")
 
     def __init__(self, path: StrPath | None = None) -> None:
         # Invariant: _events[i].seq == i; every event passed _check_data.
@@ -454,6 +484,7 @@ class Session:
         self._lines: list[str] = []
         self._path = None if path is None else Path(path)
         self._name = "<session>" if path is None else os.fspath(path)
+        self._owner: str | None = None
         if self._path is not None and self._path.exists():
             self._events = Session.load(self._path)._events
 
@@ -497,7 +528,8 @@ class Session:
         """A durability point: when it returns, the whole log is on disk (if attached).
 
         The runtime awaits it through the ``session/flush`` waterfall after each turn ends,
-        before the next turn and before idle. With no path it returns at once.
+        before the next turn and before idle, and once more when the agent is disposed. With
+        no path it returns at once.
         """
         if self._path is not None:
             _write_atomically(self._path, self.to_jsonl())
@@ -560,6 +592,19 @@ class Session:
         session._events = events
         session._name = name
         return session
+
+    def _attach(self, agent_id: str) -> None:
+        """Record that ``agent_id`` writes this log; two writers would interleave their turns."""
+        if self._owner is not None:
+            raise UsageError(
+                f"{self._name}: agent {self._owner!r} already records into this session; "
+                f"agent {agent_id!r} needs a session of its own"
+            )
+        self._owner = agent_id
+
+    def _detach(self) -> None:
+        """The writer is disposed: another agent may resume the log."""
+        self._owner = None
 
     def __repr__(self) -> str:
         last = f" last={self._events[-1].type}" if self._events else ""

@@ -165,7 +165,7 @@ def check_edits(mutants: Iterable[RuntimeMutant]) -> None:
 # 0, its body at 4.
 
 _CANCEL = f"{AGENT}:Agent.cancel"
-_FIRE_CANCEL = '        self.control.fire("cancel", cause=cause.kind, keep_inbox=keep_inbox)\n'
+_FIRE_CANCEL = '        self._fire("cancel", cause=cause.kind, keep_inbox=keep_inbox)\n'
 
 MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
@@ -341,7 +341,11 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "dispose() begins disposal inside its teardown task, a loop iteration after the call, "
         "so a turn a cancel has just aborted retires as aborted, not disposed.",
         (
-            Edit(f"{AGENT}:AgentHandle.dispose", "        self.agent._request_disposal()\n", ""),
+            Edit(
+                f"{AGENT}:AgentHandle.dispose",
+                "            self.agent._request_disposal()\n",
+                "            pass\n",
+            ),
             Edit(
                 f"{AGENT}:Agent._dispose",
                 "    await self.when_idle()\n",
@@ -362,9 +366,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{AGENT}:Agent.send",
-                'self.control.fire("send", wake=wakeup, lane=target)',
-                'self.control.fire("send", wake=wakeup and self.phase != "maintenance", '
-                "lane=target)",
+                'self._fire("send", wake=wakeup, lane=target)',
+                'self._fire("send", wake=wakeup and self.phase != "maintenance", lane=target)',
             ),
         ),
     ),
@@ -388,8 +391,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{AGENT}:Agent._run_turn",
-                'self.control.fire("take_steering", rest=bool(self.inbox.next_turn))',
-                'self.control.fire("take_steering", rest=self.inbox.pending)',
+                'self._fire("take_steering", rest=bool(self.inbox.next_turn))',
+                'self._fire("take_steering", rest=self.inbox.pending)',
             ),
         ),
     ),
@@ -400,8 +403,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{AGENT}:Agent._request_disposal",
-                '    self.control.fire("dispose")\n',
-                '    if self.phase != "cancelling":\n        self.control.fire("dispose")\n',
+                '    self._fire("dispose")\n',
+                '    if self.phase != "cancelling":\n        self._fire("dispose")\n',
             ),
         ),
     ),
@@ -441,8 +444,9 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{AGENT}:Agent._drive",
-                '    while self.phase in ("running", "cancelling") and not self._value("turn"):\n',
-                '    while self.phase == "running" and not self._value("turn"):\n',
+                '        while self.phase in ("running", "cancelling") '
+                'and not self._value("turn"):\n',
+                '        while self.phase == "running" and not self._value("turn"):\n',
             ),
         ),
     ),

@@ -1,0 +1,273 @@
+"""What the runtime refuses at the door, and the calls that must not wedge or lose data.
+
+Values that would corrupt the table, the inbox or the durable log are refused with a
+:class:`~fsm_core.UsageError` (or a :class:`~fsm_core.runtime.SessionError` for the log) before
+anything changes; teardown survives a cancelled caller and reports a failed final flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm_core import USER, Runtime, UsageError, UserMessage
+from fsm_core.runtime import (
+    Gate,
+    Reply,
+    ScriptedModel,
+    ScriptedTool,
+    Session,
+    SessionError,
+    ToolCall,
+    Wait,
+)
+from tests.runtime.test_faults import Boom, assert_agrees, assert_balanced, bounded
+
+
+def _quiet_table(agent: Any) -> dict[str, Any]:
+    return dict(agent.control.values)
+
+
+@pytest.mark.parametrize(
+    ("message", "fault"),
+    [
+        (UserMessage(1, "hi"), "agent a1: a message's id must be a str, not int"),  # type: ignore[arg-type]
+        (UserMessage("m1", None), "agent a1: a message's text must be a str, not NoneType"),  # type: ignore[arg-type]
+        (None, "agent a1: send() takes a UserMessage, not NoneType"),
+        ("hi", "agent a1: send() takes a UserMessage, not str"),
+    ],
+)
+def test_a_malformed_message_is_refused_before_the_table_moves(message: Any, fault: str) -> None:
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel())
+        agent = (await rt.create_agent("a1")).agent
+        before = _quiet_table(agent)
+        with pytest.raises(UsageError, match=rf"^{re.escape(fault)}$"):
+            agent.followup(message)
+        assert _quiet_table(agent) == before
+        assert not agent.inbox.pending
+        await bounded(agent.when_idle())
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_a_second_pending_message_with_an_id_already_pending_is_refused() -> None:
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel([Reply("one")]))
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "first"))
+        with pytest.raises(UsageError, match=r"^agent a1: message 'm1' is already pending$"):
+            agent.steer(UserMessage("m1", "again"))
+        assert [m.text for m in agent.inbox.next_turn] == ["first"]
+        assert agent.inbox.next_step == ()
+        agent.cancel()  # discards exactly the one pending message
+        assert not agent.inbox.pending and not agent.control.values["pending"]
+        await bounded(agent.when_idle())
+        discarded = [e.data["ids"] for e in agent.session.events if e.type == "inbox/discarded"]
+        assert discarded == [("m1",)]
+        agent.followup(UserMessage("m1", "the id is free again"))
+        await bounded(agent.when_idle())
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_a_waking_send_with_no_running_loop_is_refused_and_changes_nothing() -> None:
+    async def make() -> Any:
+        rt = Runtime(model=ScriptedModel())
+        return (await rt.create_agent("a1")).agent
+
+    agent = asyncio.run(make())
+    before = _quiet_table(agent)
+    with pytest.raises(
+        UsageError,
+        match=r"^agent a1: a waking send needs a running event loop to schedule the driver on "
+        r"\(send from async code, or use inject\(\)\)$",
+    ):
+        agent.followup(UserMessage("m1", "hi"))
+    assert _quiet_table(agent) == before
+    agent.inject(UserMessage("m1", "hi"))  # no wake, no loop needed
+    assert agent.control.values["pending"] and not agent.control.values["scheduled"]
+
+
+def test_a_listener_base_exception_reaches_the_caller_after_the_row_completes() -> None:
+    async def main() -> None:
+        gate = Gate("model")
+        rt = Runtime(model=ScriptedModel([Wait(gate, Reply("late"))]))
+        agent = (await rt.create_agent("a1")).agent
+        rt.events.on("agent/cancel-requested", lambda _e: (_ for _ in ()).throw(Boom()))
+        agent.followup(UserMessage("m1", "hi"))
+        await bounded(gate.reached.wait())
+        with pytest.raises(Boom):
+            agent.cancel(USER)
+        # The row completed before the exception left: the holder is aborted with the cause.
+        assert agent.control.values["holder"] == "aborted"
+        assert agent.control.values["reason"] == "user"
+        await bounded(agent.when_idle())
+        outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
+        assert outcomes == [{"kind": "aborted"}]
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_aclose_stops_admitting_and_waits_for_work_that_ignores_its_signal() -> None:
+    async def main() -> None:
+        gate = Gate("model")
+        model = ScriptedModel([Wait(gate, Reply("late"), cooperate=False)])
+        rt = Runtime(model=model)
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+        await bounded(gate.reached.wait())
+        closing = asyncio.create_task(rt.aclose())
+        await bounded(model.requests[0][1].wait())  # aclose() began: it disposed the agent
+        with pytest.raises(
+            UsageError, match=r"^the runtime is closing; agent 'a2' was not created$"
+        ):
+            await rt.create_agent("a2")
+        assert not closing.done()
+        gate.open()
+        await bounded(closing)
+        await bounded(rt.aclose())  # memoized: a second call returns too
+        assert agent.phase == "disposed" and rt.agents == {}
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_dispose_caller_does_not_cancel_the_teardown() -> None:
+    async def main() -> None:
+        gate = Gate("model")
+        model = ScriptedModel([Wait(gate, Reply("late"), cooperate=False)])
+        rt = Runtime(model=model)
+        handle = await rt.create_agent("a1")
+        handle.agent.followup(UserMessage("m1", "hi"))
+        await bounded(gate.reached.wait())
+        impatient = asyncio.create_task(handle.dispose())
+        await bounded(model.requests[0][1].wait())  # the caller began the teardown
+        impatient.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await impatient
+        gate.open()
+        await bounded(handle.dispose())
+        assert handle.agent.phase == "disposed"
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_a_session_records_one_agent_at_a_time_and_turns_continue_its_numbering() -> None:
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel([Reply("one"), Reply("two")]))
+        session = Session()
+        first = await rt.create_agent("a1", session)
+        with pytest.raises(
+            UsageError,
+            match=r"^<session>: agent 'a1' already records into this session; "
+            r"agent 'a2' needs a session of its own$",
+        ):
+            await rt.create_agent("a2", session)
+        first.agent.followup(UserMessage("m1", "hi"))
+        await bounded(first.agent.when_idle())
+        await bounded(first.dispose())
+        second = await rt.create_agent("a2", session)
+        second.agent.followup(UserMessage("m2", "again"))
+        await bounded(second.agent.when_idle())
+        turns = [e.data["turn"] for e in session.events if e.type == "turn/start"]
+        assert turns == [1, 2]
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+class _Odd:
+    pass
+
+
+@pytest.mark.parametrize(
+    "result",
+    [math.nan, {1, 2}, _Odd(), 10**5000, 2**53],
+    ids=["nan", "set", "object", "huge-int", "unsafe-int"],
+)
+def test_a_tool_result_the_log_cannot_hold_is_recorded_as_invalid(result: object) -> None:
+    async def main() -> None:
+        rt = Runtime(
+            model=ScriptedModel(
+                [Reply(tool_calls=(ToolCall("c1", "odd"),), finish="tool_calls"), Reply("done")]
+            ),
+            tools=[ScriptedTool("odd", [result])],
+        )
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+        await bounded(agent.when_idle())
+        results = [e.data for e in agent.session.events if e.type == "tool/result"]
+        assert [(r["ok"], r["result"]) for r in results] == [(False, "invalid-result")]
+        assert_balanced(agent.session)
+        assert_agrees(agent)
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_a_failed_final_flush_reaches_every_dispose_caller_after_disposal(tmp_path: Path) -> None:
+    async def main() -> None:
+        folder = tmp_path / "gone"
+        folder.mkdir()
+        rt = Runtime(model=ScriptedModel([Reply("one")]))
+        handle = await rt.create_agent("a1", Session(folder / "a1.jsonl"))
+        other = await rt.create_agent("a2", Session(folder / "a2.jsonl"))
+        handle.agent.followup(UserMessage("m1", "hi"))
+        await bounded(handle.agent.when_idle())
+        shutil.rmtree(folder)
+        with pytest.raises(FileNotFoundError):
+            await bounded(handle.dispose())
+        assert handle.agent.phase == "disposed"
+        with pytest.raises(FileNotFoundError):
+            await bounded(handle.dispose())  # memoized: the same failure
+        # aclose() disposes the agent left, and raises its failure once everything settled.
+        with pytest.raises(BaseExceptionGroup) as group:
+            await bounded(rt.aclose())
+        assert [type(e) for e in group.value.exceptions] == [FileNotFoundError]
+        assert other.agent.phase == "disposed"
+
+    asyncio.run(main())
+
+
+def test_append_refuses_what_the_log_could_not_write_and_read_back() -> None:
+    session = Session()
+    deep: Any = "x"
+    for _ in range(65):
+        deep = [deep]
+    with pytest.raises(SessionError, match=r"nested deeper than 64 levels"):
+        session.append(
+            "tool/call", {"turn": 1, "step": 1, "id": "c", "name": "t", "args": {"a": deep}}
+        )
+    with pytest.raises(SessionError, match=r"beyond \+-\(2\*\*53 - 1\)"):
+        session.append("turn/start", {"turn": 10**5000})
+    with pytest.raises(SessionError, match=r"beyond \+-\(2\*\*53 - 1\)"):
+        Session.from_jsonl('{"seq":0,"type":"turn/start","data":{"turn":9007199254740992}}\n')
+    assert len(session.events) == 0
+    session.append("turn/start", {"turn": 2**53 - 1})
+    assert Session.from_jsonl(session.to_jsonl()).events == session.events
+
+
+def test_a_wrongly_typed_lane_or_flag_is_refused_and_queues_nothing() -> None:
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel())
+        agent = (await rt.create_agent("a1")).agent
+        with pytest.raises(UsageError):
+            agent.send(UserMessage("m1", "hi"), "sideways")  # type: ignore[arg-type]
+        with pytest.raises(UsageError):
+            agent.send(UserMessage("m1", "hi"), wakeup=1)  # type: ignore[arg-type]
+        with pytest.raises(UsageError):
+            agent.cancel(USER, keep_inbox="yes")  # type: ignore[arg-type]
+        assert not agent.inbox.pending
+        await bounded(rt.aclose())
+
+    asyncio.run(main())

@@ -1,0 +1,266 @@
+"""Faults at every seam: whatever escapes, the table converges and nothing wedges.
+
+Each seam of a turn (the model, a tool, every waterfall, every notification) raises, once, an
+``Exception``, an ``asyncio.CancelledError`` or a ``BaseException`` that is not an
+``Exception``. Afterwards ``when_idle()`` and ``Runtime.aclose()`` return, the durable log is
+balanced (every turn, step and tool call that opened also closed), the state the runtime shows
+agrees with the table's, and a later cancel still works.
+
+A wedge would hang a test forever, so every wait runs under :func:`bounded`: a deadline that
+turns a hang into a failure. Nothing waits on time for work to happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from fsm_core import USER, Agent, Runtime, UserMessage
+from fsm_core.runtime import AbortSignal, Gate, Reply, Request, Session, ToolCall
+
+T = TypeVar("T")
+
+
+class Boom(BaseException):
+    """Like ``KeyboardInterrupt``: a ``BaseException`` that is not an ``Exception``."""
+
+
+FAULTS: dict[str, Callable[[], BaseException]] = {
+    "exception": lambda: RuntimeError("injected"),
+    "cancelled": asyncio.CancelledError,
+    "base": Boom,
+}
+
+WATERFALLS = (
+    "agent/pre-step",
+    "agent/assemble",
+    "agent/request-error",
+    "agent/tool-approval",
+    "agent/turn-stopping",
+    "session/flush",
+)
+NOTIFICATIONS = (
+    "agent/status",
+    "inbox/inserted",
+    "inbox/claimed",
+    "turn/start",
+    "step/start",
+    "step/end",
+    "turn/end",
+    "agent/cancel-requested",
+    "inbox/discarded",
+)
+SEAMS = ("model", "tool", *WATERFALLS, *NOTIFICATIONS)
+
+
+async def bounded(work: Awaitable[T]) -> T:
+    """Await ``work``; a wedge fails the test instead of hanging it."""
+    async with asyncio.timeout(10):
+        return await work
+
+
+class Injector:
+    """Raises the fault the first time its seam is reached, and counts that it did."""
+
+    def __init__(self, fault: str) -> None:
+        self.fault = fault
+        self.raised = 0
+
+    def strike(self) -> None:
+        if self.raised == 0:
+            self.raised += 1
+            raise FAULTS[self.fault]()
+
+
+class Model:
+    """Turn 1: a transient failure, then a tool call, then an answer. A request holding the
+    text "second" waits on ``gate`` (cooperating with the signal) instead."""
+
+    def __init__(self, gate: Gate, injector: Injector | None) -> None:
+        self.gate = gate
+        self.injector = injector
+        self.failed_once = False
+
+    async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+        if self.injector is not None:
+            self.injector.strike()
+        if any(m.get("text") == "second" for m in request.messages):
+            await self.gate.wait(signal)
+            return Reply("late")
+        if not self.failed_once:
+            self.failed_once = True
+            raise RuntimeError("transient")
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Reply("done")
+        return Reply(tool_calls=(ToolCall("c1", "echo", {"x": 1}),), finish="tool_calls")
+
+
+class Echo:
+    name = "echo"
+
+    def __init__(self, injector: Injector | None) -> None:
+        self.injector = injector
+
+    async def execute(self, args: Any, signal: AbortSignal) -> Any:
+        if self.injector is not None:
+            self.injector.strike()
+        return dict(args)
+
+
+def assert_balanced(session: Session) -> None:
+    """Every turn, step and tool call that opened in the log also closed, in order."""
+    opened: Counter[tuple[str, object]] = Counter()
+    for event in session.events:
+        kind, _, edge = event.type.partition("/")
+        if event.type in ("turn/start", "step/start"):
+            opened[(kind, _key(event.data))] += 1
+        elif event.type in ("turn/end", "step/end"):
+            assert opened[(kind, _key(event.data))] == 1, f"{event} closes nothing"
+            opened[(kind, _key(event.data))] -= 1
+        elif event.type == "tool/call":
+            opened[("tool", event.data["id"])] += 1
+        elif event.type == "tool/result":
+            assert opened[("tool", event.data["id"])] == 1, f"{event} answers no call"
+            opened[("tool", event.data["id"])] -= 1
+        del edge
+    assert +opened == Counter(), f"left open: {dict(+opened)}"
+
+
+def _key(data: Any) -> object:
+    return (data["turn"], data.get("step"))
+
+
+def assert_agrees(agent: Agent) -> None:
+    """What users see is the table's state: phase, published status, queued work."""
+    values = agent.control.values
+    assert agent.control.spec.holds("quiescent", agent.control.snapshot())
+    assert agent.status == "idle"
+    assert values["holder"] == "none" and not values["turn"]
+    assert agent.inbox.pending == values["pending"]
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.parametrize("seam", SEAMS)
+def test_a_fault_at_any_seam_leaves_a_converged_agent(seam: str, fault: str) -> None:
+    async def main() -> None:
+        injector = Injector(fault)
+        gate = Gate("second turn")
+        rt = Runtime(
+            model=Model(gate, injector if seam == "model" else None),
+            tools=[Echo(injector if seam == "tool" else None)],
+        )
+        agent = (await rt.create_agent("a1")).agent
+        escaped: list[BaseException] = []
+
+        def user(call: Callable[[], None]) -> None:
+            """A user's call: a listener's Boom reaches its caller once the row completed."""
+            try:
+                call()
+            except Boom as error:
+                escaped.append(error)
+
+        async def retry(_payload: Any, _next: Any) -> str:
+            return "retry"
+
+        if seam in WATERFALLS:
+
+            async def faulty(payload: Any, next_: Callable[[Any], Awaitable[Any]]) -> Any:
+                injector.strike()
+                return await next_(payload)
+
+            rt.events.on(seam, faulty)
+        elif seam in NOTIFICATIONS:
+            rt.events.on(seam, lambda _payload: injector.strike())
+        rt.events.on("agent/request-error", retry)
+
+        user(lambda: agent.followup(UserMessage("m1", "first")))
+        await bounded(agent.when_idle())
+        assert_agrees(agent)
+
+        user(lambda: agent.followup(UserMessage("m2", "second")))
+        await bounded(gate.reached.wait())
+        user(lambda: agent.followup(UserMessage("m3", "third")))
+        user(lambda: agent.cancel(USER))
+        await bounded(agent.when_idle())
+        assert_agrees(agent)
+        assert injector.raised == 1, f"the {seam} seam was never reached"
+        assert_balanced(agent.session)
+        ends = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
+        assert ends[-1] == {"kind": "aborted"}, "the cancel of the second turn still took"
+
+        await bounded(rt.aclose())
+        assert agent.phase == "disposed"
+        assert_balanced(agent.session)
+
+    asyncio.run(main())
+
+
+def test_a_keyboard_interrupt_from_the_model_retires_the_turn_on_its_way_out() -> None:
+    """KeyboardInterrupt leaves the event loop at once; the table converged before it did."""
+    seen: dict[str, Agent] = {}
+
+    class Interrupting:
+        async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+            raise KeyboardInterrupt
+
+    async def main() -> None:
+        rt = Runtime(model=Interrupting())
+        agent = seen["agent"] = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+        await agent.when_idle()
+
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(main())
+    agent = seen["agent"]
+    assert agent.phase == "idle"
+    assert_agrees(agent)
+    assert_balanced(agent.session)
+    assert [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"] == [
+        {"kind": "error"}
+    ]
+
+
+def test_a_driver_cancelled_from_outside_halts_and_parks_the_queued_work(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A supervisor cancelling every task: the open turn ends as an error, the driver halts,
+    the work it had not claimed stays queued, and the next wake runs it."""
+
+    async def main() -> None:
+        gate = Gate("model")
+        answers = iter([gate, None])
+
+        class Blocking:
+            async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+                step = next(answers)
+                if step is not None:
+                    await step.wait(signal, cooperate=False)
+                return Reply("ok")
+
+        rt = Runtime(model=Blocking())
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "one"))
+        await bounded(gate.reached.wait())
+        agent.followup(UserMessage("m2", "two"))
+        (driver,) = [t for t in asyncio.all_tasks() if t.get_name() == "driver a1"]
+        driver.cancel()
+        await bounded(agent.when_idle())
+        assert_agrees(agent)
+        assert driver.cancelled()
+        assert [m.id for m in agent.inbox.next_turn] == ["m2"]
+        outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
+        assert outcomes == [{"kind": "error"}]
+
+        agent.followup(UserMessage("m3", "three"))
+        await bounded(agent.when_idle())
+        claimed = [e.data["ids"] for e in agent.session.events if e.type == "inbox/claimed"]
+        assert claimed == [("m1",), ("m2", "m3")]
+        await bounded(rt.aclose())
+
+    with caplog.at_level(logging.ERROR, "fsm_core.runtime"):
+        asyncio.run(main())
