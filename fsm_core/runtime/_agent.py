@@ -146,7 +146,8 @@ class Agent:
         self._claimed: list[UserMessage] = []
         self._steering: list[UserMessage] = []
         self._flush_owed = False
-        """Set by the table's ``flush_session`` effect; the driver awaits the flush it owes."""
+        """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
+        driver that halted before settling it leaves it owed to the next driver."""
         self._waiters: list[asyncio.Future[None]] = []
         self._driver: asyncio.Task[None] | None = None
         self._firing = 0
@@ -301,6 +302,9 @@ class Agent:
         """
         try:
             self._fire("start")
+            if self._flush_owed and self.phase in ("running", "cancelling"):
+                # A halted driver's last turn: its flush settles before the next claim (D7).
+                await self._await_flush()
             while self.phase in ("running", "cancelling") and not self._value("turn"):
                 self._fire("claim")
                 if not self._value("turn"):
@@ -310,7 +314,6 @@ class Agent:
                 ending = await self._run_turn(controller.signal, self._turn)
                 self._fire("retire", end=ending)
                 if self._flush_owed:
-                    self._flush_owed = False
                     await self._await_flush()
                 self._fire("converge")
         except BaseException:
@@ -318,8 +321,10 @@ class Agent:
             raise
 
     def _halt(self) -> None:
-        """Converge the table after an escape, with no await: retire the open turn, halt."""
-        self._flush_owed = False
+        """Converge the table after an escape, with no await: retire the open turn, halt.
+
+        The retired turn's flush stays owed: the next driver settles it before its claim.
+        """
         for event, args in (("retire", {"end": "error"}), ("halt", {})):
             if self.phase not in ("running", "cancelling"):
                 return
@@ -340,6 +345,7 @@ class Agent:
             if isinstance(error, asyncio.CancelledError) and _cancelling():
                 raise
             log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
+        self._flush_owed = False
 
     async def _flush(self, payload: Flush) -> None:
         await payload.session.flush()

@@ -154,6 +154,15 @@ class SeamFailure(Exception):
         self.retry = retry
 
 
+class SeamEscape(BaseException):
+    """What an escaping gate raises: not an ``Exception``, so no seam contains it and the
+    driver halts (like ``KeyboardInterrupt`` or a supervisor's cancellation)."""
+
+    def __init__(self, seam: str) -> None:
+        super().__init__(f"{seam} escaped")
+        self.seam = seam
+
+
 @dataclass(eq=False, slots=True)
 class Held:
     """A gate some work is waiting at right now."""
@@ -177,6 +186,8 @@ class _ErrorLog(logging.Handler):
         error = record.exc_info[1] if record.exc_info else None
         if isinstance(error, SeamFailure) and record.msg != "a driver failed":
             return  # a turn, tool or flush that failed because a rule failed its gate
+        if isinstance(error, SeamEscape) and record.msg == "a driver failed":
+            return  # the driver halted because a rule made its gate escape
         kind = "" if error is None else f" ({type(error).__name__}: {error})"
         self.problems.append(f"the runtime logged an error: {record.getMessage()}{kind}")
 
@@ -350,7 +361,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
 
         async def maintain() -> None:
             # Refused (the oracle checks that the table refuses too), aborted, or failed.
-            with contextlib.suppress(Rejected, Aborted, SeamFailure):
+            with contextlib.suppress(Rejected, Aborted, SeamFailure, SeamEscape):
                 await self.agent.run_maintenance(task)
 
         def race() -> None:
@@ -453,6 +464,14 @@ class AgentRaceMachine(RuleBasedStateMachine):
                 held.gate.open()
 
         self._run(release)
+
+    @precondition(lambda self: self.held)
+    @rule(pick=picks)
+    def escape_gate(self, pick: int) -> None:
+        """Fail one gate with an exception no seam contains: the driver retires its turn and
+        halts (the table's ``halt``), or the maintenance task ends."""
+        held = self.held[pick % len(self.held)]
+        self._run(lambda: held.gate.fail(SeamEscape(held.seam)))
 
     @precondition(_alive)
     @rule(dispose=st.booleans())
