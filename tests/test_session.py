@@ -667,7 +667,7 @@ def test_a_fault_in_a_later_seed_event_rejects_the_whole_seed() -> None:
 json_values = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=6),
     lambda inner: (
@@ -712,3 +712,41 @@ def test_any_sequence_of_valid_appends_round_trips_through_jsonl(
     assert text.count("\n") == len(writes)
     assert Session.seed(session.events).events == session.events
     assert [event.seq for event in loaded.events] == list(range(len(writes)))
+
+
+@given(st.lists(appends(), min_size=1, max_size=6), st.data())
+def test_a_damaged_log_is_rejected_whole_naming_its_line_or_read_exactly(
+    tmp_path_factory: pytest.TempPathFactory,
+    writes: list[tuple[EventType, dict[str, object]]],
+    data: st.DataObject,
+) -> None:
+    """Bytes overwritten, inserted or cut anywhere in a valid log: loading either rejects the
+    whole file with one SessionError naming a line that exists, or reads a valid log."""
+    session = Session()
+    for event_type, fields in writes:
+        session.append(event_type, fields)
+    raw = session.to_jsonl().encode()
+    at = data.draw(st.integers(0, len(raw) - 1), label="at")
+    cut = data.draw(st.integers(0, 8), label="cut")
+    junk = data.draw(st.binary(max_size=8), label="junk")
+    damaged = raw[:at] + junk + raw[at + cut :]
+    path = tmp_path_factory.mktemp("damaged") / "log.jsonl"
+    path.write_bytes(damaged)
+    try:
+        loaded = Session.load(path)
+    except SessionError as error:
+        found = re.match(rf"^{re.escape(str(path))}: line (\d+): ", str(error))
+        assert found is not None, str(error)
+        assert 1 <= int(found.group(1)) <= damaged.count(b"\n") + 1
+        assert path.read_bytes() == damaged  # loading never writes
+    else:
+        assert Session.from_jsonl(loaded.to_jsonl()).events == loaded.events
+
+
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=4))
+def test_garbage_lines_are_rejected_with_one_session_error(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    try:
+        Session.from_jsonl(text, "fuzz.jsonl")
+    except SessionError as error:
+        assert re.match(r"^fuzz\.jsonl: line \d+: ", str(error)), str(error)
