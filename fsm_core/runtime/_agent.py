@@ -137,7 +137,7 @@ class Agent:
         session._attach(agent_id)
         # Turns continue the session's numbering: a resumed log never repeats a turn number.
         self._turn = max(
-            (int(cast(int, e.data["turn"])) for e in session.events if e.type == "turn/start"),
+            (cast(int, e.data["turn"]) for e in session.events if e.type == "turn/start"),
             default=0,
         )
         # What the event being fired is about; a stack, because listeners re-enter.
