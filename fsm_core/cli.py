@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import FsmError, TransitionError
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
 from fsm_core.check import _bench as bench
@@ -29,8 +30,50 @@ from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
 from fsm_core.spec import load_spec
 
+INTERRUPTED = 130
+"""The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""
+BROKEN_PIPE = 141
+"""The exit status when standard output's reader has gone (``| head``): 128 + SIGPIPE, what
+the shell reports for ``seq``, ``cat`` or ``grep`` in the same place, so a ``pipefail`` script
+sees one status whichever tool the reader cut short."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fsm-core`` on ``argv`` (default: the command line); return the exit status.
+
+    This is the one place where a fault becomes a message and a status: bad input (any
+    :class:`FsmError` but a :class:`TransitionError`, which is a bug) is one line
+    ``fsm-core: ...`` and 2; SIGINT is ``fsm-core: interrupted`` and 130; a reader that closed
+    standard output early is a quiet 141; output that cannot be written is 2. Standard output
+    is flushed here, so a full disk or a closed pipe shows as a status, not as a traceback
+    from the interpreter's flush at exit.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        code = _run(args)
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("fsm-core: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
+        return BROKEN_PIPE
+    except TransitionError:
+        raise  # a table refused a step the code took: a bug, and its traceback is the report
+    except FsmError as e:
+        print(f"fsm-core: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is not None:  # opening a named file failed
+            print(f"fsm-core: {e.filename}: {e.strerror}", file=sys.stderr)
+        else:  # writing failed; our writes to unnamed files are standard output's
+            _discard_stdout()
+            print(f"fsm-core: cannot write output: {e.strerror or e}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fsm-core",
         description="Executable specification of turn cancellation and multi-agent teardown.",
@@ -53,26 +96,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_diag.add_argument(
         "--check", action="store_true", help="fail and name each stale file; write nothing"
     )
+    return parser
 
-    args = parser.parse_args(argv)
+
+class _Refused(FsmError):
+    """Bad input the command line itself finds: an unknown model or machine, a bad flag."""
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "check":
         return _check(args)
     if args.command == "bench":
         return bench.run(args)
     if args.command == "mutants":
         return mutants.run(args)
-    try:
-        spec = load_spec(args.specs)
-    except SpecError as e:
-        print(f"fsm-core: {e}", file=sys.stderr)
-        return 2
-
+    spec = load_spec(args.specs)
     if args.command == "spec":
         unknown = [m for m in args.machine if m not in spec.machines]
         if unknown:
             names = ", ".join(spec.machines)
-            print(f"fsm-core: unknown machine {unknown[0]!r} (machines: {names})", file=sys.stderr)
-            return 2
+            raise _Refused(f"unknown machine {unknown[0]!r} (machines: {names})")
         chosen = args.machine or list(spec.machines)
         if args.json:
             # ASCII escapes keep the export printable on any terminal; JSON readers undo them.
@@ -94,6 +137,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in write_diagrams(spec, out):
         print(f"wrote {path}")
     return 0
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device (the recipe of Python's ``signal`` docs).
+
+    What it still buffers can never be written, and the interpreter's flush at exit would
+    fail on it again, print "Exception ignored" and exit 120.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor: a stream in memory, which flushes nowhere
+        pass
+    finally:
+        os.close(devnull)
 
 
 # --- check ----------------------------------------------------------------------------------------
@@ -133,10 +191,6 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     )
 
 
-class _UnknownModel(Exception):
-    pass
-
-
 def _select_models(chosen: Sequence[str]) -> list[Model]:
     """Every default-tier model, or the named ones (a name is a file stem; else a path)."""
     root = models_dir()
@@ -147,13 +201,13 @@ def _select_models(chosen: Sequence[str]) -> list[Model]:
         path = Path(name)
         if path.suffix == ".toml" or len(path.parts) > 1:
             if not path.is_file():
-                raise _UnknownModel(f"no model file {name}")
+                raise _Refused(f"no model file {name}")
             out.append(load_model(path))
             continue
         candidate = root / f"{name}.toml"
         if not candidate.is_file():
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
-            raise _UnknownModel(f"unknown model {name!r} (models: {known})")
+            raise _Refused(f"unknown model {name!r} (models: {known})")
         out.append(load_model(candidate, f"{root.name}/{candidate.name}"))
     return out
 
@@ -180,13 +234,26 @@ def _trace_path(out: Path, name: str, several: bool) -> Path:
     return out.with_name(f"{out.stem}.{name}{out.suffix}") if several else out
 
 
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all.
+
+    It goes to a temporary file beside ``path`` that is then renamed over it, so neither an
+    interrupt nor a full disk leaves half a trace where a replay would read it.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    f = temporary.open("x", encoding="utf-8")
+    try:
+        with f:
+            f.write(text)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
 def _check(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    try:
-        models = _select_models(args.model)
-    except (SpecError, _UnknownModel) as e:
-        print(f"fsm-core: {e}", file=sys.stderr)
-        return 2
+    models = _select_models(args.model)
     reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports
@@ -203,10 +270,11 @@ def _check(args: argparse.Namespace) -> int:
             else:
                 text = format_trace(r)
             try:
-                path.write_text(text, encoding="utf-8")
+                _write_whole(path, text)
             except OSError as e:
-                print(f"fsm-core: cannot write the trace of {r.model.name}: {e}", file=sys.stderr)
-                return 2
+                raise _Refused(
+                    f"cannot write the trace of {r.model.name} to {path}: {e.strerror or e}"
+                ) from None
             written.append(f"{r.model.name}: wrote the {args.trace_format} trace to {path}")
 
     seconds = time.perf_counter() - start

@@ -18,6 +18,7 @@ import pytest
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
 from fsm_core.check._bench import BASELINE, REFERENCE, Reference, configure, run
+from fsm_core.cli import main
 
 
 def test_bench_model_reproduces_the_reference_counts() -> None:
@@ -126,5 +127,5 @@ def test_bench_exits_1_naming_the_scale_when_counts_disagree(
 
 
 def test_bench_rejects_a_repeat_below_one(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(_bench_args("--repeat", "0")) == 2
-    assert capsys.readouterr().err == "fsm-core bench: --repeat must be at least 1, not 0\n"
+    assert main(["bench", "--repeat", "0"]) == 2
+    assert capsys.readouterr().err == "fsm-core: --repeat must be at least 1, not 0\n"

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Final
 
 import fsm_core
-from fsm_core._errors import SpecError
+from fsm_core._errors import FsmError, SpecError
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.check._report import aligned
@@ -140,14 +140,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark ``args`` describe; 0 if every count agrees, 1 if not, 2 on bad input."""
+    """Run the benchmark ``args`` describe; 0 if every count agrees, 1 if not.
+
+    Bad input (a missing baseline or model file, a malformed model) raises :class:`FsmError`
+    before anything runs.
+    """
     started = time.perf_counter()
     scales: list[str] = list(dict.fromkeys(args.scale or ["L"]))
     repeat: int = args.repeat
     if repeat < 1:
-        return _bad(f"--repeat must be at least 1, not {repeat}")
+        raise FsmError(f"--repeat must be at least 1, not {repeat}")
     if not args.no_baseline and not BASELINE.is_file():
-        return _bad(
+        raise FsmError(
             f"the baseline {BASELINE} is missing: it ships with the repository, not the wheel. "
             "Run from a checkout, or pass --no-baseline"
         )
@@ -156,15 +160,9 @@ def run(args: argparse.Namespace) -> int:
     params: dict[str, tuple[int, int, int, int]] = {}
     for scale, path in paths.items():
         if not path.is_file():
-            return _bad(f"{path} is missing: bench scale {scale} needs its model file")
-        try:
-            params[scale] = _params(path)
-        except SpecError as e:
-            return _bad(str(e))
-    try:
-        models = [] if args.no_models else [m for m in load_models(root) if m.tier == "default"]
-    except SpecError as e:
-        return _bad(str(e))
+            raise FsmError(f"{path} is missing: bench scale {scale} needs its model file")
+        params[scale] = _params(path)
+    models = [] if args.no_models else [m for m in load_models(root) if m.tier == "default"]
 
     problems: list[str] = []
     bench: dict[str, tuple[_Median | None, _Median | None]] = {}
@@ -200,11 +198,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"FAILED: {problem}")
     print(_done(bench, len(models), problems, time.perf_counter() - started))
     return 1 if problems else 0
-
-
-def _bad(message: str) -> int:
-    print(f"fsm-core bench: {message}", file=sys.stderr)
-    return 2
 
 
 def _params(path: Path) -> tuple[int, int, int, int]:
@@ -342,8 +335,12 @@ def _measure(cmd: list[str]) -> tuple[str, int, float, float]:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     ) as proc:
         assert proc.stdout is not None
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)  # reap it here, keeping its resource usage
+        try:
+            out = proc.stdout.read()
+            _, status, usage = os.wait4(proc.pid, 0)  # reap it here, keeping its resource usage
+        except BaseException:  # interrupted: no run keeps a core busy after we have gone
+            proc.kill()
+            raise
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
     reported = [ln for ln in out.splitlines() if ln.startswith(_PEAK)]
