@@ -79,7 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Executable specification of turn cancellation and multi-agent teardown.",
     )
     parser.add_argument(
-        "--specs", type=Path, default=None, help="tables directory (default: the shipped specs/)"
+        "--specs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="read the tables from DIR instead of the shipped specs/, in every subcommand: a "
+        "model's table in a directory named specs (../specs/agent.toml) is read as DIR/agent.toml; "
+        "a table elsewhere, like the bench model's own models/bench/turncancel.toml, is not",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -104,6 +110,9 @@ class _Refused(FsmError):
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.specs is not None and not args.specs.is_dir():
+        fault = "not a directory" if args.specs.exists() else "no such directory"
+        raise _Refused(f"--specs {args.specs}: {fault}")
     if args.command == "check":
         return _check(args)
     if args.command == "bench":
@@ -191,24 +200,24 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _select_models(chosen: Sequence[str]) -> list[Model]:
+def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
     """Every default-tier model, or the named ones (a name is a file stem; else a path)."""
     root = models_dir()
     if not chosen:
-        return [m for m in load_models(root) if m.tier == "default"]
+        return [m for m in load_models(root, specs=specs) if m.tier == "default"]
     out: list[Model] = []
     for name in chosen:
         path = Path(name)
         if path.suffix == ".toml" or len(path.parts) > 1:
             if not path.is_file():
                 raise _Refused(f"no model file {name}")
-            out.append(load_model(path))
+            out.append(load_model(path, specs=specs))
             continue
         candidate = root / f"{name}.toml"
         if not candidate.is_file():
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
             raise _Refused(f"unknown model {name!r} (models: {known})")
-        out.append(load_model(candidate, f"{root.name}/{candidate.name}"))
+        out.append(load_model(candidate, f"{root.name}/{candidate.name}", specs=specs))
     return out
 
 
@@ -253,7 +262,7 @@ def _write_whole(path: Path, text: str) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    models = _select_models(args.model)
+    models = _select_models(args.model, args.specs)
     reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports

@@ -17,8 +17,10 @@ import pytest
 
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
-from fsm_core.check._bench import BASELINE, REFERENCE, Reference, configure, run
+from fsm_core.check._bench import BASELINE, REFERENCE, Reference, _ours, configure, run
+from fsm_core.check._mutants import BY_NAME
 from fsm_core.cli import main
+from tests.helpers import copy_specs
 
 
 def test_bench_model_reproduces_the_reference_counts() -> None:
@@ -129,3 +131,12 @@ def test_bench_exits_1_naming_the_scale_when_counts_disagree(
 def test_bench_rejects_a_repeat_below_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--repeat", "0"]) == 2
     assert capsys.readouterr().err == "fsm-core: --repeat must be at least 1, not 0\n"
+
+
+def test_bench_checks_a_default_model_on_the_tables_of_specs(tmp_path: Path) -> None:
+    """The child process that times a default model reads its table from ``--specs``."""
+    specs = copy_specs(tmp_path)
+    mutant = BY_NAME["dispose_not_memoized"]
+    table = specs / mutant.table
+    table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+    assert _ours(models_dir() / "activation_tree.toml", None, specs).verdict == "violation"

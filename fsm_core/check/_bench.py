@@ -155,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
             f"the baseline {BASELINE} is missing: it ships with the repository, not the wheel. "
             "Run from a checkout, or pass --no-baseline"
         )
+    # --specs is the top-level parser's; a caller that built only this parser has none.
+    specs: Path | None = getattr(args, "specs", None)
     root = models_dir()
     paths = {scale: root / f"bench_{scale}.toml" for scale in scales}
     params: dict[str, tuple[int, int, int, int]] = {}
@@ -162,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise FsmError(f"{path} is missing: bench scale {scale} needs its model file")
         params[scale] = _params(path)
-    models = [] if args.no_models else [m for m in load_models(root) if m.tier == "default"]
+    models = (
+        [] if args.no_models else [m for m in load_models(root, specs=specs) if m.tier == "default"]
+    )
 
     problems: list[str] = []
     bench: dict[str, tuple[_Median | None, _Median | None]] = {}
@@ -171,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         base_runs: list[Run] = []
         for i in range(repeat):
             tag = f"bench {scale} run {i + 1}/{repeat}"
-            _attempt(problems, ours_runs, f"{tag}: ours", partial(_ours, paths[scale], False))
+            _attempt(problems, ours_runs, f"{tag}: ours", partial(_ours, paths[scale], False, None))
             if not args.no_baseline:
                 _attempt(problems, base_runs, f"{tag}: baseline", partial(_base, params[scale]))
         ours = _median(problems, f"bench {scale} (ours)", ours_runs)
@@ -185,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         runs: list[Run] = []
         for i in range(repeat):
             tag = f"model {model.name} run {i + 1}/{repeat}"
-            _attempt(problems, runs, tag, partial(_ours, path, None))
+            _attempt(problems, runs, tag, partial(_ours, path, None, specs))
         median = _median(problems, f"model {model.name}", runs)
         if median is not None:
             problems += [f"model {model.name}: {m}" for m in median.first.mismatches]
@@ -289,10 +293,11 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def _ours(path: Path, liveness: bool | None) -> Run:
-    """Check ``path`` in a fresh process (``liveness`` None: as ``fsm-core check`` would)."""
+def _ours(path: Path, liveness: bool | None, specs: Path | None) -> Run:
+    """Check ``path`` in a fresh process (``liveness`` None: as ``fsm-core check`` would),
+    with its tables from ``specs`` as ``--specs`` reads them."""
     flag = {None: "default", False: "off", True: "on"}[liveness]
-    cmd = [sys.executable, "-m", __name__, str(path), flag]
+    cmd = [sys.executable, "-m", __name__, str(path), flag, *([str(specs)] if specs else [])]
     out, code, wall, peak = _measure(cmd)
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
     if code != 0 or line is None:
@@ -351,11 +356,15 @@ def _measure(cmd: list[str]) -> tuple[str, int, float, float]:
 
 
 def _child(argv: Sequence[str]) -> int:
-    """The process ``_ours`` starts: check one model file, print one JSON line and the peak."""
-    path, flag = Path(argv[0]), argv[1]
+    """The process ``_ours`` starts: check one model file, print one JSON line and the peak.
+
+    ``argv`` is the model file, the liveness flag and, optionally, the ``--specs`` directory.
+    """
+    path, flag, *specs = argv
     liveness = {"default": None, "off": False, "on": True}[flag]
     start = time.perf_counter()
-    model = load_model(path)  # parse, and prove the table at its declared constants
+    # Parse, and prove the table at its declared constants.
+    model = load_model(Path(path), specs=Path(specs[0]) if specs else None)
     loaded = time.perf_counter()
     report = check(model, liveness=liveness)  # compile, search, and liveness when it is on
     seconds = time.perf_counter() - loaded
