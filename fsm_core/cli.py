@@ -19,6 +19,7 @@ from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
 from fsm_core.check import _bench as bench
 from fsm_core.check import _mutants as mutants
+from fsm_core.check._options import positive_int
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -119,6 +120,11 @@ def _run(args: argparse.Namespace) -> int:
         return bench.run(args)
     if args.command == "mutants":
         return mutants.run(args)
+    if args.command == "diagrams" and args.specs is not None and args.out is None:
+        raise _Refused(
+            "diagrams with --specs needs --out DIR: the default directory holds the shipped "
+            "tables' diagrams"
+        )
     spec = load_spec(args.specs)
     if args.command == "spec":
         unknown = [m for m in args.machine if m not in spec.machines]
@@ -181,8 +187,9 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trace-format",
         choices=("text", "itf"),
-        default="text",
-        help="counterexamples as numbered steps (text) or Apalache ITF JSON (itf)",
+        default=None,
+        help="counterexamples as numbered steps (text, the default) or Apalache ITF JSON (itf); "
+        "with --json, the format of --trace-out's files",
     )
     p.add_argument(
         "--trace-out",
@@ -193,7 +200,7 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-states",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="stop a model after N states (its verdict is then incomplete: nothing is proven)",
@@ -261,6 +268,9 @@ def _write_whole(path: Path, text: str) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.json and args.trace_format is not None and args.trace_out is None:
+        raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
+    trace_format = args.trace_format or "text"
     start = time.perf_counter()
     models = _select_models(args.model, args.specs)
     reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
@@ -274,7 +284,7 @@ def _check(args: argparse.Namespace) -> int:
         several = len(violating) > 1
         for r in violating:
             path = _trace_path(args.trace_out, r.model.name, several)
-            if args.trace_format == "itf":
+            if trace_format == "itf":
                 text = json.dumps(to_itf(r), indent=2) + "\n"
             else:
                 text = format_trace(r)
@@ -284,7 +294,7 @@ def _check(args: argparse.Namespace) -> int:
                 raise _Refused(
                     f"cannot write the trace of {r.model.name} to {path}: {e.strerror or e}"
                 ) from None
-            written.append(f"{r.model.name}: wrote the {args.trace_format} trace to {path}")
+            written.append(f"{r.model.name}: wrote the {trace_format} trace to {path}")
 
     seconds = time.perf_counter() - start
     if args.json:
@@ -309,7 +319,7 @@ def _check(args: argparse.Namespace) -> int:
             f"\n{r.model.name}: {r.violation.name} is violated; "
             f"a shortest counterexample, {steps} step{'s' if steps != 1 else ''}:"
         )
-        if args.trace_format == "itf" and args.trace_out is None:
+        if trace_format == "itf" and args.trace_out is None:
             print(json.dumps(to_itf(r), indent=2))
         else:
             print(format_trace(r), end="")

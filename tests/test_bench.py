@@ -19,7 +19,6 @@ from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
 from fsm_core.check._bench import BASELINE, REFERENCE, Reference, _ours, configure, run
 from fsm_core.check._mutants import BY_NAME
-from fsm_core.cli import main
 from tests.helpers import copy_specs
 
 
@@ -126,11 +125,6 @@ def test_bench_exits_1_naming_the_scale_when_counts_disagree(
         "the reference is states=798 transitions=3553 verdict=ok\n"
     ) in out
     assert " problems=2 " in out.splitlines()[-1]
-
-
-def test_bench_rejects_a_repeat_below_one(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--repeat", "0"]) == 2
-    assert capsys.readouterr().err == "fsm-core: --repeat must be at least 1, not 0\n"
 
 
 def test_bench_checks_a_default_model_on_the_tables_of_specs(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The command line as a whole: ``--specs`` in every subcommand."""
+"""The command line as a whole: ``--specs`` in every subcommand, flags that make no sense."""
 
 from __future__ import annotations
 
@@ -116,3 +116,52 @@ def test_runtime_mutants_refuse_specs(tmp_path: Path, capsys: pytest.CaptureFixt
         "fsm-core: --specs applies to --spec mutants only: runtime mutants race the runtime on "
         "the shipped tables\n",
     )
+
+
+# --- flags that make no sense --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["check", "--max-states", "0"], "fsm-core check: error: argument --max-states: "),
+        (["check", "--max-states", "-5"], "fsm-core check: error: argument --max-states: "),
+        (["bench", "--repeat", "0"], "fsm-core bench: error: argument --repeat: "),
+        (["mutants", "--jobs", "0"], "fsm-core mutants: error: argument --jobs: "),
+    ],
+    ids=["max-states-0", "max-states-negative", "repeat-0", "jobs-0"],
+)
+def test_a_count_below_one_is_refused_by_argparse_naming_the_flag(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert (exited.value.code, out) == (2, "")
+    assert err.splitlines()[-1] == f"{error}must be a positive integer, not {argv[-1]!r}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (
+            ["mutants", "--no-shrink"],
+            "--no-shrink applies only to --runtime: a spec mutant's trace is a shortest one",
+        ),
+        (
+            ["check", "--json", "--trace-format", "itf", "bench_S"],
+            "--trace-format with --json needs --trace-out: the JSON has both forms",
+        ),
+        (
+            ["--specs", ".", "diagrams"],
+            "diagrams with --specs needs --out DIR: the default directory holds the shipped "
+            "tables' diagrams",
+        ),
+    ],
+    ids=["no-shrink-without-runtime", "trace-format-with-json", "diagrams-specs-without-out"],
+)
+def test_a_flag_without_effect_is_refused_before_anything_runs(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(capsys, *argv)
+    assert (r.code, r.out, r.err) == (2, "", f"fsm-core: {error}\n")

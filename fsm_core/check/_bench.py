@@ -43,6 +43,7 @@ import fsm_core
 from fsm_core._errors import FsmError, SpecError
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
+from fsm_core.check._options import positive_int
 from fsm_core.check._report import aligned
 from fsm_core.spec._load import read_toml
 
@@ -131,7 +132,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="bench scale points to run (default: L)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=1, metavar="N", help="runs per figure; the median counts"
+        "--repeat",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="runs per figure; the median counts",
     )
     parser.add_argument(
         "--no-baseline", action="store_true", help="run only our checker on the bench scales"
@@ -148,8 +153,6 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     scales: list[str] = list(dict.fromkeys(args.scale or ["L"]))
     repeat: int = args.repeat
-    if repeat < 1:
-        raise FsmError(f"--repeat must be at least 1, not {repeat}")
     if not args.no_baseline and not BASELINE.is_file():
         raise FsmError(
             f"the baseline {BASELINE} is missing: it ships with the repository, not the wheel. "

@@ -54,6 +54,7 @@ from typing import Protocol
 from fsm_core._errors import FsmError, SpecError
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import check, load_model
+from fsm_core.check._options import positive_int
 from fsm_core.check._report import aligned
 
 AGENT = ("agent_races",)
@@ -483,7 +484,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "each mutant (needs a checkout of the repository)",
     )
     parser.add_argument(
-        "--jobs", type=int, default=None, metavar="N", help="processes to use (default: 2)"
+        "--jobs", type=positive_int, default=None, metavar="N", help="processes to use (default: 2)"
     )
     parser.add_argument(
         "--no-shrink",
@@ -518,6 +519,10 @@ def _run(args: argparse.Namespace) -> int:
                 "the shipped tables"
             )
         return run_runtime(args)
+    if not args.shrink:
+        raise MutantError(
+            "--no-shrink applies only to --runtime: a spec mutant's trace is a shortest one"
+        )
     start = time.perf_counter()
     chosen = select(args.names or None)
     sanity, kills = _run_all(chosen, args.jobs, specs, unmutated=True)
