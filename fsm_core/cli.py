@@ -196,7 +196,11 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help="write each counterexample here (PATH.<model>.<ext> when several models fail)",
+        help="write the counterexample to PATH, or each to PATH.<model>.<ext> when several "
+        "models are checked; refused before checking if such a file exists, unless --force",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="with --trace-out: overwrite existing trace files"
     )
     p.add_argument(
         "--max-states",
@@ -225,7 +229,25 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
             raise _Refused(f"unknown model {name!r} (models: {known})")
         out.append(load_model(candidate, f"{root.name}/{candidate.name}", specs=specs))
-    return out
+    return _unique(out)
+
+
+def _unique(models: list[Model]) -> list[Model]:
+    """``models``, refused if two share a name.
+
+    The report's rows, its JSON and the trace files are all named by model, so a second
+    model of the same name would be indistinguishable from the first, and its trace would
+    overwrite the first one's. Refusing beats inventing names a user cannot predict.
+    """
+    seen: dict[str, Model] = {}
+    for m in models:
+        if m.name in seen:
+            raise _Refused(
+                f"model name {m.name!r} is used twice ({seen[m.name].file}, {m.file}): a run "
+                "names its report and trace files by model; give one a different [model] name"
+            )
+        seen[m.name] = m
+    return models
 
 
 def _progress(name: str) -> Callable[[int, int, int, float], None]:
@@ -246,8 +268,23 @@ def _expected_violation(r: Report) -> bool:
     return r.violation is not None and e is not None and e.verdict == "violation"
 
 
-def _trace_path(out: Path, name: str, several: bool) -> Path:
-    return out.with_name(f"{out.stem}.{name}{out.suffix}") if several else out
+def _trace_paths(out: Path, models: Sequence[Model], force: bool) -> dict[str, Path]:
+    """Where each model's trace would go: ``out`` for one model, ``out.<model>.<ext>`` for
+    several, so a script knows the file before the run; refused (before any check) if one
+    cannot be written or, unless ``force``, already exists."""
+    several = len(models) > 1
+    paths = {
+        m.name: out.with_name(f"{out.stem}.{m.name}{out.suffix}") if several else out
+        for m in models
+    }
+    for path in paths.values():
+        if not path.parent.is_dir():
+            raise _Refused(f"--trace-out {path}: no directory {path.parent}")
+        if path.is_dir():
+            raise _Refused(f"--trace-out {path}: is a directory")
+        if path.exists() and not force:
+            raise _Refused(f"--trace-out {path}: the file exists; --force overwrites it")
+    return paths
 
 
 def _write_whole(path: Path, text: str) -> None:
@@ -270,9 +307,12 @@ def _write_whole(path: Path, text: str) -> None:
 def _check(args: argparse.Namespace) -> int:
     if args.json and args.trace_format is not None and args.trace_out is None:
         raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
+    if args.force and args.trace_out is None:
+        raise _Refused("--force applies only to --trace-out")
     trace_format = args.trace_format or "text"
     start = time.perf_counter()
     models = _select_models(args.model, args.specs)
+    paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
     reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports
@@ -280,10 +320,9 @@ def _check(args: argparse.Namespace) -> int:
     violating = [r for r in reports if r.violation is not None]
 
     written: list[str] = []
-    if args.trace_out is not None:
-        several = len(violating) > 1
+    if paths:
         for r in violating:
-            path = _trace_path(args.trace_out, r.model.name, several)
+            path = paths[r.model.name]
             if trace_format == "itf":
                 text = json.dumps(to_itf(r), indent=2) + "\n"
             else:

@@ -195,6 +195,7 @@ def test_itf_trace_out_writes_the_trace_to_the_file(tmp_path: Path) -> None:
     assert doc["states"][2]["#meta"]["row"] == "maintenance.finish.idle"
     assert doc["states"][2]["holder"] == "live"
     assert f"broken: wrote the itf trace to {out}" in r.out.splitlines()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "specs", "trace.itf.json"]
     assert "0. initial: phase=idle " in r.out  # the log still shows the trace to a reader
     assert DONE.match(r.out.splitlines()[-1])
 
@@ -217,6 +218,60 @@ def test_json_carries_the_violation_with_its_trace(tmp_path: Path) -> None:
     assert (violation["property"], violation["steps"]) == ("quiet_phases_hold_nothing", 2)
     assert violation["text"][2].startswith("2. maintenance_finish() -> maintenance.finish.idle")
     assert violation["itf"]["#meta"]["property"] == "quiet_phases_hold_nothing"
+
+
+def test_trace_out_refuses_an_existing_file_before_checking(tmp_path: Path) -> None:
+    out = tmp_path / "trace.txt"
+    out.write_text("an earlier trace\n", encoding="utf-8")
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(out))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == f"fsm-core: --trace-out {out}: the file exists; --force overwrites it\n"
+    assert out.read_text(encoding="utf-8") == "an earlier trace\n"
+
+
+def test_trace_out_with_force_overwrites_the_file(tmp_path: Path) -> None:
+    out = tmp_path / "trace.txt"
+    out.write_text("an earlier trace\n", encoding="utf-8")
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(out), "--force")
+    assert r.code == 1
+    assert out.read_text(encoding="utf-8").startswith("0. initial: phase=idle ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "specs", "trace.txt"]
+
+
+def test_force_without_trace_out_is_refused() -> None:
+    r = run("bench_S", "--force")
+    assert (r.code, r.out, r.err) == (2, "", "fsm-core: --force applies only to --trace-out\n")
+
+
+def test_trace_out_in_a_missing_directory_is_refused_before_checking(tmp_path: Path) -> None:
+    out = tmp_path / "no" / "trace.txt"
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(out))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == f"fsm-core: --trace-out {out}: no directory {out.parent}\n"
+
+
+def test_several_models_name_each_trace_file_by_model(tmp_path: Path) -> None:
+    """With several models checked, PATH.<model>.<ext> whichever of them fail, so a script
+    knows the name before the run; a model that holds writes nothing."""
+    out = tmp_path / "trace.txt"
+    r = run(str(broken_model(tmp_path)), "bench_S", "--trace-out", str(out))
+    assert r.code == 1
+    assert f"broken: wrote the text trace to {tmp_path / 'trace.broken.txt'}" in r.out
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["models", "specs", "trace.broken.txt"]
+
+
+def test_two_models_with_one_name_are_refused_before_checking(tmp_path: Path) -> None:
+    """Their report rows could not be told apart, and one trace would overwrite the other."""
+    first = broken_model(tmp_path / "a")
+    second = broken_model(tmp_path / "b")
+    r = run(str(first), str(second), "--trace-out", str(tmp_path / "trace.txt"))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (
+        "fsm-core: model name 'broken' is used twice (models/broken.toml, models/broken.toml): "
+        "a run names its report and trace files by model; give one a different [model] name\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
 
 
 # --- expectations --------------------------------------------------------------------------------
