@@ -1,7 +1,15 @@
 """``fsm-core``: model-check the tables, print them, generate the diagrams.
 
-Exit status: 0 success, 1 a check failed (a violation, a model that does not match its
-``[expect]``, stale diagrams), 2 bad input (a malformed table or model file).
+Exit statuses, the same for every subcommand (README.md's table gives examples;
+tests/test_readme.py keeps the two lists in step):
+
+- 0: success: the models hold, the mutants die, the counts agree, the output is written.
+- 1: a check failed: a violation, a missed ``[expect]``, a search cut short by
+  ``--max-states``, a surviving mutant, counts that disagree, stale diagrams.
+- 2: bad input, refused before anything runs wherever it can be (a malformed table or model
+  file, an unknown name, a bad flag), or output that cannot be written.
+- 130: interrupted (SIGINT): one line, no traceback, no trace file.
+- 141: standard output closed early (a pipe's reader left): quiet, as SIGPIPE would stop it.
 """
 
 from __future__ import annotations

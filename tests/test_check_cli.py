@@ -6,9 +6,6 @@ import contextlib
 import io
 import json
 import re
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,10 +14,8 @@ import pytest
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.cli import _progress, main
-from tests.helpers import edit, write_model
+from tests.helpers import edit, interrupt, write_model
 
-FSM_CORE = (sys.executable, "-m", "fsm_core")
-"""The command line, run as a process of its own (for signals, pipes and exit statuses)."""
 DEFAULT = [m for m in load_models(models_dir()) if m.tier == "default"]
 DONE = re.compile(
     r"^Done\. models=(?P<models>\d+) states=(?P<states>\d+) transitions=(?P<transitions>\d+) "
@@ -361,16 +356,11 @@ def test_sigint_during_check_exits_130_with_one_line_and_writes_no_trace(tmp_pat
     already been refuted when the interrupt came, since traces are written only after a
     complete run."""
     trace = tmp_path / "trace.txt"
-    argv = [*FSM_CORE, "check", str(broken_model(tmp_path)), LONG, "--trace-out", str(trace)]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
-        assert p.stderr is not None
-        for line in p.stderr:  # wait for the long search to report that it is under way
-            if line.startswith(f"{LONG}: states="):
-                break
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-    assert (p.returncode, out) == (130, "")
+    argv = ["check", str(broken_model(tmp_path)), LONG, "--trace-out", str(trace)]
+    code, out, err = interrupt(argv, under_way=f"{LONG}: states=")
+    assert (code, out) == (130, "")
     *progress, last = err.splitlines()
     assert last == "fsm-core: interrupted"
+    assert progress, "the search was interrupted before it reported any progress"
     assert all(line.startswith(f"{LONG}: states=") for line in progress), err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["models", "specs"]

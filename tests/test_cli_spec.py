@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,7 @@ import pytest
 from fsm_core.cli import main
 from fsm_core.export import spec_to_json
 from fsm_core.spec import load_spec
-from tests.helpers import copy_specs, edit
-
-FSM_CORE = (sys.executable, "-m", "fsm_core")
-"""The command line, run as a process of its own (for pipes and exit statuses)."""
+from tests.helpers import FSM_CORE, copy_specs, edit, head
 
 
 def test_spec_json_prints_every_machine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,14 +112,7 @@ def test_entry_point_prints_the_same_export_bytes(tmp_path: Path) -> None:
 def test_a_reader_that_leaves_early_ends_the_export_quietly_with_141() -> None:
     """``fsm-core spec --json | head -1``: no traceback, and the status of a tool that
     SIGPIPE stopped (128 + 13), as ``seq`` or ``cat`` would exit in the same pipeline."""
-    with subprocess.Popen(
-        [*FSM_CORE, "spec", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    ) as p:
-        assert p.stdout is not None
-        assert p.stdout.readline() == b"{\n"
-        p.stdout.close()  # what head does after its line
-        _, err = p.communicate(timeout=120)
-    assert (p.returncode, err) == (141, b"")
+    assert head(["spec", "--json"]) == (141, b"{\n", b"")
     # The export must not fit in the pipe with room to spare, or it would be written whole
     # before the reader left (a pipe holds 64 KiB on Linux, the reader buffers 8 KiB).
     spec = load_spec()
