@@ -288,8 +288,8 @@ def _trace_paths(out: Path, models: Sequence[Model], force: bool) -> dict[str, P
     for path in paths.values():
         if not path.parent.is_dir():
             raise _Refused(f"--trace-out {path}: no directory {path.parent}")
-        if path.is_dir():
-            raise _Refused(f"--trace-out {path}: is a directory")
+        if path.exists() and not path.is_file():  # a directory, /dev/null, a FIFO
+            raise _Refused(f"--trace-out {path}: not a regular file")
         if path.exists() and not force:
             raise _Refused(f"--trace-out {path}: the file exists; --force overwrites it")
     return paths

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,6 +233,17 @@ def test_trace_out_with_force_overwrites_the_file(tmp_path: Path) -> None:
     assert r.code == 1
     assert out.read_text(encoding="utf-8").startswith("0. initial: phase=idle ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "specs", "trace.txt"]
+
+
+def test_trace_out_refuses_what_is_not_a_regular_file_even_with_force(tmp_path: Path) -> None:
+    """A trace replaces its file by renaming over it, which must never replace a device or a
+    FIFO (``--trace-out /dev/null`` as root) or a directory."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(fifo), "--force")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == f"fsm-core: --trace-out {fifo}: not a regular file\n"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
 
 
 def test_force_without_trace_out_is_refused() -> None:
