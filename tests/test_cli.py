@@ -1,4 +1,5 @@
-"""The command line as a whole: ``--specs`` in every subcommand, flags that make no sense."""
+"""The command line as a whole: ``--specs`` in every subcommand, flags that make no sense,
+faults of the environment."""
 
 from __future__ import annotations
 
@@ -165,3 +166,16 @@ def test_a_flag_without_effect_is_refused_before_anything_runs(
 ) -> None:
     r = run(capsys, *argv)
     assert (r.code, r.out, r.err) == (2, "", f"fsm-core: {error}\n")
+
+
+# --- faults of the environment -------------------------------------------------------------------
+
+
+def test_a_file_that_cannot_be_written_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No traceback: the operating system's reason and the file it was about."""
+    file = tmp_path / "file"
+    file.write_text("", encoding="utf-8")
+    r = run(capsys, "diagrams", "--out", str(file / "diagrams"))
+    assert (r.code, r.out, r.err) == (2, "", f"fsm-core: {file / 'diagrams'}: Not a directory\n")
