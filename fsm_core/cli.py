@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fsm-core: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        if e.filename is not None:  # opening a named file failed
+        if e.filename is not None:  # creating, opening or renaming a named file failed
             print(f"fsm-core: {e.filename}: {e.strerror}", file=sys.stderr)
         else:  # writing failed; our writes to unnamed files are standard output's
             _discard_stdout()

@@ -219,13 +219,16 @@ def _params(path: Path) -> tuple[int, int, int, int]:
 
 
 def _attempt(problems: list[str], runs: list[Run], tag: str, one: Callable[[], Run]) -> None:
-    print(f"{tag} ...", end="", file=sys.stderr, flush=True)
     try:
+        print(f"{tag} ...", end="", file=sys.stderr, flush=True)
         result = one()
     except _Failed as e:
         print(" failed", file=sys.stderr)
         problems.append(f"{tag}: {e}")
         return
+    except BaseException:  # an interrupt: its one line starts a line of its own
+        print(file=sys.stderr)
+        raise
     print(f" {result.wall_s:.2f} s, {result.peak_mib:.0f} MiB", file=sys.stderr)
     runs.append(result)
 
