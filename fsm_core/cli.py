@@ -1,23 +1,33 @@
 """``fsm-core``: model-check the tables, print them, generate the diagrams.
 
-Exit status: 0 success, 1 a check failed (a violation, a model that does not match its
-``[expect]``, stale diagrams), 2 bad input (a malformed table or model file).
+Exit statuses, the same for every subcommand (README.md's table gives examples;
+tests/test_readme.py keeps the two lists in step):
+
+- 0: success: the models hold, the mutants die, the counts agree, the output is written.
+- 1: a check failed: a violation, a missed ``[expect]``, a search cut short by
+  ``--max-states``, a surviving mutant, counts that disagree, stale diagrams.
+- 2: bad input, refused before anything runs wherever it can be (a malformed table or model
+  file, an unknown name, a bad flag), or output that cannot be written.
+- 130: interrupted (SIGINT): one line, no traceback, no trace file.
+- 141: standard output closed early (a pipe's reader left): quiet, as SIGPIPE would stop it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import FsmError, TransitionError
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
 from fsm_core.check import _bench as bench
 from fsm_core.check import _mutants as mutants
+from fsm_core.check._options import positive_int
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -29,14 +39,62 @@ from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
 from fsm_core.spec import load_spec
 
+INTERRUPTED = 130
+"""The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""
+BROKEN_PIPE = 141
+"""The exit status when standard output's reader has gone (``| head``): 128 + SIGPIPE, what
+the shell reports for ``seq``, ``cat`` or ``grep`` in the same place, so a ``pipefail`` script
+sees one status whichever tool the reader cut short."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fsm-core`` on ``argv`` (default: the command line); return the exit status.
+
+    This is the one place where a fault becomes a message and a status: bad input (any
+    :class:`FsmError` but a :class:`TransitionError`, which is a bug) is one line
+    ``fsm-core: ...`` and 2; SIGINT is ``fsm-core: interrupted`` and 130; a reader that closed
+    standard output early is a quiet 141; output that cannot be written is 2. Standard output
+    is flushed here, so a full disk or a closed pipe shows as a status, not as a traceback
+    from the interpreter's flush at exit.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        code = _run(args)
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("fsm-core: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
+        return BROKEN_PIPE
+    except TransitionError:
+        raise  # a table refused a step the code took: a bug, and its traceback is the report
+    except FsmError as e:
+        print(f"fsm-core: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is not None:  # creating, opening or renaming a named file failed
+            print(f"fsm-core: {e.filename}: {e.strerror}", file=sys.stderr)
+        else:  # writing failed; our writes to unnamed files are standard output's
+            _discard_stdout()
+            print(f"fsm-core: cannot write output: {e.strerror or e}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fsm-core",
         description="Executable specification of turn cancellation and multi-agent teardown.",
     )
     parser.add_argument(
-        "--specs", type=Path, default=None, help="tables directory (default: the shipped specs/)"
+        "--specs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="read the tables from DIR instead of the shipped specs/, in every subcommand: a "
+        "model's table in a directory named specs (../specs/agent.toml) is read as DIR/agent.toml; "
+        "a table elsewhere, like the bench model's own models/bench/turncancel.toml, is not",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -53,26 +111,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_diag.add_argument(
         "--check", action="store_true", help="fail and name each stale file; write nothing"
     )
+    return parser
 
-    args = parser.parse_args(argv)
+
+class _Refused(FsmError):
+    """Bad input the command line itself finds: an unknown model or machine, a bad flag."""
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.specs is not None and not args.specs.is_dir():
+        fault = "not a directory" if args.specs.exists() else "no such directory"
+        raise _Refused(f"--specs {args.specs}: {fault}")
     if args.command == "check":
         return _check(args)
     if args.command == "bench":
         return bench.run(args)
     if args.command == "mutants":
         return mutants.run(args)
-    try:
-        spec = load_spec(args.specs)
-    except SpecError as e:
-        print(f"fsm-core: {e}", file=sys.stderr)
-        return 2
-
+    if args.command == "diagrams" and args.specs is not None and args.out is None:
+        raise _Refused(
+            "diagrams with --specs needs --out DIR: the default directory holds the shipped "
+            "tables' diagrams"
+        )
+    spec = load_spec(args.specs)
     if args.command == "spec":
         unknown = [m for m in args.machine if m not in spec.machines]
         if unknown:
             names = ", ".join(spec.machines)
-            print(f"fsm-core: unknown machine {unknown[0]!r} (machines: {names})", file=sys.stderr)
-            return 2
+            raise _Refused(f"unknown machine {unknown[0]!r} (machines: {names})")
         chosen = args.machine or list(spec.machines)
         if args.json:
             # ASCII escapes keep the export printable on any terminal; JSON readers undo them.
@@ -96,6 +162,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _discard_stdout() -> None:
+    """Point standard output at the null device (the recipe of Python's ``signal`` docs).
+
+    What it still buffers can never be written, and the interpreter's flush at exit would
+    fail on it again, print "Exception ignored" and exit 120.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor: a stream in memory, which flushes nowhere
+        pass
+    finally:
+        os.close(devnull)
+
+
 # --- check ----------------------------------------------------------------------------------------
 
 
@@ -114,48 +195,67 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trace-format",
         choices=("text", "itf"),
-        default="text",
-        help="counterexamples as numbered steps (text) or Apalache ITF JSON (itf)",
+        default=None,
+        help="counterexamples as numbered steps (text, the default) or Apalache ITF JSON (itf); "
+        "with --json, the format of --trace-out's files",
     )
     p.add_argument(
         "--trace-out",
         type=Path,
         default=None,
         metavar="PATH",
-        help="write each counterexample here (PATH.<model>.<ext> when several models fail)",
+        help="write the counterexample to PATH, or each to PATH.<model>.<ext> when several "
+        "models are checked; refused before checking if such a file exists, unless --force",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="with --trace-out: overwrite existing trace files"
     )
     p.add_argument(
         "--max-states",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="stop a model after N states (its verdict is then incomplete: nothing is proven)",
     )
 
 
-class _UnknownModel(Exception):
-    pass
-
-
-def _select_models(chosen: Sequence[str]) -> list[Model]:
+def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
     """Every default-tier model, or the named ones (a name is a file stem; else a path)."""
     root = models_dir()
     if not chosen:
-        return [m for m in load_models(root) if m.tier == "default"]
+        return [m for m in load_models(root, specs=specs) if m.tier == "default"]
     out: list[Model] = []
     for name in chosen:
         path = Path(name)
         if path.suffix == ".toml" or len(path.parts) > 1:
             if not path.is_file():
-                raise _UnknownModel(f"no model file {name}")
-            out.append(load_model(path))
+                raise _Refused(f"no model file {name}")
+            out.append(load_model(path, specs=specs))
             continue
         candidate = root / f"{name}.toml"
         if not candidate.is_file():
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
-            raise _UnknownModel(f"unknown model {name!r} (models: {known})")
-        out.append(load_model(candidate, f"{root.name}/{candidate.name}"))
-    return out
+            raise _Refused(f"unknown model {name!r} (models: {known})")
+        out.append(load_model(candidate, f"{root.name}/{candidate.name}", specs=specs))
+    return _unique(out)
+
+
+def _unique(models: list[Model]) -> list[Model]:
+    """``models``, refused if two share a name.
+
+    The report's rows, its JSON and the trace files are all named by model, so a second
+    model of the same name would be indistinguishable from the first, and its trace would
+    overwrite the first one's. Refusing beats inventing names a user cannot predict.
+    """
+    seen: dict[str, Model] = {}
+    for m in models:
+        if m.name in seen:
+            raise _Refused(
+                f"model name {m.name!r} is used twice ({seen[m.name].file}, {m.file}): a run "
+                "names its report and trace files by model; give one a different [model] name"
+            )
+        seen[m.name] = m
+    return models
 
 
 def _progress(name: str) -> Callable[[int, int, int, float], None]:
@@ -176,17 +276,51 @@ def _expected_violation(r: Report) -> bool:
     return r.violation is not None and e is not None and e.verdict == "violation"
 
 
-def _trace_path(out: Path, name: str, several: bool) -> Path:
-    return out.with_name(f"{out.stem}.{name}{out.suffix}") if several else out
+def _trace_paths(out: Path, models: Sequence[Model], force: bool) -> dict[str, Path]:
+    """Where each model's trace would go: ``out`` for one model, ``out.<model>.<ext>`` for
+    several, so a script knows the file before the run; refused (before any check) if one
+    cannot be written or, unless ``force``, already exists."""
+    several = len(models) > 1
+    paths = {
+        m.name: out.with_name(f"{out.stem}.{m.name}{out.suffix}") if several else out
+        for m in models
+    }
+    for path in paths.values():
+        if not path.parent.is_dir():
+            raise _Refused(f"--trace-out {path}: no directory {path.parent}")
+        if path.exists() and not path.is_file():  # a directory, /dev/null, a FIFO
+            raise _Refused(f"--trace-out {path}: not a regular file")
+        if path.exists() and not force:
+            raise _Refused(f"--trace-out {path}: the file exists; --force overwrites it")
+    return paths
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all.
+
+    It goes to a temporary file beside ``path`` that is then renamed over it, so neither an
+    interrupt nor a full disk leaves half a trace where a replay would read it.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    f = temporary.open("x", encoding="utf-8")
+    try:
+        with f:
+            f.write(text)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.json and args.trace_format is not None and args.trace_out is None:
+        raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
+    if args.force and args.trace_out is None:
+        raise _Refused("--force applies only to --trace-out")
+    trace_format = args.trace_format or "text"
     start = time.perf_counter()
-    try:
-        models = _select_models(args.model)
-    except (SpecError, _UnknownModel) as e:
-        print(f"fsm-core: {e}", file=sys.stderr)
-        return 2
+    models = _select_models(args.model, args.specs)
+    paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
     reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports
@@ -194,20 +328,20 @@ def _check(args: argparse.Namespace) -> int:
     violating = [r for r in reports if r.violation is not None]
 
     written: list[str] = []
-    if args.trace_out is not None:
-        several = len(violating) > 1
+    if paths:
         for r in violating:
-            path = _trace_path(args.trace_out, r.model.name, several)
-            if args.trace_format == "itf":
+            path = paths[r.model.name]
+            if trace_format == "itf":
                 text = json.dumps(to_itf(r), indent=2) + "\n"
             else:
                 text = format_trace(r)
             try:
-                path.write_text(text, encoding="utf-8")
+                _write_whole(path, text)
             except OSError as e:
-                print(f"fsm-core: cannot write the trace of {r.model.name}: {e}", file=sys.stderr)
-                return 2
-            written.append(f"{r.model.name}: wrote the {args.trace_format} trace to {path}")
+                raise _Refused(
+                    f"cannot write the trace of {r.model.name} to {path}: {e.strerror or e}"
+                ) from None
+            written.append(f"{r.model.name}: wrote the {trace_format} trace to {path}")
 
     seconds = time.perf_counter() - start
     if args.json:
@@ -232,7 +366,7 @@ def _check(args: argparse.Namespace) -> int:
             f"\n{r.model.name}: {r.violation.name} is violated; "
             f"a shortest counterexample, {steps} step{'s' if steps != 1 else ''}:"
         )
-        if args.trace_format == "itf" and args.trace_out is None:
+        if trace_format == "itf" and args.trace_out is None:
             print(json.dumps(to_itf(r), indent=2))
         else:
             print(format_trace(r), end="")

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from fsm_core._paths import specs_dir
 
-__all__ = ["NOTIFICATIONS", "copy_specs", "edit", "exactly", "write_model"]
+__all__ = [
+    "FSM_CORE",
+    "NOTIFICATIONS",
+    "copy_specs",
+    "edit",
+    "exactly",
+    "head",
+    "interrupt",
+    "write_model",
+]
 
 NOTIFICATIONS = (
     "agent/status",
@@ -52,3 +65,36 @@ def write_model(parent: Path, name: str, body: str) -> Path:
     path.parent.mkdir(exist_ok=True)
     path.write_text(body, encoding="utf-8")
     return path
+
+
+FSM_CORE = (sys.executable, "-m", "fsm_core")
+"""The command line as a process of its own, for what only a process shows: signals, pipes,
+exit statuses."""
+
+
+def interrupt(argv: Sequence[str], under_way: str) -> tuple[int, str, str]:
+    """Run ``fsm-core ARGV`` and send it SIGINT once it prints a stderr line starting with
+    ``under_way``; its (exit status, stdout, stderr)."""
+    with subprocess.Popen(
+        [*FSM_CORE, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as p:
+        assert p.stderr is not None
+        seen: list[str] = []
+        for line in p.stderr:
+            seen.append(line)
+            if line.startswith(under_way):
+                break
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    return p.returncode, out, "".join(seen) + err
+
+
+def head(argv: Sequence[str]) -> tuple[int, bytes, bytes]:
+    """Run ``fsm-core ARGV | head -1``: read one line of its output, then close the pipe; its
+    (exit status, that line, stderr)."""
+    with subprocess.Popen([*FSM_CORE, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        p.stdout.close()
+        _, err = p.communicate(timeout=120)
+    return p.returncode, line, err

@@ -11,13 +11,17 @@ import argparse
 import hashlib
 import re
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
-from fsm_core.check._bench import BASELINE, REFERENCE, Reference, configure, run
+from fsm_core.check._bench import BASELINE, REFERENCE, Reference, _ours, configure, run
+from fsm_core.check._mutants import BY_NAME
+from tests.helpers import FSM_CORE, copy_specs
 
 
 def test_bench_model_reproduces_the_reference_counts() -> None:
@@ -125,6 +129,21 @@ def test_bench_exits_1_naming_the_scale_when_counts_disagree(
     assert " problems=2 " in out.splitlines()[-1]
 
 
-def test_bench_rejects_a_repeat_below_one(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(_bench_args("--repeat", "0")) == 2
-    assert capsys.readouterr().err == "fsm-core bench: --repeat must be at least 1, not 0\n"
+def test_bench_checks_a_default_model_on_the_tables_of_specs(tmp_path: Path) -> None:
+    """The child process that times a default model reads its table from ``--specs``."""
+    specs = copy_specs(tmp_path)
+    mutant = BY_NAME["dispose_not_memoized"]
+    table = specs / mutant.table
+    table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+    assert _ours(models_dir() / "activation_tree.toml", None, specs).verdict == "violation"
+
+
+def test_sigint_during_bench_exits_130_with_one_line_of_its_own() -> None:
+    argv = [*FSM_CORE, "bench", "--scale", "L", "--no-baseline", "--no-models"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        assert p.stderr is not None
+        started = "bench L run 1/1: ours ..."  # then the run; its line ends when it does
+        assert p.stderr.read(len(started)) == started
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    assert (p.returncode, out, err) == (130, "", "\nfsm-core: interrupted\n")

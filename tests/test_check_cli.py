@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.cli import _progress, main
-from tests.helpers import edit, write_model
+from tests.helpers import edit, interrupt, write_model
 
 DEFAULT = [m for m in load_models(models_dir()) if m.tier == "default"]
 DONE = re.compile(
@@ -190,6 +192,7 @@ def test_itf_trace_out_writes_the_trace_to_the_file(tmp_path: Path) -> None:
     assert doc["states"][2]["#meta"]["row"] == "maintenance.finish.idle"
     assert doc["states"][2]["holder"] == "live"
     assert f"broken: wrote the itf trace to {out}" in r.out.splitlines()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "specs", "trace.itf.json"]
     assert "0. initial: phase=idle " in r.out  # the log still shows the trace to a reader
     assert DONE.match(r.out.splitlines()[-1])
 
@@ -212,6 +215,71 @@ def test_json_carries_the_violation_with_its_trace(tmp_path: Path) -> None:
     assert (violation["property"], violation["steps"]) == ("quiet_phases_hold_nothing", 2)
     assert violation["text"][2].startswith("2. maintenance_finish() -> maintenance.finish.idle")
     assert violation["itf"]["#meta"]["property"] == "quiet_phases_hold_nothing"
+
+
+def test_trace_out_refuses_an_existing_file_before_checking(tmp_path: Path) -> None:
+    out = tmp_path / "trace.txt"
+    out.write_text("an earlier trace\n", encoding="utf-8")
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(out))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == f"fsm-core: --trace-out {out}: the file exists; --force overwrites it\n"
+    assert out.read_text(encoding="utf-8") == "an earlier trace\n"
+
+
+def test_trace_out_with_force_overwrites_the_file(tmp_path: Path) -> None:
+    out = tmp_path / "trace.txt"
+    out.write_text("an earlier trace\n", encoding="utf-8")
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(out), "--force")
+    assert r.code == 1
+    assert out.read_text(encoding="utf-8").startswith("0. initial: phase=idle ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "specs", "trace.txt"]
+
+
+def test_trace_out_refuses_what_is_not_a_regular_file_even_with_force(tmp_path: Path) -> None:
+    """A trace replaces its file by renaming over it, which must never replace a device or a
+    FIFO (``--trace-out /dev/null`` as root) or a directory."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(fifo), "--force")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == f"fsm-core: --trace-out {fifo}: not a regular file\n"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_force_without_trace_out_is_refused() -> None:
+    r = run("bench_S", "--force")
+    assert (r.code, r.out, r.err) == (2, "", "fsm-core: --force applies only to --trace-out\n")
+
+
+def test_trace_out_in_a_missing_directory_is_refused_before_checking(tmp_path: Path) -> None:
+    out = tmp_path / "no" / "trace.txt"
+    r = run(str(broken_model(tmp_path)), "--trace-out", str(out))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == f"fsm-core: --trace-out {out}: no directory {out.parent}\n"
+
+
+def test_several_models_name_each_trace_file_by_model(tmp_path: Path) -> None:
+    """With several models checked, PATH.<model>.<ext> whichever of them fail, so a script
+    knows the name before the run; a model that holds writes nothing."""
+    out = tmp_path / "trace.txt"
+    r = run(str(broken_model(tmp_path)), "bench_S", "--trace-out", str(out))
+    assert r.code == 1
+    assert f"broken: wrote the text trace to {tmp_path / 'trace.broken.txt'}" in r.out
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["models", "specs", "trace.broken.txt"]
+
+
+def test_two_models_with_one_name_are_refused_before_checking(tmp_path: Path) -> None:
+    """Their report rows could not be told apart, and one trace would overwrite the other."""
+    first = broken_model(tmp_path / "a")
+    second = broken_model(tmp_path / "b")
+    r = run(str(first), str(second), "--trace-out", str(tmp_path / "trace.txt"))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (
+        "fsm-core: model name 'broken' is used twice (models/broken.toml, models/broken.toml): "
+        "a run names its report and trace files by model; give one a different [model] name\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
 
 
 # --- expectations --------------------------------------------------------------------------------
@@ -288,3 +356,24 @@ def test_progress_reads_states_frontier_depth_and_rate(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == (
         "agent_races: states=8192 frontier=300 depth=7 states/s=4096\n"
     )
+
+
+# --- interrupts ----------------------------------------------------------------------------------
+
+LONG = "bench_L"
+"""A model whose search runs for seconds and reports progress after about one."""
+
+
+def test_sigint_during_check_exits_130_with_one_line_and_writes_no_trace(tmp_path: Path) -> None:
+    """Ctrl-C: one line and 130, like other tools; no trace file, though one model had
+    already been refuted when the interrupt came, since traces are written only after a
+    complete run."""
+    trace = tmp_path / "trace.txt"
+    argv = ["check", str(broken_model(tmp_path)), LONG, "--trace-out", str(trace)]
+    code, out, err = interrupt(argv, under_way=f"{LONG}: states=")
+    assert (code, out) == (130, "")
+    *progress, last = err.splitlines()
+    assert last == "fsm-core: interrupted"
+    assert progress, "the search was interrupted before it reported any progress"
+    assert all(line.startswith(f"{LONG}: states=") for line in progress), err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["models", "specs"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from fsm_core.cli import main
 from fsm_core.export import spec_to_json
 from fsm_core.spec import load_spec
-from tests.helpers import copy_specs, edit
+from tests.helpers import FSM_CORE, copy_specs, edit, head
 
 
 def test_spec_json_prints_every_machine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,7 +98,7 @@ def test_entry_point_prints_the_same_export_bytes(tmp_path: Path) -> None:
     spec = load_spec()
     expected = json.dumps(spec_to_json(spec, list(spec.machines)), indent=2)
     done = subprocess.run(
-        [sys.executable, "-m", "fsm_core", "spec", "--json"],
+        [*FSM_CORE, "spec", "--json"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONIOENCODING": "ascii"},
         capture_output=True,
@@ -108,3 +107,26 @@ def test_entry_point_prints_the_same_export_bytes(tmp_path: Path) -> None:
     )
     assert (done.returncode, done.stderr.decode()) == (0, "")
     assert done.stdout.decode("ascii") == expected + "\n"
+
+
+def test_a_reader_that_leaves_early_ends_the_export_quietly_with_141() -> None:
+    """``fsm-core spec --json | head -1``: no traceback, and the status of a tool that
+    SIGPIPE stopped (128 + 13), as ``seq`` or ``cat`` would exit in the same pipeline."""
+    assert head(["spec", "--json"]) == (141, b"{\n", b"")
+    # The export must not fit in the pipe with room to spare, or it would be written whole
+    # before the reader left (a pipe holds 64 KiB on Linux, the reader buffers 8 KiB).
+    spec = load_spec()
+    assert len(json.dumps(spec_to_json(spec, list(spec.machines)), indent=2)) > 2**17
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_output_that_cannot_be_written_exits_2_naming_the_fault() -> None:
+    """``fsm-core spec > /dev/full``: one line naming the fault, no traceback."""
+    with Path("/dev/full").open("w") as full:
+        done = subprocess.run(
+            [*FSM_CORE, "spec"], stdout=full, stderr=subprocess.PIPE, check=False, timeout=120
+        )
+    assert (done.returncode, done.stderr.decode()) == (
+        2,
+        "fsm-core: cannot write output: No space left on device\n",
+    )

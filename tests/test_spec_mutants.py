@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -189,7 +190,7 @@ def test_command_prints_the_kill_table_and_a_done_line(
 def test_command_exits_1_and_names_the_gap_of_a_survivor(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def survives(mutant: Mutant) -> Kill:
+    def survives(mutant: Mutant, specs: Path | None) -> Kill:
         return Kill(mutant.name, False, None, 0, 0.5)
 
     gap = "no property says the holder's reason never changes once set"
@@ -198,7 +199,9 @@ def test_command_exits_1_and_names_the_gap_of_a_survivor(
     monkeypatch.setattr(_mutants, "MUTANTS", (known, unknown))
     monkeypatch.setattr(_mutants, "BY_NAME", {m.name: m for m in (known, unknown)})
     monkeypatch.setattr(_mutants, "run_mutant", survives)
-    monkeypatch.setattr(_mutants, "run_unmutated", lambda _: Kill(UNMUTATED, False, None, 0, 1))
+    monkeypatch.setattr(
+        _mutants, "run_unmutated", lambda _, specs: Kill(UNMUTATED, False, None, 0, 1)
+    )
     assert run(_args(["--jobs", "1"])) == 1
     out = capsys.readouterr().out.splitlines()
     assert re.fullmatch(r"last_wins_cause +SURVIVED +- +- +0\.5 +cancel\.turn aborts .*", out[1])
@@ -211,10 +214,10 @@ def test_command_exits_1_and_names_the_gap_of_a_survivor(
 def test_command_refuses_a_kill_table_when_the_unmutated_tables_fail(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def broken(_: object) -> Kill:
+    def broken(_: object, specs: Path | None) -> Kill:
         return Kill(UNMUTATED, True, "latch_has_work", 3, 1.0, "agent_races")
 
-    monkeypatch.setattr(_mutants, "run_mutant", lambda m: Kill(m.name, True, "x", 1, 0.1))
+    monkeypatch.setattr(_mutants, "run_mutant", lambda m, specs: Kill(m.name, True, "x", 1, 0.1))
     monkeypatch.setattr(_mutants, "run_unmutated", broken)
     assert run(_args(["--jobs", "1", "latch_set_on_disposed"])) == 1
     out, err = capsys.readouterr()

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Final
 
 import fsm_core
-from fsm_core._errors import SpecError
+from fsm_core._errors import FsmError, SpecError
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
+from fsm_core.check._options import positive_int
 from fsm_core.check._report import aligned
 from fsm_core.spec._load import read_toml
 
@@ -131,7 +132,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="bench scale points to run (default: L)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=1, metavar="N", help="runs per figure; the median counts"
+        "--repeat",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="runs per figure; the median counts",
     )
     parser.add_argument(
         "--no-baseline", action="store_true", help="run only our checker on the bench scales"
@@ -140,31 +145,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark ``args`` describe; 0 if every count agrees, 1 if not, 2 on bad input."""
+    """Run the benchmark ``args`` describe; 0 if every count agrees, 1 if not.
+
+    Bad input (a missing baseline or model file, a malformed model) raises :class:`FsmError`
+    before anything runs.
+    """
     started = time.perf_counter()
     scales: list[str] = list(dict.fromkeys(args.scale or ["L"]))
     repeat: int = args.repeat
-    if repeat < 1:
-        return _bad(f"--repeat must be at least 1, not {repeat}")
     if not args.no_baseline and not BASELINE.is_file():
-        return _bad(
+        raise FsmError(
             f"the baseline {BASELINE} is missing: it ships with the repository, not the wheel. "
             "Run from a checkout, or pass --no-baseline"
         )
+    # --specs is the top-level parser's; a caller that built only this parser has none.
+    specs: Path | None = getattr(args, "specs", None)
     root = models_dir()
     paths = {scale: root / f"bench_{scale}.toml" for scale in scales}
     params: dict[str, tuple[int, int, int, int]] = {}
     for scale, path in paths.items():
         if not path.is_file():
-            return _bad(f"{path} is missing: bench scale {scale} needs its model file")
-        try:
-            params[scale] = _params(path)
-        except SpecError as e:
-            return _bad(str(e))
-    try:
-        models = [] if args.no_models else [m for m in load_models(root) if m.tier == "default"]
-    except SpecError as e:
-        return _bad(str(e))
+            raise FsmError(f"{path} is missing: bench scale {scale} needs its model file")
+        params[scale] = _params(path)
+    models = (
+        [] if args.no_models else [m for m in load_models(root, specs=specs) if m.tier == "default"]
+    )
 
     problems: list[str] = []
     bench: dict[str, tuple[_Median | None, _Median | None]] = {}
@@ -173,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         base_runs: list[Run] = []
         for i in range(repeat):
             tag = f"bench {scale} run {i + 1}/{repeat}"
-            _attempt(problems, ours_runs, f"{tag}: ours", partial(_ours, paths[scale], False))
+            _attempt(problems, ours_runs, f"{tag}: ours", partial(_ours, paths[scale], False, None))
             if not args.no_baseline:
                 _attempt(problems, base_runs, f"{tag}: baseline", partial(_base, params[scale]))
         ours = _median(problems, f"bench {scale} (ours)", ours_runs)
@@ -187,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         runs: list[Run] = []
         for i in range(repeat):
             tag = f"model {model.name} run {i + 1}/{repeat}"
-            _attempt(problems, runs, tag, partial(_ours, path, None))
+            _attempt(problems, runs, tag, partial(_ours, path, None, specs))
         median = _median(problems, f"model {model.name}", runs)
         if median is not None:
             problems += [f"model {model.name}: {m}" for m in median.first.mismatches]
@@ -202,11 +207,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _bad(message: str) -> int:
-    print(f"fsm-core bench: {message}", file=sys.stderr)
-    return 2
-
-
 def _params(path: Path) -> tuple[int, int, int, int]:
     """The (K, T, S, C) a bench model file sets in ``[model] constants``."""
     display = f"{path.parent.name}/{path.name}"
@@ -219,13 +219,16 @@ def _params(path: Path) -> tuple[int, int, int, int]:
 
 
 def _attempt(problems: list[str], runs: list[Run], tag: str, one: Callable[[], Run]) -> None:
-    print(f"{tag} ...", end="", file=sys.stderr, flush=True)
     try:
+        print(f"{tag} ...", end="", file=sys.stderr, flush=True)
         result = one()
     except _Failed as e:
         print(" failed", file=sys.stderr)
         problems.append(f"{tag}: {e}")
         return
+    except BaseException:  # an interrupt: its one line starts a line of its own
+        print(file=sys.stderr)
+        raise
     print(f" {result.wall_s:.2f} s, {result.peak_mib:.0f} MiB", file=sys.stderr)
     runs.append(result)
 
@@ -296,10 +299,11 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def _ours(path: Path, liveness: bool | None) -> Run:
-    """Check ``path`` in a fresh process (``liveness`` None: as ``fsm-core check`` would)."""
+def _ours(path: Path, liveness: bool | None, specs: Path | None) -> Run:
+    """Check ``path`` in a fresh process (``liveness`` None: as ``fsm-core check`` would),
+    with its tables from ``specs`` as ``--specs`` reads them."""
     flag = {None: "default", False: "off", True: "on"}[liveness]
-    cmd = [sys.executable, "-m", __name__, str(path), flag]
+    cmd = [sys.executable, "-m", __name__, str(path), flag, *([str(specs)] if specs else [])]
     out, code, wall, peak = _measure(cmd)
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
     if code != 0 or line is None:
@@ -342,8 +346,12 @@ def _measure(cmd: list[str]) -> tuple[str, int, float, float]:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     ) as proc:
         assert proc.stdout is not None
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)  # reap it here, keeping its resource usage
+        try:
+            out = proc.stdout.read()
+            _, status, usage = os.wait4(proc.pid, 0)  # reap it here, keeping its resource usage
+        except BaseException:  # interrupted: no run keeps a core busy after we have gone
+            proc.kill()
+            raise
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
     reported = [ln for ln in out.splitlines() if ln.startswith(_PEAK)]
@@ -354,11 +362,15 @@ def _measure(cmd: list[str]) -> tuple[str, int, float, float]:
 
 
 def _child(argv: Sequence[str]) -> int:
-    """The process ``_ours`` starts: check one model file, print one JSON line and the peak."""
-    path, flag = Path(argv[0]), argv[1]
+    """The process ``_ours`` starts: check one model file, print one JSON line and the peak.
+
+    ``argv`` is the model file, the liveness flag and, optionally, the ``--specs`` directory.
+    """
+    path, flag, *specs = argv
     liveness = {"default": None, "off": False, "on": True}[flag]
     start = time.perf_counter()
-    model = load_model(path)  # parse, and prove the table at its declared constants
+    # Parse, and prove the table at its declared constants.
+    model = load_model(Path(path), specs=Path(specs[0]) if specs else None)
     loaded = time.perf_counter()
     report = check(model, liveness=liveness)  # compile, search, and liveness when it is on
     seconds = time.perf_counter() - loaded

@@ -69,8 +69,13 @@ class Model:
     expect: Expectation | None = None
 
 
-def load_model(path: Path, display: str | None = None) -> Model:
-    """Load one model file; a fault raises :class:`SpecError` naming the file and key."""
+def load_model(path: Path, display: str | None = None, *, specs: Path | None = None) -> Model:
+    """Load one model file; a fault raises :class:`SpecError` naming the file and key.
+
+    With ``specs``, a table the model takes from a directory named ``specs`` (the shipped
+    models' ``../specs/agent.toml``) is read from ``specs`` by its file name; a table anywhere
+    else (the benchmark's own ``bench/turncancel.toml``) is read where the model says.
+    """
     f = _File(display or f"{path.parent.name}/{path.name}")
     data = f.keys("", read_toml(path, f.display), ["model"], ["environment", "tree", "expect"])
     m = f.keys("[model]", data["model"], ["table", "kind"], ["doc", "name", "tier", "constants"])
@@ -81,6 +86,8 @@ def load_model(path: Path, display: str | None = None) -> Model:
     if tier not in ("default", "bench"):
         f.fail("[model]", f"tier must be 'default' or 'bench', not {tier!r}")
     table_path = path.parent / f.text("[model]", m["table"], "table")
+    if specs is not None and table_path.parent.name == "specs":
+        table_path = specs / table_path.name
     constants = _ints(f, "[model] constants", m.get("constants", {}))
     clauses = load_clauses(table_path.parent / "clauses.toml")
     machine = load_table(table_path, clauses, constants=constants or None)
@@ -151,9 +158,12 @@ def load_model(path: Path, display: str | None = None) -> Model:
     )
 
 
-def load_models(root: Path) -> list[Model]:
-    """Every ``*.toml`` directly in ``root`` (the tables they use live in subfolders)."""
-    return [load_model(p, f"{root.name}/{p.name}") for p in sorted(root.glob("*.toml"))]
+def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:
+    """Every ``*.toml`` directly in ``root`` (the tables they use live in subfolders); ``specs``
+    as for :func:`load_model`."""
+    return [
+        load_model(p, f"{root.name}/{p.name}", specs=specs) for p in sorted(root.glob("*.toml"))
+    ]
 
 
 def _ints(f: _File, where: str, table: Mapping[str, Any]) -> dict[str, int]:

@@ -39,13 +39,14 @@ import functools
 import importlib
 import logging
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.pool import Pool
 from pathlib import Path
 from types import ModuleType
 from typing import Protocol
@@ -53,6 +54,7 @@ from typing import Protocol
 from fsm_core._errors import FsmError, SpecError
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import check, load_model
+from fsm_core.check._options import positive_int
 from fsm_core.check._report import aligned
 
 AGENT = ("agent_races",)
@@ -352,9 +354,10 @@ BY_NAME = {m.name: m for m in MUTANTS}
 # --- running -------------------------------------------------------------------------------------
 
 
-def _copy_tables(root: Path) -> None:
-    """``root/specs`` and ``root/models``: the shipped tables and models, as siblings."""
-    shutil.copytree(specs_dir(), root / "specs")
+def _copy_tables(root: Path, specs: Path | None) -> None:
+    """``root/specs`` and ``root/models``: the tables (``specs``, default the shipped ones)
+    and the shipped models, as siblings."""
+    shutil.copytree(specs or specs_dir(), root / "specs")
     shutil.copytree(models_dir(), root / "models")
 
 
@@ -373,18 +376,20 @@ def _check_models(root: Path, name: str, models: Sequence[str]) -> Kill:
     return Kill(name, False, None, 0, time.perf_counter() - start)
 
 
-def run_mutant(mutant: Mutant) -> Kill:
-    """Apply ``mutant`` to a fresh copy of the tables and check its models."""
+def run_mutant(mutant: Mutant, specs: Path | None = None) -> Kill:
+    """Apply ``mutant`` to a fresh copy of the tables in ``specs`` (default: the shipped ones)
+    and check its models."""
     with tempfile.TemporaryDirectory(prefix="fsm-core-mutant-") as tmp:
         root = Path(tmp)
-        _copy_tables(root)
+        _copy_tables(root, specs)
         table = root / "specs" / mutant.table
         table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
         return _check_models(root, mutant.name, mutant.models)
 
 
-def run_unmutated(models: Iterable[str] | None = None) -> Kill:
-    """Check ``models`` (every model the catalogue uses, for None) on unmodified tables.
+def run_unmutated(models: Iterable[str] | None = None, specs: Path | None = None) -> Kill:
+    """Check ``models`` (every model the catalogue uses, for None) on unmodified tables
+    (``specs``, default the shipped ones).
 
     They must all hold, or a kill proves nothing: ``killed`` True here is a fault of the
     tables (or the models) themselves, named by ``property`` and ``model``.
@@ -392,7 +397,7 @@ def run_unmutated(models: Iterable[str] | None = None) -> Kill:
     chosen = tuple(models) if models is not None else _models_of(MUTANTS)
     with tempfile.TemporaryDirectory(prefix="fsm-core-unmutated-") as tmp:
         root = Path(tmp)
-        _copy_tables(root)
+        _copy_tables(root, specs)
         return _check_models(root, UNMUTATED, chosen)
 
 
@@ -416,31 +421,47 @@ def select(names: Iterable[str] | None = None) -> list[Mutant]:
     return [m for m in MUTANTS if m.name in wanted]
 
 
-def run_mutants(names: Iterable[str] | None = None, *, jobs: int | None = None) -> list[Kill]:
-    """Run the named mutants (every one for None), ``jobs`` processes at a time (default 2).
+def run_mutants(
+    names: Iterable[str] | None = None, *, jobs: int | None = None, specs: Path | None = None
+) -> list[Kill]:
+    """Run the named mutants (every one for None), ``jobs`` processes at a time (default 2),
+    on copies of the tables in ``specs`` (default: the shipped ones).
 
     The kills come back in catalogue order.
     """
-    return _run_all(select(names), jobs, unmutated=False)[1]
+    return _run_all(select(names), jobs, specs, unmutated=False)[1]
 
 
 def _run_all(
-    chosen: Sequence[Mutant], jobs: int | None, *, unmutated: bool
+    chosen: Sequence[Mutant], jobs: int | None, specs: Path | None, *, unmutated: bool
 ) -> tuple[Kill | None, list[Kill]]:
     for m in chosen:  # a stale edit fails here, before any process starts
-        m.apply((specs_dir() / m.table).read_text(encoding="utf-8"))
+        m.apply(((specs or specs_dir()) / m.table).read_text(encoding="utf-8"))
     workers = max(1, min(jobs or _DEFAULT_JOBS, len(chosen) + unmutated))
+    mutate = functools.partial(run_mutant, specs=specs)
     if workers == 1:
-        sanity = run_unmutated(_models_of(chosen)) if unmutated else None
-        return sanity, [run_mutant(m) for m in chosen]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending = pool.submit(run_unmutated, _models_of(chosen)) if unmutated else None
-        kills = list(pool.map(run_mutant, chosen))
-        return (pending.result() if pending is not None else None), kills
+        sanity = run_unmutated(_models_of(chosen), specs) if unmutated else None
+        return sanity, [mutate(m) for m in chosen]
+    with Pool(workers, _ignore_sigint) as pool:
+        pending = (
+            pool.apply_async(run_unmutated, (_models_of(chosen), specs)) if unmutated else None
+        )
+        kills = pool.map(mutate, chosen, chunksize=1)
+        return (pending.get() if pending is not None else None), kills
 
 
 _DEFAULT_JOBS = 2
 """Two processes: CI machines have two cores, and the agent model dominates a run."""
+
+
+def _ignore_sigint() -> None:
+    """Set up a worker process: SIGINT is the parent's.
+
+    Ctrl-C reaches the whole process group; the parent handles it, and leaving a
+    ``multiprocessing`` pool's ``with`` terminates the workers, so an interrupt does not wait
+    for the mutants already handed to them (seconds each), as ``concurrent.futures`` would.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # --- command line --------------------------------------------------------------------------------
@@ -463,7 +484,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "each mutant (needs a checkout of the repository)",
     )
     parser.add_argument(
-        "--jobs", type=int, default=None, metavar="N", help="processes to use (default: 2)"
+        "--jobs", type=positive_int, default=None, metavar="N", help="processes to use (default: 2)"
     )
     parser.add_argument(
         "--no-shrink",
@@ -478,18 +499,33 @@ def run(args: argparse.Namespace) -> int:
 
     The unmutated tables are checked first, alongside the mutants: if they already fail, a
     kill proves nothing and no table is printed. Exit 0 when every mutant is killed, 1 on a
-    survivor or failing unmutated tables, 2 on an unknown name or a stale edit. ``--runtime``
-    runs :func:`run_runtime` instead, with the same exit statuses.
+    survivor or failing unmutated tables, 2 on an unknown name, a stale edit or a flag that
+    does not apply. ``--runtime`` runs :func:`run_runtime` instead, with the same statuses.
     """
-    if getattr(args, "runtime", False):
-        return run_runtime(args)
-    start = time.perf_counter()
     try:
-        chosen = select(args.names or None)
-        sanity, kills = _run_all(chosen, args.jobs, unmutated=True)
+        return _run(args)
     except MutantError as e:
         print(f"fsm-core: {e}", file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    # --specs is the top-level parser's; a caller that built only this parser has none.
+    specs: Path | None = getattr(args, "specs", None)
+    if args.runtime:
+        if specs is not None:
+            raise MutantError(
+                "--specs applies to --spec mutants only: runtime mutants race the runtime on "
+                "the shipped tables"
+            )
+        return run_runtime(args)
+    if not args.shrink:
+        raise MutantError(
+            "--no-shrink applies only to --runtime: a spec mutant's trace is a shortest one"
+        )
+    start = time.perf_counter()
+    chosen = select(args.names or None)
+    sanity, kills = _run_all(chosen, args.jobs, specs, unmutated=True)
     assert sanity is not None
     if sanity.killed:
         print(
@@ -578,7 +614,9 @@ def _import_runtime_mutants(root: Path) -> ModuleType:
 
 
 def _runtime_worker(root: str) -> None:
-    """Set up a worker process: the checkout on sys.path, runtime logging kept quiet."""
+    """Set up a worker process: the checkout on sys.path, runtime logging kept quiet, SIGINT
+    left to the parent."""
+    _ignore_sigint()
     if root not in sys.path:
         sys.path.insert(0, root)
     _quiet_runtime_logs()
@@ -603,10 +641,8 @@ def _hunt_all(
     if workers == 1:
         _quiet_runtime_logs()
         return [hunt(name) for name in names]
-    with ProcessPoolExecutor(
-        max_workers=workers, initializer=_runtime_worker, initargs=(str(root),)
-    ) as pool:
-        return list(pool.map(hunt, names))
+    with Pool(workers, _runtime_worker, (str(root),)) as pool:
+        return pool.map(hunt, names, chunksize=1)
 
 
 def run_runtime(args: argparse.Namespace) -> int:
@@ -614,18 +650,14 @@ def run_runtime(args: argparse.Namespace) -> int:
 
     The race machine runs against the unmutated runtime too, alongside the mutants: if it
     fails there, a kill proves nothing and no table is printed. Exit 0 when every mutant is
-    killed, 1 on a survivor or a failing unmutated runtime, 2 on a missing tests/race, an
-    unknown name or a stale edit.
+    killed, 1 on a survivor or a failing unmutated runtime; a missing tests/race, an unknown
+    name or a stale edit raises :class:`MutantError` before any process starts.
     """
     start = time.perf_counter()
-    try:
-        root = repository_root()
-        module = _import_runtime_mutants(root)
-        chosen: list[_RuntimeMutant] = module.select(args.names or None)
-        module.check_edits(chosen)  # a stale edit fails here, before any process starts
-    except MutantError as e:
-        print(f"fsm-core: {e}", file=sys.stderr)
-        return 2
+    root = repository_root()
+    module = _import_runtime_mutants(root)
+    chosen: list[_RuntimeMutant] = module.select(args.names or None)
+    module.check_edits(chosen)  # a stale edit fails here, before any process starts
     unmutated: str = module.UNMUTATED
     names = [unmutated, *(m.name for m in chosen)]
     sanity, *kills = _hunt_all(module, root, names, args.jobs, getattr(args, "shrink", True))
