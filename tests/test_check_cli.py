@@ -299,9 +299,9 @@ def test_a_model_that_does_not_match_its_expectation_exits_1_naming_the_numbers(
     assert r.code == 1
     mismatches = [line for line in r.out.splitlines() if line.startswith("mismatch:")]
     assert mismatches == [
-        "mismatch: small (models/small.toml) [expect] states: expected 1, found 64",
-        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 498",
-        "mismatch: small (models/small.toml) [expect] depth: expected 3, found 5",
+        "mismatch: small (models/small.toml) [expect] states: expected 1, found 82",
+        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 629",
+        "mismatch: small (models/small.toml) [expect] depth: expected 3, found 6",
     ]
     assert r.out.splitlines()[1].split()[-1] == "✗"
 

@@ -63,8 +63,9 @@ from fsm_core.runtime._payloads import (
     TurnStopping,
 )
 from fsm_core.runtime._scope import context_for
-from fsm_core.runtime._session import Session, SessionError
+from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
+from fsm_core.runtime._teardown import persist
 from fsm_core.spec import Effect, Machine
 from fsm_core.spec._expr import Value
 
@@ -85,14 +86,16 @@ async def _same(value: Any) -> Any:
     return value
 
 
-def _cancelling() -> bool:
-    """True iff the current task has a pending cancellation request (it is being cancelled).
+def _raise_if_cancelling() -> None:
+    """Raise ``CancelledError`` iff the current task has a pending cancellation request.
 
     Tells a seam that *raises* ``CancelledError`` (a fault, contained like any exception) from
-    the driver's own task being cancelled from outside (which must propagate).
+    the driver's own task being cancelled from outside, which must halt the driver even when
+    a seam swallowed the cancellation or turned it into another exception.
     """
     task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    if task is not None and task.cancelling() > 0:
+        raise asyncio.CancelledError
 
 
 def _said(message: UserMessage) -> Mapping[str, Any]:
@@ -150,6 +153,8 @@ class Agent:
         driver that halted before settling it leaves it owed to the next driver."""
         self._waiters: list[asyncio.Future[None]] = []
         self._driver: asyncio.Task[None] | None = None
+        self._started = False
+        """True iff the driver task last scheduled has begun to run."""
         self._firing = 0
         """How many table events are being fired right now (listeners nest them)."""
         self._held: BaseException | None = None
@@ -183,18 +188,21 @@ class Agent:
 
     def _admit(self, message: UserMessage, target: Lane, wakeup: bool) -> None:
         """Refuse, before the table moves, what would corrupt the inbox or the log."""
-        if not isinstance(message, UserMessage):
+        # Exact types only: a subclass could answer the checks here one way and the inbox,
+        # the table or the log another way later.
+        if type(message) is not UserMessage:
             raise UsageError(
                 f"agent {self.id}: send() takes a UserMessage, not {type(message).__name__}"
             )
         for field in ("id", "text"):
             value = getattr(message, field)
-            if not isinstance(value, str):
+            if type(value) is not str:
                 raise UsageError(
                     f"agent {self.id}: a message's {field} must be a str, "
                     f"not {type(value).__name__}"
                 )
-        if target not in ("next_turn", "next_step"):
+        lane: object = target  # typed as a Lane, but a careless caller passes anything
+        if type(lane) is not str or lane not in ("next_turn", "next_step"):
             raise UsageError(
                 f"agent {self.id}: target must be 'next_turn' or 'next_step', not {target!r}"
             )
@@ -288,6 +296,10 @@ class Agent:
         self._firing += 1
         try:
             self.control.fire(event, **args)
+        except BaseException:
+            if self._firing == 1:
+                self._held = None  # the fire's own failure is the one to report
+            raise
         finally:
             self._firing -= 1
         if self._firing == 0 and self._held is not None:
@@ -300,12 +312,14 @@ class Agent:
         Whatever escapes (a cancelled task, a ``BaseException`` from a seam or a listener), the
         driver retires the open turn and halts before it propagates, so the table converges.
         """
+        self._started = True
         try:
             self._fire("start")
             if self._flush_owed and self.phase in ("running", "cancelling"):
                 # A halted driver's last turn: its flush settles before the next claim (D7).
                 await self._await_flush()
             while self.phase in ("running", "cancelling") and not self._value("turn"):
+                _raise_if_cancelling()
                 self._fire("claim")
                 if not self._value("turn"):
                     continue  # a replacement got a fresh holder, or the claim converged
@@ -315,6 +329,7 @@ class Agent:
                 self._fire("retire", end=ending)
                 if self._flush_owed:
                     await self._await_flush()
+                _raise_if_cancelling()
                 self._fire("converge")
         except BaseException:
             self._halt()
@@ -338,12 +353,11 @@ class Agent:
     async def _await_flush(self) -> None:
         try:
             await self.events.waterfall("session/flush", Flush(self, self.session), self._flush)
-        except (Exception, asyncio.CancelledError) as error:
+        except (Exception, asyncio.CancelledError):
             # The turn's outcome is already recorded; a failed flush is reported and must
             # not strand the agent in running (when_idle() and dispose would never return).
             # Disposal flushes the whole log again and raises if that fails too.
-            if isinstance(error, asyncio.CancelledError) and _cancelling():
-                raise
+            _raise_if_cancelling()
             log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
         self._flush_owed = False
 
@@ -374,9 +388,10 @@ class Agent:
             return ending
         except Aborted:
             return "error"  # the table reads the aborted holder and records aborted/disposed
-        except (Exception, asyncio.CancelledError) as error:
-            if isinstance(error, asyncio.CancelledError) and _cancelling():
-                raise  # the driver's own task is being cancelled: _drive halts
+        except (Exception, asyncio.CancelledError):
+            # The driver's own task is being cancelled (a seam may have turned the
+            # CancelledError into another exception): _drive retires the turn and halts.
+            _raise_if_cancelling()
             log.exception("agent %s: turn %d failed", self.id, turn)
             return "error"
 
@@ -462,7 +477,7 @@ class Agent:
         data = {"turn": turn, "step": step, "id": call.id, "ok": ok, "result": result}
         try:
             self.session.append("tool/result", data)
-        except SessionError:
+        except Exception:  # SessionError, or a result that raises while the log reads it
             log.exception("agent %s: tool %s gave a result the log cannot hold", self.id, call.name)
             ok, result = False, "invalid-result"
             self.session.append("tool/result", {**data, "ok": ok, "result": result})
@@ -485,9 +500,11 @@ class Agent:
             )
         try:
             self._handlers[effect.name](*effect.args)
+        except Exception:
+            raise  # a fault of the runtime itself, not of a listener
         except BaseException as error:
-            # Only a notification's listener raises here (emit contains the rest): the row
-            # must complete, so the exception waits for the outermost _fire to return.
+            # A notification's or an abort's listener raised what emit and the signal do not
+            # contain. The row must complete, so it waits for the outermost _fire to return.
             self._held = self._held or error
 
     def _value(self, name: str) -> Value:
@@ -503,7 +520,18 @@ class Agent:
             self._drive(), name=f"driver {self.id}", context=context_for(self)
         )
         self._driver = task
+        self._started = False
+        task.add_done_callback(self._driver_ended)
         self.runtime._track(task)
+
+    def _driver_ended(self, task: asyncio.Task[None]) -> None:
+        """A driver task cancelled before its first step never ran ``_drive``: halt its
+        schedule, or the agent would wait for it forever."""
+        if task is self._driver and not self._started and self._value("scheduled"):
+            try:
+                self._fire("halt")
+            except BaseException:
+                log.exception("agent %s: a listener raised while the driver halted", self.id)
 
     def _notify_cancel_requested(self, cause: str) -> None:
         requested = self._cancelling[-1]
@@ -598,7 +626,7 @@ class AgentHandle:
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self._disposal: asyncio.Task[None] | None = None
+        self._disposal: asyncio.Future[None] | None = None
 
     async def dispose(self) -> None:
         """Interrupt the agent's work, wait for it to settle, flush the log and finish.
@@ -606,13 +634,21 @@ class AgentHandle:
         Every caller awaits the same teardown; cancelling one caller does not cancel it. A
         failed final flush is raised to every caller, after the agent is disposed.
         """
+        disposal = self._begin()
+        if asyncio.current_task() is self.agent._driver:
+            raise UsageError(
+                f"agent {self.agent.id}: its own turn cannot await its disposal, which waits "
+                "for that turn to end; the disposal has begun, return from the turn"
+            )
+        await asyncio.shield(disposal)
+
+    def _begin(self) -> asyncio.Future[None]:
+        """Request disposal now, inside the caller's call, and start the teardown once."""
         if self._disposal is None:
             try:
                 self.agent._request_disposal()
             finally:
                 # Even when a listener's BaseException escapes the request, the table is
                 # disposing now, and teardown must run.
-                self._disposal = asyncio.get_running_loop().create_task(
-                    self.agent._dispose(), name=f"dispose {self.agent.id}"
-                )
-        await asyncio.shield(self._disposal)
+                self._disposal = persist(self.agent._dispose, f"dispose {self.agent.id}")
+        return self._disposal

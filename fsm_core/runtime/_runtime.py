@@ -12,6 +12,7 @@ from fsm_core.runtime._agent import Agent, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._model import ModelAdapter, Tool
 from fsm_core.runtime._session import Session
+from fsm_core.runtime._teardown import persist
 from fsm_core.spec import load_spec
 
 __all__ = ["Runtime"]
@@ -35,7 +36,7 @@ class Runtime:
         self._table = load_spec(specs).machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closing: asyncio.Task[None] | None = None
+        self._closing: asyncio.Future[None] | None = None
 
     @property
     def agents(self) -> dict[str, Agent]:
@@ -65,19 +66,36 @@ class Runtime:
         ``BaseExceptionGroup``, once everything has settled.
         """
         if self._closing is None:
-            self._closing = asyncio.get_running_loop().create_task(self._close(), name="aclose")
+            # Every agent's disposal begins inside this call, before any await, so no agent
+            # takes or runs new work once aclose() was called (seed 004: stop accepting).
+            escaped: BaseException | None = None
+            disposals = []
+            for handle in list(self._handles.values()):
+                try:
+                    handle._begin()
+                except BaseException as error:  # a listener's; the disposal began anyway
+                    escaped = escaped or error
+                assert handle._disposal is not None
+                disposals.append(handle._disposal)
+            self._closing = persist(lambda: self._close(disposals), "aclose")
+            if escaped is not None:
+                raise escaped
+        if asyncio.current_task() in self._tasks:
+            raise UsageError(
+                "an agent's own turn cannot await aclose(), which waits for that turn to end; "
+                "the close has begun, return from the turn"
+            )
         await asyncio.shield(self._closing)
 
-    async def _close(self) -> None:
-        results = await asyncio.gather(
-            *(h.dispose() for h in list(self._handles.values())), return_exceptions=True
-        )
-        while self._tasks:
-            # asyncio.wait, unlike gather, never cancels what it waits for.
-            await asyncio.wait(list(self._tasks))
-        failures = [r for r in results if isinstance(r, BaseException)]
+    async def _close(self, disposals: list[asyncio.Future[None]]) -> None:
+        # asyncio.wait, unlike gather, never cancels what it waits for.
+        while pending := [t for t in (*disposals, *self._tasks) if not t.done()]:
+            await asyncio.wait(pending)
+        failures = [t.exception() for t in disposals if t.exception() is not None]
         if failures:
-            raise BaseExceptionGroup("some agents failed to dispose", failures)
+            raise BaseExceptionGroup(
+                "some agents failed to dispose", [f for f in failures if f is not None]
+            )
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)

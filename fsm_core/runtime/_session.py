@@ -200,12 +200,13 @@ def _freeze(value: object, path: str, stack: tuple[int, ...] = ()) -> JSON:
 
 
 def _safe_int(value: int, path: str) -> int:
+    value = int.__int__(value)  # an int subclass's own comparisons never run
     if not -SAFE_INTEGER <= value <= SAFE_INTEGER:
         raise _Fault(
             f"field {path!r} is an integer beyond +-(2**53 - 1), which not every JSON reader "
             "holds exactly"
         )
-    return int.__int__(value)
+    return value
 
 
 def _thaw(value: JSON) -> Any:
@@ -306,6 +307,12 @@ def _check_data(event_type: EventType, data: object) -> Mapping[str, JSON]:
         raise _Fault(f"{event_type}: {fault}") from None
     except RecursionError:
         raise _Fault(f"{event_type}: data is nested too deeply") from None
+    except Exception as error:
+        # A caller's mapping or sequence that raises while it is read (a lazy view, a broken
+        # __getitem__) is refused like any other value the log cannot hold.
+        raise _Fault(
+            f"{event_type}: data could not be read ({type(error).__name__} while copying it)"
+        ) from None
 
 
 def _check_type(event_type: object) -> EventType:
@@ -522,17 +529,25 @@ class Session:
 
     def save(self, path: StrPath) -> None:
         """Write the log to ``path`` atomically; the session does not attach to it."""
-        _write_atomically(Path(path), self.to_jsonl())
+        self._write(Path(path))
 
     async def flush(self) -> None:
         """A durability point: when it returns, the whole log is on disk (if attached).
 
         The runtime awaits it through the ``session/flush`` waterfall after each turn ends,
         before the next turn and before idle, and once more when the agent is disposed. With
-        no path it returns at once.
+        no path it returns at once. A failed write raises :class:`SessionError` naming the
+        file; the file then still holds the last log written whole.
         """
         if self._path is not None:
-            _write_atomically(self._path, self.to_jsonl())
+            self._write(self._path)
+
+    def _write(self, path: Path) -> None:
+        try:
+            _write_atomically(path, self.to_jsonl())
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise SessionError(os.fspath(path), "", f"cannot write the log: {reason}") from error
 
     @classmethod
     def from_jsonl(cls, text: str, source: str = "<jsonl>") -> Session:

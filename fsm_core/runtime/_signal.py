@@ -88,12 +88,17 @@ class AbortSignal:
         self._reason = detach(reason)
         if self._event is not None:
             self._event.set()
+        escaped: BaseException | None = None
         for listener in list(self._listeners):
             try:
                 listener(self)
-            except Exception:
+            except (Exception, asyncio.CancelledError):
                 log.exception("an abort listener raised; the abort goes on")
+            except BaseException as error:  # every listener still runs; then it propagates
+                escaped = escaped or error
         self._listeners.clear()
+        if escaped is not None:
+            raise escaped
         return True
 
     def __repr__(self) -> str:

@@ -342,7 +342,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "so a turn a cancel has just aborted retires as aborted, not disposed.",
         (
             Edit(
-                f"{AGENT}:AgentHandle.dispose",
+                f"{AGENT}:AgentHandle._begin",
                 "            self.agent._request_disposal()\n",
                 "            pass\n",
             ),

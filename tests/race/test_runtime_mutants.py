@@ -98,16 +98,16 @@ def test_a_stale_edit_fails_loudly() -> None:
 
 def test_a_mutant_is_on_only_inside_activated_and_only_in_this_process() -> None:
     mutant = BY_NAME["disposal_not_preceding_aborted"]
-    originals = (_agent.AgentHandle.dispose, _agent.Agent._dispose, _agent.Agent.cancel)
+    originals = (_agent.AgentHandle._begin, _agent.Agent._dispose, _agent.Agent.cancel)
     with activated(mutant):
-        assert _agent.AgentHandle.dispose is not originals[0]
+        assert _agent.AgentHandle._begin is not originals[0]
         assert _agent.Agent._dispose is not originals[1]
         assert _agent.Agent.cancel is originals[2]  # only the targets change
-        assert "_request_disposal" not in _source(_agent.AgentHandle.dispose)
-    assert (_agent.AgentHandle.dispose, _agent.Agent._dispose, _agent.Agent.cancel) == originals
+        assert "_request_disposal" not in _source(_agent.AgentHandle._begin)
+    assert (_agent.AgentHandle._begin, _agent.Agent._dispose, _agent.Agent.cancel) == originals
     with pytest.raises(RuntimeError), activated(mutant):
         raise RuntimeError("the block failed")
-    assert _agent.AgentHandle.dispose is originals[0]
+    assert _agent.AgentHandle._begin is originals[0]
 
 
 def _source(function: object) -> str:

@@ -11,6 +11,7 @@ import asyncio
 import math
 import re
 import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -225,15 +226,16 @@ def test_a_failed_final_flush_reaches_every_dispose_caller_after_disposal(tmp_pa
         handle.agent.followup(UserMessage("m1", "hi"))
         await bounded(handle.agent.when_idle())
         shutil.rmtree(folder)
-        with pytest.raises(FileNotFoundError):
+        cannot = rf"^{re.escape(str(folder))}/a1\.jsonl: cannot write the log: "
+        with pytest.raises(SessionError, match=cannot):
             await bounded(handle.dispose())
         assert handle.agent.phase == "disposed"
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(SessionError, match=cannot):
             await bounded(handle.dispose())  # memoized: the same failure
         # aclose() disposes the agent left, and raises its failure once everything settled.
         with pytest.raises(BaseExceptionGroup) as group:
             await bounded(rt.aclose())
-        assert [type(e) for e in group.value.exceptions] == [FileNotFoundError]
+        assert [type(e) for e in group.value.exceptions] == [SessionError]
         assert other.agent.phase == "disposed"
 
     asyncio.run(main())
@@ -269,5 +271,130 @@ def test_a_wrongly_typed_lane_or_flag_is_refused_and_queues_nothing() -> None:
             agent.cancel(USER, keep_inbox="yes")  # type: ignore[arg-type]
         assert not agent.inbox.pending
         await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+class _AnyLane:
+    """Equal to everything: it would pass a membership test and confuse the table."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 1
+
+
+class _Shifty(str):
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = str.__hash__
+
+
+def test_objects_that_lie_about_equality_are_refused_at_the_door() -> None:
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel())
+        agent = (await rt.create_agent("a1")).agent
+        with pytest.raises(UsageError, match=r"^agent a1: target must be 'next_turn' or "):
+            agent.send(UserMessage("m1", "hi"), _AnyLane())  # type: ignore[arg-type]
+        with pytest.raises(
+            UsageError, match=r"^agent a1: a message's id must be a str, not _Shifty$"
+        ):
+            agent.followup(UserMessage(_Shifty("m1"), "hi"))
+        assert not agent.inbox.pending and not agent.control.values["pending"]
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+class _Lazy(Mapping[str, object]):
+    """A view whose backend is gone: reading it raises."""
+
+    def __getitem__(self, key: str) -> object:
+        raise ConnectionError("backend gone")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["a"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _Weird(int):
+    def __le__(self, other: object) -> bool:
+        raise TypeError("no order")
+
+
+@pytest.mark.parametrize("result", [_Lazy(), _Weird(3)], ids=["raising-mapping", "int-subclass"])
+def test_a_tool_result_that_raises_while_recorded_still_gets_its_tool_result(
+    result: object,
+) -> None:
+    async def main() -> None:
+        rt = Runtime(
+            model=ScriptedModel(
+                [Reply(tool_calls=(ToolCall("c1", "odd"),), finish="tool_calls"), Reply("done")]
+            ),
+            tools=[ScriptedTool("odd", [result])],
+        )
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+        await bounded(agent.when_idle())
+        results = [e.data for e in agent.session.events if e.type == "tool/result"]
+        assert len(results) == 1
+        assert_balanced(agent.session)
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_once_aclose_is_called_no_agent_runs_new_work() -> None:
+    async def main() -> None:
+        gate = Gate("model")
+        model = ScriptedModel([Wait(gate, Reply("late"), cooperate=False)])
+        rt = Runtime(model=model)
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+        await bounded(gate.reached.wait())
+        agent.cancel(USER)
+        closing = asyncio.ensure_future(rt.aclose())  # disposal begins inside the call ...
+        agent.followup(UserMessage("m2", "too late"))  # ... so this is parked, never run
+        gate.open()
+        await bounded(closing)
+        outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
+        assert outcomes == [{"kind": "disposed"}], "disposal wins over the cancel (decision 6)"
+        assert len(model.requests) == 1
+        assert [m.id for m in agent.inbox.next_turn] == ["m2"]
+
+    asyncio.run(main())
+
+
+def test_a_turn_awaiting_its_own_disposal_is_refused_instead_of_deadlocking() -> None:
+    async def main() -> None:
+        refused: list[str] = []
+        rt = Runtime(model=ScriptedModel([Reply("ok")]))
+        handle = await rt.create_agent("a1")
+
+        async def pre_step(payload: Any, next_: Any) -> Any:
+            for wait in (handle.dispose, rt.aclose):
+                try:
+                    await wait()
+                except UsageError as error:
+                    refused.append(str(error))
+            return await next_(payload)
+
+        rt.events.on("agent/pre-step", pre_step)
+        handle.agent.followup(UserMessage("m1", "hi"))
+        await bounded(handle.agent.when_idle())
+        assert refused == [
+            "agent a1: its own turn cannot await its disposal, which waits for that turn to end; "
+            "the disposal has begun, return from the turn",
+            "an agent's own turn cannot await aclose(), which waits for that turn to end; the "
+            "close has begun, return from the turn",
+        ]
+        await bounded(rt.aclose())
+        assert handle.agent.phase == "disposed"
+        outcomes = [e.data["outcome"] for e in handle.agent.session.events if e.type == "turn/end"]
+        assert outcomes == [{"kind": "disposed"}]
 
     asyncio.run(main())

@@ -21,7 +21,16 @@ from typing import Any, TypeVar
 import pytest
 
 from fsm_core import USER, Agent, Runtime, UserMessage
-from fsm_core.runtime import AbortSignal, Gate, Reply, Request, Session, ToolCall
+from fsm_core.runtime import (
+    AbortSignal,
+    Gate,
+    Reply,
+    Request,
+    ScriptedModel,
+    Session,
+    ToolCall,
+    Wait,
+)
 
 T = TypeVar("T")
 
@@ -264,3 +273,105 @@ def test_a_driver_cancelled_from_outside_halts_and_parks_the_queued_work(
 
     with caplog.at_level(logging.ERROR, "fsm_core.runtime"):
         asyncio.run(main())
+
+
+def test_a_shutdown_cancelling_every_task_before_the_driver_ran_still_converges() -> None:
+    """A driver task cancelled before its first step never runs: the table's halt drops its
+    schedule, so when_idle() and aclose() return; the queued work stays parked."""
+
+    async def main() -> None:
+        rt = Runtime(model=Model(Gate("unused"), None))
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        await bounded(agent.when_idle())
+        assert_agrees(agent)
+        assert [m.id for m in agent.inbox.next_turn] == ["m1"]
+        assert len(agent.session.events) == 0  # no turn opened
+        await bounded(rt.aclose())
+        assert agent.phase == "disposed"
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("victim", ["dispose a1", "aclose"])
+def test_cancelling_the_teardown_task_itself_does_not_stop_the_teardown(victim: str) -> None:
+    async def main() -> None:
+        gate = Gate("model")
+        model = ScriptedModel([Wait(gate, Reply("late"), cooperate=False)])
+        rt = Runtime(model=model)
+        handle = await rt.create_agent("a1")
+        agent = handle.agent
+        agent.followup(UserMessage("m1", "hi"))
+        await bounded(gate.reached.wait())
+        waiting = asyncio.ensure_future(handle.dispose() if victim != "aclose" else rt.aclose())
+        await bounded(model.requests[0][1].wait())  # the teardown began: it aborted the turn
+        (teardown,) = [t for t in asyncio.all_tasks() if t.get_name() == victim]
+        teardown.cancel()
+        gate.open()
+        await bounded(waiting)
+        assert agent.phase == "disposed"
+        await bounded(handle.dispose())
+        await bounded(rt.aclose())
+        assert_balanced(agent.session)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_an_abort_listener_that_raises_cannot_stop_the_other_abort_listeners(fault: str) -> None:
+    async def main() -> None:
+        gate = Gate("second turn")
+        rt = Runtime(model=Model(gate, None))
+        agent = (await rt.create_agent("a1")).agent
+        injector = Injector(fault)
+
+        async def pre_step(payload: Any, next_: Callable[[Any], Awaitable[Any]]) -> Any:
+            payload.signal.add_listener(lambda _signal: injector.strike())
+            return await next_(payload)
+
+        rt.events.on("agent/pre-step", pre_step)
+        agent.followup(UserMessage("m1", "second"))
+        await bounded(gate.reached.wait())
+        try:
+            agent.cancel(USER)  # the gate's own abort listener must still run
+        except Boom:
+            assert fault == "base"
+        await bounded(agent.when_idle())
+        assert injector.raised == 1
+        assert_agrees(agent)
+        outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
+        assert outcomes == [{"kind": "aborted"}]
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_a_seam_that_turns_an_outside_cancel_into_another_error_still_halts_the_driver() -> None:
+    async def main() -> None:
+        gate = Gate("model")
+
+        class Wrapping:
+            async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+                try:
+                    await gate.wait(signal, cooperate=False)
+                except asyncio.CancelledError as error:
+                    raise RuntimeError("the SDK wraps every failure") from error
+                return Reply("ok")
+
+        rt = Runtime(model=Wrapping())
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "one"))
+        await bounded(gate.reached.wait())
+        agent.followup(UserMessage("m2", "two"))
+        (driver,) = [t for t in asyncio.all_tasks() if t.get_name() == "driver a1"]
+        driver.cancel()
+        await bounded(agent.when_idle())
+        assert [m.id for m in agent.inbox.next_turn] == ["m2"], "m2 parked, not run"
+        outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
+        assert outcomes == [{"kind": "error"}]
+        await bounded(rt.aclose())
+
+    asyncio.run(main())
