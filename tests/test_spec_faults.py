@@ -522,6 +522,27 @@ TABLE_FAULTS = [
         "specs/t.toml: var 'count': unknown constant 'N' in an integer range",
         id="unknown-constant-in-a-range",
     ),
+    pytest.param(
+        'from = ["idle"]\nguard = "wake"',
+        'from = ["\\u001b[2Jidle"]\nguard = "wake"',
+        "specs/t.toml: row 'submit.idle': "
+        "unknown state '\\x1b[2Jidle' in from (states: idle, busy, stopping)",
+        id="escape-sequence-in-a-name-is-quoted-escaped",
+    ),
+    pytest.param(
+        'idle = { doc = "No job runs." }',
+        'idle = { doc = "No job \\u001b[31mruns." }',
+        "specs/t.toml: state 'idle': doc holds the non-printing character '\\x1b' at position 7 "
+        "(a table is plain text; newlines and tabs are allowed)",
+        id="escape-sequence-in-a-doc",
+    ),
+    pytest.param(
+        'idle = { doc = "No job runs." }',
+        'idle = { doc = "No job \\u202eruns." }',
+        "specs/t.toml: state 'idle': doc holds the non-printing character '\\u202e' at position 7 "
+        "(a table is plain text; newlines and tabs are allowed)",
+        id="bidi-override-in-a-doc",
+    ),
 ]
 
 
@@ -653,3 +674,18 @@ def test_two_tables_may_not_name_the_same_machine(tmp_path: Path) -> None:
         SpecError, match=r"^specs/u\.toml: \[machine\]: machine name 't' is used twice$"
     ):
         load_spec(write_specs(tmp_path, {"t.toml": BASE, "u.toml": BASE}))
+
+
+def test_a_fault_quotes_at_most_80_characters_of_input(tmp_path: Path) -> None:
+    huge = "x" * 100_000
+    table = edit(BASE, 'type = "holder"', f'type = "{huge}"')
+    # reprlib's cut: the head and the tail of the quoted text, 80 characters in all.
+    quoted = "'" + "x" * 37 + "..." + "x" * 38 + "'"
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            f"specs/t.toml: var 'holder': unknown type {quoted} "
+            "(types: bool, holder, cause, phase, int[lo..hi])"
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))

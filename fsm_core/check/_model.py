@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import SpecError, echo, known
 from fsm_core.spec import Machine
 from fsm_core.spec._load import _File, load_clauses, load_table, read_toml
 
@@ -76,10 +76,10 @@ def load_model(path: Path, display: str | None = None) -> Model:
     m = f.keys("[model]", data["model"], ["table", "kind"], ["doc", "name", "tier", "constants"])
     kind = m["kind"]
     if kind not in _KINDS:
-        f.fail("[model]", f"kind must be one of {', '.join(_KINDS)}, not {kind!r}")
+        f.fail("[model]", f"kind must be one of {known(_KINDS)}, not {echo(kind)}")
     tier = m.get("tier", "default")
     if tier not in ("default", "bench"):
-        f.fail("[model]", f"tier must be 'default' or 'bench', not {tier!r}")
+        f.fail("[model]", f"tier must be 'default' or 'bench', not {echo(tier)}")
     table_path = path.parent / f.text("[model]", m["table"], "table")
     constants = _ints(f, "[model] constants", m.get("constants", {}))
     clauses = load_clauses(table_path.parent / "clauses.toml")
@@ -92,18 +92,18 @@ def load_model(path: Path, display: str | None = None) -> Model:
         budgets = _ints(f, "[environment] budgets", env.get("budgets", {}))
         for event in budgets:
             if event not in machine.table.events:
-                known = ", ".join(machine.table.events)
-                f.fail("[environment] budgets", f"unknown event {event!r} (events: {known})")
+                names = known(machine.table.events)
+                f.fail("[environment] budgets", f"unknown event {echo(event)} (events: {names})")
         reactions = f.names("[environment]", env.get("reactions", ["-"]), "reactions")
         if reactions == ("-",):
             reactions = ()
         for effect in reactions:
             spec = machine.table.effects.get(effect)
             if spec is None or not spec.notifies:
-                notifying = ", ".join(n for n, e in machine.table.effects.items() if e.notifies)
+                notifying = known(n for n, e in machine.table.effects.items() if e.notifies)
                 f.fail(
                     "[environment] reactions",
-                    f"{effect!r} is not a notifying effect (notifying: {notifying})",
+                    f"{echo(effect)} is not a notifying effect (notifying: {notifying})",
                 )
     elif kind != "table":
         f.fail("", f"a {kind} model needs an [environment] section")
@@ -131,7 +131,7 @@ def load_model(path: Path, display: str | None = None) -> Model:
         )
         nums = _ints(f, "[expect]", {k: e[k] for k in ("states", "transitions", "depth")})
         if e["verdict"] not in ("ok", "violation"):
-            f.fail("[expect]", f"verdict must be 'ok' or 'violation', not {e['verdict']!r}")
+            f.fail("[expect]", f"verdict must be 'ok' or 'violation', not {echo(e['verdict'])}")
         prop = e.get("property")
         expect = Expectation(nums["states"], nums["transitions"], nums["depth"], e["verdict"], prop)
 
@@ -162,7 +162,7 @@ def _ints(f: _File, where: str, table: Mapping[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for key, value in table.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            f.fail(where, f"{key} must be a non-negative integer, not {value!r}")
+            f.fail(where, f"{echo(key)} must be a non-negative integer, not {echo(value)}")
         out[key] = value
     return out
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import SpecError, echo
 from fsm_core._paths import specs_dir
 from fsm_core.spec._load import load_clauses, load_table
 from fsm_core.spec._machine import Effect, Machine, State, Step
@@ -51,6 +51,8 @@ def _load(root: Path) -> Spec:
         display = f"{root.name}/{path.name}"
         machine = load_table(path, clauses, display)
         if machine.name in machines:
-            raise SpecError(display, "[machine]", f"machine name {machine.name!r} is used twice")
+            raise SpecError(
+                display, "[machine]", f"machine name {echo(machine.name)} is used twice"
+            )
         machines[machine.name] = machine
     return Spec(root, clauses, machines)

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from fsm_core._errors import echo, known
+
 Value: TypeAlias = bool | int | str
 Kind = Literal["bool", "int", "enum"]
 
@@ -221,7 +223,7 @@ def _tokens(text: str) -> list[str]:
         if m is None or m.end() == pos:
             rest = stripped[pos:]
             column = pos + len(rest) - len(rest.lstrip()) + 1
-            raise ExprError(f"unexpected character {rest.lstrip()[:1]!r} at column {column}")
+            raise ExprError(f"unexpected character {echo(rest.lstrip()[:1])} at column {column}")
         out.append(m.group(m.lastgroup or "op"))
         pos = m.end()
     return out
@@ -239,15 +241,15 @@ class _Parser:
     def take(self, expected: str | None = None) -> str:
         tok = self.peek()
         if tok is None:
-            raise ExprError(f"unexpected end of expression, expected {expected or 'more'!r}")
+            raise ExprError(f"unexpected end of expression, expected {echo(expected or 'more')}")
         if expected is not None and tok != expected:
-            raise ExprError(f"expected {expected!r} but found {tok!r}")
+            raise ExprError(f"expected {echo(expected)} but found {echo(tok)}")
         self.i += 1
         return tok
 
     def done(self) -> None:
         if self.peek() is not None:
-            raise ExprError(f"unexpected {self.peek()!r} after a complete expression")
+            raise ExprError(f"unexpected {echo(self.peek())} after a complete expression")
 
     def expr(self) -> Expr:
         if self.peek() == "if":
@@ -307,7 +309,7 @@ class _Parser:
             raise ExprError("unexpected end of expression, expected a name")
         self.i += 1
         if not re.fullmatch(r"[A-Za-z_]\w*", tok) or tok in KEYWORDS:
-            raise ExprError(f"expected a name but found {tok!r}")
+            raise ExprError(f"expected a name but found {echo(tok)}")
         return tok
 
     def atom(self) -> Expr:
@@ -358,7 +360,7 @@ def parse_stmt(text: str) -> Assign | Call:
         p.take(")")
         p.done()
         return Call(head, tuple(args))
-    raise ExprError(f"an effect is 'var := expr' or 'effect(args)', not {text.strip()!r}")
+    raise ExprError(f"an effect is 'var := expr' or 'effect(args)', not {echo(text.strip())}")
 
 
 # --- type checking -------------------------------------------------------------------------------
@@ -395,7 +397,7 @@ def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
                 return Lit(value), int_type(value, value)
             if n in scope.symbols:
                 return Sym(n), enum_type(n, (n,))
-            raise ExprError(f"unknown name {n!r}")
+            raise ExprError(f"unknown name {echo(n)}")
         case Not(operand=o):
             o2 = _expect_bool(o, scope, "not")
             return Not(o2), BOOL
@@ -405,7 +407,7 @@ def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
                 raise ExprError(f"'in' needs an enumeration on its left, not {t}")
             for m in members:
                 if m not in t.values:
-                    raise ExprError(f"{m!r} is not a value of {t} (values: {_list(t.values)})")
+                    raise ExprError(f"{echo(m)} is not a value of {t} (values: {_list(t.values)})")
             return In(o2, members), BOOL
         case Cond(test=c, then=a, orelse=b):
             c2 = _expect_bool(c, scope, "if")
@@ -423,14 +425,14 @@ def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
             r2, tr = check(right, scope)
             if op in ("+", "-"):
                 if tl.kind != "int" or tr.kind != "int":
-                    raise ExprError(f"type mismatch: {op!r} needs integers, not {tl} and {tr}")
+                    raise ExprError(f"type mismatch: {echo(op)} needs integers, not {tl} and {tr}")
                 lo1, hi1, lo2, hi2 = _bounds(tl) + _bounds(tr)
                 bounds = (lo1 + lo2, hi1 + hi2) if op == "+" else (lo1 - hi2, hi1 - lo2)
                 return BinOp(op, l2, r2), int_type(*bounds)
             if tl.kind != tr.kind:
                 raise ExprError(f"type mismatch: cannot compare {tl} with {tr}")
             if op not in ("==", "!=") and tl.kind != "int":
-                raise ExprError(f"type mismatch: {op!r} needs integers, not {tl}")
+                raise ExprError(f"type mismatch: {echo(op)} needs integers, not {tl}")
             if tl.kind == "enum":
                 if isinstance(l2, Sym) and isinstance(r2, Sym):
                     raise ExprError(f"comparing two values ({l2.name}, {r2.name}) is constant")
@@ -468,7 +470,7 @@ def check_stmt_value(
 def _expect_bool(e: Expr, scope: Scope, where: str) -> Expr:
     e2, t = check(e, scope)
     if t.kind != "bool":
-        raise ExprError(f"type mismatch: {where!r} needs a boolean, not {t}")
+        raise ExprError(f"type mismatch: {echo(where)} needs a boolean, not {t}")
     return e2
 
 
@@ -492,7 +494,7 @@ def _union(a: Type, b: Type) -> Type:
 
 
 def _list(values: Sequence[Value]) -> str:
-    return ", ".join(str(v) for v in values)
+    return known(show(v) for v in values)
 
 
 # --- compilation ---------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ from __future__ import annotations
 import itertools
 import re
 import tomllib
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import SpecError, echo, known
 from fsm_core.spec._expr import (
     BOOL,
     KEYWORDS,
@@ -83,10 +84,10 @@ class _File:
         for key in table:
             if key not in required and key not in optional:
                 allowed = ", ".join(sorted({*required, *optional}))
-                self.fail(where, f"unknown key {key!r} (expected one of: {allowed})")
+                self.fail(where, f"unknown key {echo(key)} (expected one of: {allowed})")
         for key in required:
             if key not in table:
-                self.fail(where, f"missing key {key!r}")
+                self.fail(where, f"missing key {echo(key)}")
         return table
 
     def table(self, where: str, value: object) -> dict[str, Any]:
@@ -96,8 +97,18 @@ class _File:
         return value
 
     def text(self, where: str, value: object, key: str) -> str:
+        """A string of plain text: no control or format character but newline and tab, so
+        nothing read from a table can drive a terminal when ``fsm-core spec`` prints it."""
         if not isinstance(value, str):
             self.fail(where, f"{key} must be a string, found {type(value).__name__}")
+        if not value.isprintable():
+            for i, c in enumerate(value):
+                if c not in "\n\t" and unicodedata.category(c).startswith("C"):
+                    self.fail(
+                        where,
+                        f"{key} holds the non-printing character {echo(c)} at position {i} "
+                        "(a table is plain text; newlines and tabs are allowed)",
+                    )
         return value
 
     def names(self, where: str, value: object, key: str) -> tuple[str, ...]:
@@ -107,12 +118,12 @@ class _File:
             self.fail(where, f"{key} must be a non-empty list of names")
         for name in value:
             if value.count(name) > 1:
-                self.fail(where, f"{key} lists {name!r} twice")
+                self.fail(where, f"{key} lists {echo(name)} twice")
         return tuple(value)
 
     def ident(self, where: str, name: str) -> str:
         if not _NAME.match(name) or name in KEYWORDS:
-            self.fail(where, f"{name!r} is not a valid name (lower_snake_case, not a keyword)")
+            self.fail(where, f"{echo(name)} is not a valid name (lower_snake_case, not a keyword)")
         return name
 
 
@@ -133,18 +144,18 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
     data = f.keys("", read_toml(path, f.display), ["sources", "clauses"])
     sources: dict[str, str] = {}
     for key, rel in f.keys("[sources]", data["sources"], [], data["sources"]).items():
-        source_path = path.parent / f.text(f"source {key!r}", rel, "path")
+        source_path = path.parent / f.text(f"source {echo(key)}", rel, "path")
         try:
             sources[key] = " ".join(source_path.read_text(encoding="utf-8").split())
         except FileNotFoundError:
-            f.fail(f"source {key!r}", f"{rel} not found")
+            f.fail(f"source {echo(key)}", f"{rel} not found")
     clauses: dict[str, Clause] = {}
     for cid, body in f.table("[clauses]", data["clauses"]).items():
-        where = f"clause {cid!r}"
+        where = f"clause {echo(cid)}"
         c = f.keys(where, body, ["source", "quote", "summary"])
         source = f.text(where, c["source"], "source")
         if source not in sources:
-            f.fail(where, f"unknown source {source!r} (sources: {', '.join(sources)})")
+            f.fail(where, f"unknown source {echo(source)} (sources: {known(sources)})")
         quote = f.text(where, c["quote"], "quote")
         if " ".join(quote.split()) not in sources[source]:
             f.fail(where, f"quote not found verbatim in {data['sources'][source]}")
@@ -189,7 +200,7 @@ def _parse(
 
     states: list[StateSpec] = []
     for name, body in f.keys("[states]", data["states"], [], data["states"]).items():
-        where = f"state {name!r}"
+        where = f"state {echo(name)}"
         f.ident(where, name)
         state_body = f.keys(where, body, [], ["doc"])
         states.append(StateSpec(name, f.text(where, state_body.get("doc", ""), "doc")))
@@ -198,21 +209,23 @@ def _parse(
         f.fail("[states]", "a machine needs at least one state")
     initial = f.text("[machine]", m["initial"], "initial")
     if initial not in state_names:
-        f.fail("[machine]", f"unknown initial state {initial!r} (states: {', '.join(state_names)})")
+        f.fail("[machine]", f"unknown initial state {echo(initial)} (states: {known(state_names)})")
 
     consts: dict[str, int] = {}
     for name, value in f.table("[constants]", data.get("constants", {})).items():
         if not _CONSTANT.match(name):
-            f.fail(f"constant {name!r}", f"{name!r} is not a valid name")
+            f.fail(f"constant {echo(name)}", f"{echo(name)} is not a valid name")
         if not isinstance(value, int) or isinstance(value, bool):
-            f.fail(f"constant {name!r}", f"a constant is an integer, not {value!r}")
+            f.fail(f"constant {echo(name)}", f"a constant is an integer, not {echo(value)}")
         consts[name] = value
     for name, value in overrides.items():
         if name not in consts:
-            known = ", ".join(consts) or "none"
-            f.fail("[constants]", f"unknown constant {name!r} (constants: {known})")
+            f.fail(
+                "[constants]",
+                f"unknown constant {echo(name)} (constants: {known(consts) or 'none'})",
+            )
         if not isinstance(value, int) or isinstance(value, bool):
-            f.fail(f"constant {name!r}", f"a constant is an integer, not {value!r}")
+            f.fail(f"constant {echo(name)}", f"a constant is an integer, not {echo(value)}")
         consts[name] = value
 
     def bound(where: str, text: str) -> int:
@@ -220,14 +233,14 @@ def _parse(
             return consts[text]
         if text.lstrip("-").isdigit():
             return int(text)
-        f.fail(where, f"unknown constant {text!r} in an integer range")
+        f.fail(where, f"unknown constant {echo(text)} in an integer range")
 
     types: dict[str, Type] = {"bool": BOOL}
     for name, values in f.table("[types]", data.get("types", {})).items():
-        where = f"type {name!r}"
+        where = f"type {echo(name)}"
         f.ident(where, name)
         if name == state_var:
-            f.fail(where, f"{name!r} is the state variable's type; its values are the [states]")
+            f.fail(where, f"{echo(name)} is the state variable's type; its values are the [states]")
         if (
             not isinstance(values, list)
             or not values
@@ -249,31 +262,31 @@ def _parse(
                 f.fail(where, f"empty integer range {text}")
             return int_type(lo, hi)
         if text not in types:
-            f.fail(where, f"unknown type {text!r} (types: {', '.join(types)}, int[lo..hi])")
+            f.fail(where, f"unknown type {echo(text)} (types: {known(types)}, int[lo..hi])")
         return types[text]
 
     variables: list[Variable] = []
     for name, body in f.table("[vars]", data["vars"]).items():
-        where = f"var {name!r}"
+        where = f"var {echo(name)}"
         f.ident(where, name)
         if name == state_var:
-            f.fail(where, f"{name!r} is the state variable; [machine] declares it")
+            f.fail(where, f"{echo(name)} is the state variable; [machine] declares it")
         v = f.keys(where, body, ["type", "init"], ["doc"])
         t = resolve_type(where, v["type"])
         if isinstance(v["init"], str) and v["init"] in consts and t.kind == "int":
             v = {**v, "init": consts[v["init"]]}
         if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
-            f.fail(where, f"init {v['init']!r} is not a value of {t}")
+            f.fail(where, f"init {echo(v['init'])} is not a value of {t}")
         variables.append(Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc")))
     var_types = {state_var: types[state_var], **{v.name: v.type for v in variables}}
 
     for name in consts:
         if name in var_types:
-            f.fail(f"constant {name!r}", f"{name!r} is also a variable")
+            f.fail(f"constant {echo(name)}", f"{echo(name)} is also a variable")
     symbols = frozenset(str(x) for t in types.values() if t.kind == "enum" for x in t.values)
     for name in var_types:
         if name in symbols:
-            f.fail(f"var {name!r}", f"{name!r} is both a variable and an enumeration value")
+            f.fail(f"var {echo(name)}", f"{echo(name)} is both a variable and an enumeration value")
 
     def params_of(where: str, spec: object, scoped: bool) -> tuple[tuple[str, Type], ...]:
         """Parameters; ``scoped`` ones (an event's) are names inside guards and effects."""
@@ -281,18 +294,18 @@ def _parse(
         for pname, ptype in f.keys(where, spec, [], spec if isinstance(spec, dict) else []).items():
             f.ident(where, pname)
             if scoped and (pname in symbols or pname in var_types):
-                f.fail(where, f"parameter {pname!r} shadows a variable or enumeration value")
+                f.fail(where, f"parameter {echo(pname)} shadows a variable or enumeration value")
             if scoped and pname in defs:
-                f.fail(where, f"parameter {pname!r} shadows the definition {pname!r}")
-            out.append((pname, resolve_type(f"{where} parameter {pname!r}", ptype)))
+                f.fail(where, f"parameter {echo(pname)} shadows the definition {echo(pname)}")
+            out.append((pname, resolve_type(f"{where} parameter {echo(pname)}", ptype)))
         return tuple(out)
 
     defs: dict[str, Definition] = {}
     for name, body in f.table("[defs]", data.get("defs", {})).items():
-        where = f"def {name!r}"
+        where = f"def {echo(name)}"
         f.ident(where, name)
         if name in symbols or name in var_types:
-            f.fail(where, f"{name!r} is already a variable or enumeration value")
+            f.fail(where, f"{echo(name)} is already a variable or enumeration value")
         d = f.keys(where, body, ["expr"], ["doc"])
         text = f.text(where, d["expr"], "expr")
         scope = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols, consts)
@@ -304,17 +317,17 @@ def _parse(
 
     events: dict[str, EventSpec] = {}
     for name, body in f.table("[events]", data["events"]).items():
-        where = f"event {name!r}"
+        where = f"event {echo(name)}"
         f.ident(where, name)
         ev = f.keys(where, body, ["kind"], ["params", "doc"])
         if ev["kind"] not in ("input", "internal"):
-            f.fail(where, f"kind must be 'input' or 'internal', not {ev['kind']!r}")
+            f.fail(where, f"kind must be 'input' or 'internal', not {echo(ev['kind'])}")
         params = params_of(where, ev.get("params", {}), scoped=True)
         events[name] = EventSpec(name, ev["kind"], params, f.text(where, ev.get("doc", ""), "doc"))
 
     effects: dict[str, EffectSpec] = {}
     for name, body in f.table("[effects]", data.get("effects", {})).items():
-        where = f"effect {name!r}"
+        where = f"effect {echo(name)}"
         f.ident(where, name)
         e = f.keys(where, body, [], ["params", "notifies", "doc", "requires"])
         notifies = e.get("notifies", False)
@@ -343,14 +356,14 @@ def _parse(
         out = f.names(where, body["clauses"], "clauses")
         for tag in out:
             if tag not in clauses:
-                f.fail(where, f"unknown clause {tag!r} (see specs/clauses.toml)")
+                f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
         return out
 
     rows: list[Row] = []
     seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "rows")):
         raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"row {raw_id!r}" if isinstance(raw_id, str) else f"rows[{i}]"
+        where = f"row {echo(raw_id)}" if isinstance(raw_id, str) else f"rows[{i}]"
         r = f.keys(
             where, body, ["id", "on", "from"], ["clauses", "guard", "to", "reject", "do", "doc"]
         )
@@ -360,14 +373,14 @@ def _parse(
         seen[rid] = i
         event = f.text(where, r["on"], "on")
         if event not in events:
-            f.fail(where, f"unknown event {event!r} (events: {', '.join(events)})")
+            f.fail(where, f"unknown event {echo(event)} (events: {known(events)})")
         sources = f.names(where, r["from"], "from")
         for s in sources:
             if s not in state_names:
-                f.fail(where, f"unknown state {s!r} in from (states: {', '.join(state_names)})")
+                f.fail(where, f"unknown state {echo(s)} in from (states: {known(state_names)})")
         target = r.get("to")
         if target is not None and target not in state_names:
-            f.fail(where, f"unknown state {target!r} in to (states: {', '.join(state_names)})")
+            f.fail(where, f"unknown state {echo(target)} in to (states: {known(state_names)})")
         reject = r.get("reject")
         if reject is not None and ("to" in r or "do" in r):
             f.fail(where, "a reject row has no 'to' and no 'do'")
@@ -394,11 +407,11 @@ def _parse(
             on = f.names(where, p["on"], "on")
             for event_name in on:
                 if event_name not in events:
-                    f.fail(where, f"unknown event {event_name!r} (events: {', '.join(events)})")
+                    f.fail(where, f"unknown event {echo(event_name)} (events: {known(events)})")
             states_in = f.names(where, p["in"], "in")
             for s in states_in:
                 if s not in state_names:
-                    f.fail(where, f"unknown state {s!r} in in (states: {', '.join(state_names)})")
+                    f.fail(where, f"unknown state {echo(s)} in in (states: {known(state_names)})")
             why = f.text(where, p["why"], "why")
             pair_rules.append(PairRule(kind, i, on, states_in, why, tags(where, p)))
 
@@ -407,7 +420,7 @@ def _parse(
     inv_seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "invariants")):
         raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"invariant {raw_id!r}" if isinstance(raw_id, str) else f"invariants[{i}]"
+        where = f"invariant {echo(raw_id)}" if isinstance(raw_id, str) else f"invariants[{i}]"
         step_form = isinstance(body, dict) and "unchanged" in body
         required = ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
         inv = f.keys(where, body, required, ["clauses"])
@@ -420,7 +433,7 @@ def _parse(
         if step_form:
             var = f.text(where, inv["unchanged"], "unchanged")
             if var not in var_types or var == state_var:
-                f.fail(where, f"unknown variable {var!r} in unchanged")
+                f.fail(where, f"unknown variable {echo(var)} in unchanged")
             text = f.text(where, inv["while"], "while")
             stable.append(
                 Stability(
@@ -465,9 +478,9 @@ def _bool_expr(f: _File, where: str, text: str, scope: Scope) -> Expr:
     try:
         expr, t = check(parse_expr(text), scope)
     except ExprError as e:
-        f.fail(where, f"{e} in {text!r}")
+        f.fail(where, f"{e} in {echo(text)}")
     if t.kind != "bool":
-        f.fail(where, f"type mismatch: expected a boolean, found {t} in {text!r}")
+        f.fail(where, f"type mismatch: expected a boolean, found {t} in {echo(text)}")
     return expr
 
 
@@ -497,12 +510,12 @@ def _stmts(
                     if v == state_var:
                         raise ExprError(f"{state_var} changes only through 'to'")
                     if v not in var_types:
-                        known = ", ".join(n for n in var_types if n != state_var)
-                        raise ExprError(f"unknown variable {v!r} (variables: {known})")
+                        names = known(n for n in var_types if n != state_var)
+                        raise ExprError(f"unknown variable {echo(v)} (variables: {names})")
                     out.append(Assign(v, check_stmt_value(value, var_types[v], scope, v)))
                 case Call(effect=name, args=args):
                     if name not in effects:
-                        raise ExprError(f"unknown effect {name!r} (effects: {', '.join(effects)})")
+                        raise ExprError(f"unknown effect {echo(name)} (effects: {known(effects)})")
                     params = effects[name].params
                     if len(args) != len(params):
                         raise ExprError(f"{name} takes {len(params)} argument(s), got {len(args)}")
@@ -516,7 +529,7 @@ def _stmts(
                         )
                     )
         except ExprError as e:
-            f.fail(where, f"{e} in {text!r}")
+            f.fail(where, f"{e} in {echo(text)}")
     return tuple(out)
 
 
@@ -528,17 +541,17 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
     used = {name for row in t.rows for name in _calls(row.effects)}
     for name in t.effects:
         if name not in used:
-            f.fail(f"effect {name!r}", "declared but no row performs it")
+            f.fail(f"effect {echo(name)}", "declared but no row performs it")
 
     referenced = {name for expr in _expressions(t) for name in _defs_in(expr)}
     for name in t.defs:
         if name != "quiescent" and name not in referenced:
-            f.fail(f"def {name!r}", "defined but no row, definition or invariant uses it")
+            f.fail(f"def {echo(name)}", "defined but no row, definition or invariant uses it")
 
     bad = m.violated(m.initial)
     if bad:
         f.fail(
-            f"invariant {bad[0]!r}",
+            f"invariant {echo(bad[0])}",
             f"does not hold in the initial state {m.format_state(m.initial)}",
         )
 
@@ -549,7 +562,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
             for e in rule.events:
                 where = f"{rule.kind}[{rule.index}]"
                 if (s, e) in handled:
-                    f.fail(where, f"({s}, {e}) is also handled by row {handled[(s, e)]!r}")
+                    f.fail(where, f"({s}, {e}) is also handled by row {echo(handled[(s, e)])}")
                 if (s, e) in listed:
                     f.fail(where, f"({s}, {e}) is already listed by {listed[(s, e)]}")
                 listed[(s, e)] = where
@@ -559,7 +572,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                 fault = (
                     f"unhandled pair ({s}, {e}): add a row, or list it [[ignored]] or [[rejected]]"
                 )
-                f.fail(f"event {e!r}", fault)
+                f.fail(f"event {echo(e)}", fault)
 
     if not exhaustive:
         return
@@ -578,8 +591,8 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                     if len(rows) > 1:
                         a, b = rows[0].row.id, rows[1].row.id
                         f.fail(
-                            f"row {b!r}",
-                            f"rows {a!r} and {b!r} are both enabled for "
+                            f"row {echo(b)}",
+                            f"rows {echo(a)} and {echo(b)} are both enabled for "
                             f"{e}({show_args(m, e, args)}) in {m.format_state(st)}",
                         )
                     if rows and rows[0].row.reject is None:
@@ -589,7 +602,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                     for args in arguments:
                         if not m.enabled(st, e, args):
                             f.fail(
-                                f"event {e!r}",
+                                f"event {echo(e)}",
                                 f"input event not handled: no row is enabled for "
                                 f"{e}({show_args(m, e, args)}) in {m.format_state(st)}",
                             )
@@ -612,8 +625,8 @@ def _check_result(
         now = tuple(store)
         for sid in m.unstable(seen[0], now):
             f.fail(
-                f"row {row.id!r}",
-                f"breaks invariant {sid!r} (from {m.format_state(state)}{moment})",
+                f"row {echo(row.id)}",
+                f"breaks invariant {echo(sid)} (from {m.format_state(state)}{moment})",
             )
         seen[0] = now
 
@@ -621,17 +634,17 @@ def _check_result(
         for var, value in zip(t.variables, store[1:], strict=True):
             if value not in var.type.values:
                 f.fail(
-                    f"row {row.id!r}",
-                    f"out-of-domain assignment: {var.name} becomes {value!r}, not in {var.type} "
-                    f"(from {m.format_state(state)}{moment})",
+                    f"row {echo(row.id)}",
+                    f"out-of-domain assignment: {var.name} becomes {echo(value)}, "
+                    f"not in {var.type} (from {m.format_state(state)}{moment})",
                 )
 
     def perform(name: str, values: tuple[Value, ...]) -> None:
         for (p, ptype), v in zip(t.effects[name].params, values, strict=True):
             if v not in ptype.values:
                 f.fail(
-                    f"row {row.id!r}",
-                    f"out-of-domain argument: {name}({p}={v!r}) in {m.format_state(state)}",
+                    f"row {echo(row.id)}",
+                    f"out-of-domain argument: {name}({p}={echo(v)}) in {m.format_state(state)}",
                 )
         # Listeners inside the effect see the store as it is now, not as the row leaves it.
         in_domain(f", when {name} runs")
@@ -639,7 +652,7 @@ def _check_result(
             if m.unmet(name, store, values):
                 shown = ", ".join(show(v) for v in values)
                 f.fail(
-                    f"row {row.id!r}",
+                    f"row {echo(row.id)}",
                     f"{name}({shown}) requires {t.effects[name].requires_text}, which does not "
                     f"hold when it runs (from {m.format_state(state)})",
                 )
