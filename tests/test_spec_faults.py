@@ -543,6 +543,33 @@ TABLE_FAULTS = [
         "(a table is plain text; newlines and tabs are allowed)",
         id="bidi-override-in-a-doc",
     ),
+    pytest.param(
+        'id = "submit.quiet"',
+        'id = "submit.quiet\\nimport os"',
+        "specs/t.toml: rows[1]: id 'submit.quiet\\nimport os' is not a valid id "
+        "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+        id="row-id-not-an-id",
+    ),
+    pytest.param(
+        'id = "submit.quiet"',
+        "id = 7",
+        "specs/t.toml: rows[1]: id 7 is not a valid id "
+        "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+        id="row-id-not-a-string",
+    ),
+    pytest.param(
+        'id = "busy_is_live"',
+        'id = "busy is live"',
+        "specs/t.toml: invariants[1]: id 'busy is live' is not a valid id "
+        "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+        id="invariant-id-not-an-id",
+    ),
+    pytest.param(
+        'name = "t"',
+        'name = "t/u"',
+        "specs/t.toml: [machine]: 't/u' is not a valid name (lower_snake_case, not a keyword)",
+        id="machine-name-not-a-name",
+    ),
 ]
 
 
@@ -573,6 +600,13 @@ CATALOGUE_FAULTS = [
         '[clauses."C.settle"]\nsource = "T"',
         "specs/clauses.toml: clause 'C.settle': unknown source 'T' (sources: S)",
         id="unknown-source",
+    ),
+    pytest.param(
+        '[clauses."C.settle"]',
+        '[clauses."C settle"]',
+        "specs/clauses.toml: [clauses]: clause id 'C settle' is not a valid id (letters, "
+        "digits and _ in words joined by . or -, e.g. S000.first-wins)",
+        id="clause-id-not-an-id",
     ),
 ]
 

@@ -44,6 +44,9 @@ from fsm_core.spec._expr import (
 )
 from fsm_core.spec._machine import Machine, State, show_args
 from fsm_core.spec._table import (
+    CLAUSE_ID,
+    ID,
+    NAME,
     Clause,
     Definition,
     EffectSpec,
@@ -57,7 +60,6 @@ from fsm_core.spec._table import (
     Variable,
 )
 
-_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
 _INT = re.compile(r"int\[(-?\d+|[A-Za-z_]\w*)\.\.(-?\d+|[A-Za-z_]\w*)\]\Z")
 _CONSTANT = re.compile(r"[A-Za-z_]\w*\Z")
 _TOP = {
@@ -121,8 +123,18 @@ class _File:
                 self.fail(where, f"{key} lists {echo(name)} twice")
         return tuple(value)
 
+    def id(self, where: str, value: object) -> str:
+        """A row or invariant id (:data:`ID`): ids name rows in traces, labels and diagrams."""
+        if not isinstance(value, str) or not ID.fullmatch(value):
+            self.fail(
+                where,
+                f"id {echo(value)} is not a valid id "
+                "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+            )
+        return value
+
     def ident(self, where: str, name: str) -> str:
-        if not _NAME.match(name) or name in KEYWORDS:
+        if not NAME.fullmatch(name) or name in KEYWORDS:
             self.fail(where, f"{echo(name)} is not a valid name (lower_snake_case, not a keyword)")
         return name
 
@@ -144,6 +156,7 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
     data = f.keys("", read_toml(path, f.display), ["sources", "clauses"])
     sources: dict[str, str] = {}
     for key, rel in f.keys("[sources]", data["sources"], [], data["sources"]).items():
+        _clause_id(f, "[sources]", "source", key)
         source_path = path.parent / f.text(f"source {echo(key)}", rel, "path")
         try:
             sources[key] = " ".join(source_path.read_text(encoding="utf-8").split())
@@ -151,6 +164,7 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
             f.fail(f"source {echo(key)}", f"{rel} not found")
     clauses: dict[str, Clause] = {}
     for cid, body in f.table("[clauses]", data["clauses"]).items():
+        _clause_id(f, "[clauses]", "clause", cid)
         where = f"clause {echo(cid)}"
         c = f.keys(where, body, ["source", "quote", "summary"])
         source = f.text(where, c["source"], "source")
@@ -161,6 +175,15 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
             f.fail(where, f"quote not found verbatim in {data['sources'][source]}")
         clauses[cid] = Clause(cid, source, quote, f.text(where, c["summary"], "summary"))
     return clauses
+
+
+def _clause_id(f: _File, where: str, what: str, key: str) -> None:
+    if not CLAUSE_ID.fullmatch(key):
+        f.fail(
+            where,
+            f"{what} id {echo(key)} is not a valid id (letters, digits and _ in words joined "
+            "by . or -, e.g. S000.first-wins)",
+        )
 
 
 def load_table(
@@ -363,11 +386,11 @@ def _parse(
     seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "rows")):
         raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"row {echo(raw_id)}" if isinstance(raw_id, str) else f"rows[{i}]"
+        where = f"row {echo(raw_id)}" if _is_id(raw_id) else f"rows[{i}]"
         r = f.keys(
             where, body, ["id", "on", "from"], ["clauses", "guard", "to", "reject", "do", "doc"]
         )
-        rid = f.text(where, r["id"], "id")
+        rid = f.id(where, r["id"])
         if rid in seen:
             f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])")
         seen[rid] = i
@@ -420,11 +443,11 @@ def _parse(
     inv_seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "invariants")):
         raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"invariant {echo(raw_id)}" if isinstance(raw_id, str) else f"invariants[{i}]"
+        where = f"invariant {echo(raw_id)}" if _is_id(raw_id) else f"invariants[{i}]"
         step_form = isinstance(body, dict) and "unchanged" in body
         required = ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
         inv = f.keys(where, body, required, ["clauses"])
-        iid = f.text(where, inv["id"], "id")
+        iid = f.id(where, inv["id"])
         if iid in inv_seen:
             f.fail(
                 where, f"duplicate invariant id (invariants[{inv_seen[iid]}] and invariants[{i}])"
@@ -465,6 +488,10 @@ def _parse(
         variables=tuple(variables), events=events, effects=effects, defs=defs, rows=tuple(rows),
         pair_rules=tuple(pair_rules), invariants=tuple(invariants), stable=tuple(stable),
     )  # fmt: skip
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, str) and ID.fullmatch(value) is not None
 
 
 def _array(f: _File, data: Mapping[str, Any], key: str) -> list[Any]:
