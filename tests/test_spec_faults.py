@@ -7,6 +7,8 @@ cancel aborts and a finish settles), makes one small textual edit, and pins the 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -592,7 +594,7 @@ CATALOGUE_FAULTS = [
     pytest.param(
         'S = "sources/seed.txt"',
         'S = "sources/sed.txt"',
-        "specs/clauses.toml: source 'S': sources/sed.txt not found",
+        "specs/clauses.toml: source 'S': sources/sed.txt: file not found",
         id="source-file-missing",
     ),
     pytest.param(
@@ -607,6 +609,27 @@ CATALOGUE_FAULTS = [
         "specs/clauses.toml: [clauses]: clause id 'C settle' is not a valid id (letters, "
         "digits and _ in words joined by . or -, e.g. S000.first-wins)",
         id="clause-id-not-an-id",
+    ),
+    pytest.param(
+        'S = "sources/seed.txt"',
+        'S = "../specs/sources/seed.txt"',
+        "specs/clauses.toml: source 'S': '../specs/sources/seed.txt' is not a relative path "
+        "inside the catalogue's directory (names of letters, digits, '.', '_' and '-' joined "
+        "by '/')",
+        id="source-outside-the-catalogue",
+    ),
+    pytest.param(
+        'S = "sources/seed.txt"',
+        'S = "sources"',
+        "specs/clauses.toml: source 'S': sources: a directory; expected a file",
+        id="source-is-a-directory",
+    ),
+    pytest.param(
+        'quote = "A cancel aborts the running job."',
+        'quote = " \\n "',
+        "specs/clauses.toml: clause 'C.cancel': "
+        "the quote is empty (a clause quotes the words it stands for)",
+        id="blank-quote",
     ),
 ]
 
@@ -723,3 +746,96 @@ def test_a_fault_quotes_at_most_80_characters_of_input(tmp_path: Path) -> None:
         ),
     ):
         load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+def _deep_inline_tables(path: Path) -> None:
+    path.write_text("a = " + "{ b = " * 5_000 + "1" + " }" * 5_000 + "\n", encoding="utf-8")
+
+
+def _deep_arrays(path: Path) -> None:
+    # Deep enough to refuse, shallow enough for tomllib to parse.
+    path.write_text("a = " + "[" * 40 + "]" * 40 + "\n", encoding="utf-8")
+
+
+def _long_integer(path: Path) -> None:
+    path.write_text("[constants]\nK = " + "9" * 5_000 + "\n", encoding="utf-8")
+
+
+def _too_large(path: Path) -> None:
+    path.write_text(BASE + "#" * (1 << 20) + "\n", encoding="utf-8")
+
+
+FILE_FAULTS = [
+    pytest.param(
+        lambda p: p.write_bytes(b"# a table\n# \xff\n" + BASE.encode()),
+        "specs/t.toml: not valid UTF-8 at line 2",
+        id="invalid-utf8",
+    ),
+    pytest.param(
+        _deep_inline_tables, "specs/t.toml: values nested over 32 deep", id="deep-inline-tables"
+    ),
+    pytest.param(_deep_arrays, "specs/t.toml: values nested over 32 deep", id="deep-arrays"),
+    pytest.param(
+        _long_integer,
+        "specs/t.toml: not valid TOML: an integer too long to read",
+        id="integer-over-4300-digits",
+    ),
+    pytest.param(
+        _too_large,
+        "specs/t.toml: larger than the limit of 1,048,576 bytes",
+        id="over-1-mib",
+    ),
+    pytest.param(
+        lambda p: p.mkdir(), "specs/t.toml: a directory; expected a file", id="a-directory"
+    ),
+    pytest.param(os.mkfifo, "specs/t.toml: not a regular file; expected a file", id="a-fifo"),
+    pytest.param(
+        lambda p: p.symlink_to(p),
+        "specs/t.toml: cannot open the file: Too many levels of symbolic links",
+        id="a-symlink-loop",
+    ),
+]
+
+
+# A regression that opens a FIFO for reading blocks until a writer comes: fail, do not hang.
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(("make", "message"), FILE_FAULTS)
+def test_a_table_file_that_cannot_be_read_is_refused_naming_it(
+    tmp_path: Path, make: Callable[[Path], object], message: str
+) -> None:
+    specs = write_specs(tmp_path, {})
+    make(specs / "t.toml")
+    with pytest.raises(SpecError, match=exactly(message)):
+        load_spec(specs)
+
+
+def test_a_specs_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_text(BASE, encoding="utf-8")
+    with pytest.raises(
+        SpecError, match=exactly(f"{path}: not a directory; expected a directory of tables")
+    ):
+        load_spec(path)
+
+
+def test_a_specs_root_in_a_symlink_loop_is_refused(tmp_path: Path) -> None:
+    loop = tmp_path / "specs"
+    loop.symlink_to(loop)
+    with pytest.raises(
+        SpecError, match=exactly(f"{loop}: cannot resolve the path: a symlink loop")
+    ):
+        load_spec(loop)
+
+
+def test_a_runtime_needs_a_specs_directory_with_an_agent_table(tmp_path: Path) -> None:
+    from fsm_core import Runtime
+    from fsm_core.runtime import ScriptedModel
+
+    specs = write_specs(tmp_path)
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            f"{specs}: no table defines the machine 'agent' that the runtime runs (machines: t)"
+        ),
+    ):
+        Runtime(ScriptedModel([]), specs=specs)

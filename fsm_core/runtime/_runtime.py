@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from fsm_core._errors import FsmError
+from fsm_core._errors import FsmError, SpecError, known
 from fsm_core.runtime._agent import Agent, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._model import ModelAdapter, Tool
@@ -32,7 +32,15 @@ class Runtime:
         self.events = EventBus()
         self.model = model
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
-        self._table = load_spec(specs).machines["agent"]
+        spec = load_spec(specs)
+        if "agent" not in spec.machines:
+            raise SpecError(
+                str(spec.root),
+                "",
+                f"no table defines the machine 'agent' that the runtime runs "
+                f"(machines: {known(spec.machines) or 'none'})",
+            )
+        self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -36,9 +36,21 @@ class Spec:
 def load_spec(root: Path | None = None) -> Spec:
     """Load ``specs/``: the clause catalogue, then every other ``*.toml`` as a machine.
 
-    Raises :class:`SpecError` for the first fault found, naming file and row.
+    Raises :class:`SpecError` for the first fault found, naming file and row; a ``root``
+    that is not a directory is a fault too. A failed load keeps nothing: only a whole
+    :class:`Spec` is cached.
     """
-    return _load(root.resolve() if root is not None else specs_dir())
+    if root is None:
+        return _load(specs_dir())
+    try:
+        resolved = root.resolve()
+    except OSError as e:
+        raise SpecError(str(root), "", f"cannot resolve the path: {e.strerror or e}") from None
+    except RuntimeError:  # how Path.resolve reports a symlink loop before Python 3.13
+        raise SpecError(str(root), "", "cannot resolve the path: a symlink loop") from None
+    if not resolved.is_dir():
+        raise SpecError(str(root), "", "not a directory; expected a directory of tables")
+    return _load(resolved)
 
 
 @cache

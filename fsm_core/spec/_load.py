@@ -7,7 +7,9 @@ event, ...) and what is wrong; a table with any fault is rejected whole.
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import stat
 import tomllib
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +44,7 @@ from fsm_core.spec._expr import (
     show,
     unparse,
 )
+from fsm_core.spec._limits import MAX_FILE_BYTES, MAX_NESTING
 from fsm_core.spec._machine import Machine, State, show_args
 from fsm_core.spec._table import (
     CLAUSE_ID,
@@ -61,6 +64,7 @@ from fsm_core.spec._table import (
 )
 
 _INT = re.compile(r"int\[(-?\d+|[A-Za-z_]\w*)\.\.(-?\d+|[A-Za-z_]\w*)\]\Z")
+_PATH_PART = re.compile(r"[A-Za-z0-9_.-]+")
 _CONSTANT = re.compile(r"[A-Za-z_]\w*\Z")
 _TOP = {
     "machine", "constants", "states", "types", "vars", "defs", "events", "effects",
@@ -139,15 +143,70 @@ class _File:
         return name
 
 
-def read_toml(path: Path, display: str) -> dict[str, Any]:
-    """Read a TOML file; a syntax error becomes a :class:`SpecError` naming the file."""
+def read_text(path: Path, display: str) -> str:
+    """The text of a regular file of at most ``MAX_FILE_BYTES``, decoded as UTF-8.
+
+    Anything else (a missing file, a directory, a FIFO, a device, a symlink loop, an
+    unreadable file, invalid UTF-8) raises :class:`SpecError` naming the file. The file is
+    opened without blocking and checked to be regular before a byte is read, so a FIFO
+    cannot hang the loader waiting for a writer.
+    """
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise SpecError(display, "", "file not found") from None
+    except OSError as e:
+        raise SpecError(display, "", f"cannot open the file: {e.strerror or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise SpecError(display, "", f"{kind}; expected a file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as e:
+        raise SpecError(display, "", f"cannot read the file: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(display, "", f"larger than the limit of {MAX_FILE_BYTES:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SpecError(display, "", f"not valid UTF-8 at line {line}") from None
+
+
+def read_toml(path: Path, display: str) -> dict[str, Any]:
+    """Read a TOML file (see :func:`read_text`); a fault becomes a :class:`SpecError`.
+
+    Values may nest at most ``MAX_NESTING`` deep: deeper is not a table anyone writes, and
+    it would overflow the parser's stack (or, as nested ``when`` blocks, generated code).
+    """
+    text = read_text(path, display)
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(display, "", f"not valid TOML: {e}") from None
+    except RecursionError:
+        raise SpecError(display, "", f"values nested over {MAX_NESTING} deep") from None
+    except ValueError:
+        # tomllib converts integer text with int(), which refuses over 4,300 digits.
+        raise SpecError(display, "", "not valid TOML: an integer too long to read") from None
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise SpecError(display, "", f"values nested over {MAX_NESTING} deep")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return data
 
 
 def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
@@ -157,11 +216,19 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
     sources: dict[str, str] = {}
     for key, rel in f.keys("[sources]", data["sources"], [], data["sources"]).items():
         _clause_id(f, "[sources]", "source", key)
-        source_path = path.parent / f.text(f"source {echo(key)}", rel, "path")
+        where = f"source {echo(key)}"
+        text = f.text(where, rel, "path")
+        parts = text.split("/")
+        if any(not _PATH_PART.fullmatch(part) or part in (".", "..") for part in parts):
+            f.fail(
+                where,
+                f"{echo(text)} is not a relative path inside the catalogue's directory "
+                "(names of letters, digits, '.', '_' and '-' joined by '/')",
+            )
         try:
-            sources[key] = " ".join(source_path.read_text(encoding="utf-8").split())
-        except FileNotFoundError:
-            f.fail(f"source {echo(key)}", f"{rel} not found")
+            sources[key] = " ".join(read_text(path.parent / text, text).split())
+        except SpecError as e:
+            f.fail(where, str(e))
     clauses: dict[str, Clause] = {}
     for cid, body in f.table("[clauses]", data["clauses"]).items():
         _clause_id(f, "[clauses]", "clause", cid)
@@ -171,6 +238,8 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
         if source not in sources:
             f.fail(where, f"unknown source {echo(source)} (sources: {known(sources)})")
         quote = f.text(where, c["quote"], "quote")
+        if not quote.strip():
+            f.fail(where, "the quote is empty (a clause quotes the words it stands for)")
         if " ".join(quote.split()) not in sources[source]:
             f.fail(where, f"quote not found verbatim in {data['sources'][source]}")
         clauses[cid] = Clause(cid, source, quote, f.text(where, c["summary"], "summary"))
