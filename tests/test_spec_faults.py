@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from fsm_core import SpecError, load_spec
-from tests.helpers import exactly
+from tests.helpers import copy_specs, exactly
+from tests.helpers import edit as shared_edit
 
 BASE = """\
 # A tiny cancel protocol: a waking submit starts a job, cancel aborts it, finish settles.
@@ -839,3 +840,154 @@ def test_a_runtime_needs_a_specs_directory_with_an_agent_table(tmp_path: Path) -
         ),
     ):
         Runtime(ScriptedModel([]), specs=specs)
+
+
+# --- limits (specs/README.md, "Limits") ----------------------------------------------------------
+
+_OVER_VALUES = "over the limit of 1,000 (a model may raise it: [model] limits = { values = N })"
+
+LIMIT_FAULTS = [
+    pytest.param(
+        'count = { type = "int[0..2]"',
+        'count = { type = "int[0..100000]"',
+        f"specs/t.toml: var 'count': int[0..100000] has 100,001 values, {_OVER_VALUES}",
+        id="integer-range-over-the-values-limit",
+    ),
+    pytest.param(
+        'cause = ["user", "parent"]',
+        "cause = [" + ", ".join(f'"v{i}"' for i in range(2_000)) + "]",
+        f"specs/t.toml: type 'cause': 2,000 values, {_OVER_VALUES}",
+        id="enumeration-over-the-values-limit",
+    ),
+    pytest.param(
+        "[events.finish]\n",
+        '[events.finish]\nparams = { a = "int[0..99]", b = "int[0..99]" }\n',
+        f"specs/t.toml: event 'finish': 10,000 argument tuples, {_OVER_VALUES}",
+        id="event-arguments-over-the-values-limit",
+    ),
+    pytest.param(
+        "[states]\n",
+        "[constants]\nN = 10000000000\n\n[states]\n",
+        "specs/t.toml: constant 'N': 10000000000 is over the limit of 2,147,483,647",
+        id="constant-over-int32",
+    ),
+    pytest.param(
+        'count = { type = "int[0..2]"',
+        'count = { type = "int[0..' + "9" * 5_000 + ']"',
+        "specs/t.toml: var 'count': the range bound "
+        "'9999999999999999999999999999999999999...99999999999999999999999999999999999999' "
+        "is over the limit of 2,147,483,647",
+        id="range-bound-of-5000-digits",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == live and count < 99999999999999999999"',
+        "specs/t.toml: row 'cancel.busy': the integer '99999999999999999999' is over the limit "
+        "of 2,147,483,647 in 'holder == live and count < 99999999999999999999'",
+        id="integer-literal-over-int32",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == live and count < ' + "1 + " * 200 + '1"',
+        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "'holder == live and count < 1 + 1 + 1 ... 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1'",
+        id="a-chain-of-200-terms",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "' + "(" * 110 + "holder == live" + ")" * 110 + '"',
+        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "'(((((((((((((((((((((((((((((((((((((...))))))))))))))))))))))))))))))))))))))'",
+        id="110-parentheses",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "' + "not " * 60 + 'holder == live"',
+        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "'not not not not not not not not not n...not not not not not not holder == live'",
+        id="60-nots",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == live' + " " * 1_000 + '"',
+        "specs/t.toml: row 'cancel.busy': the text is 1,014 characters long; the limit is 1,000 "
+        "in 'holder == live                       ...                                      '",
+        id="expression-over-1000-characters",
+    ),
+    pytest.param(
+        "[defs]\n",
+        '[defs]\nd0 = { expr = "phase == idle" }\n'
+        + "".join(f'd{i} = {{ expr = "d{i - 1} and d{i - 1}" }}\n' for i in range(1, 10)),
+        "specs/t.toml: def 'd8': the expression has 1,023 terms with its definitions expanded; "
+        "the limit is 1,000 in 'd7 and d7'",
+        id="definitions-doubling-past-1000-terms",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), LIMIT_FAULTS)
+def test_a_table_over_a_limit_is_refused_naming_the_size(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    specs = write_specs(tmp_path, {"t.toml": edit(BASE, old, new)})
+    with pytest.raises(SpecError, match=exactly(message)):
+        load_spec(specs)
+
+
+def test_one_unused_variable_that_multiplies_the_domain_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    # It took 72 s to prove the agent table with it, and int[0..100000] ran out of memory.
+    specs = copy_specs(tmp_path)
+    shared_edit(
+        specs / "agent.toml", "[vars]\n", '[vars]\nspare = { type = "int[0..100]", init = 0 }\n'
+    )
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/agent.toml: var 'spare': int[0..100] has 101 values, so the loader would "
+            "check 10,704,384 cases, over the limit of 1,000,000 "
+            "(a model may raise it: [model] limits = { domain = N })"
+        ),
+    ):
+        load_spec(specs)
+
+
+def test_a_constant_that_makes_a_range_too_wide_is_refused(tmp_path: Path) -> None:
+    # constants = { N = 10**9 } ran out of memory building the range.
+    table = edit(BASE, "[states]\n", "[constants]\nN = 1000000000\n\n[states]\n")
+    table = edit(table, 'type = "int[0..2]"', 'type = "int[0..N]"')
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/t.toml: var 'count': int[0..1000000000] has 1,000,000,001 values, "
+            + _OVER_VALUES
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+def test_the_limit_table_in_specs_readme_is_the_loaders() -> None:
+    from fsm_core._paths import specs_dir
+    from fsm_core.spec import _limits
+
+    readme = (specs_dir() / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Limits\n")[1].split("\n## ")[0]
+    rows = [
+        line.split("|")[1:3]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| limit ")
+    ]
+    documented = {name.strip(): value.strip() for name, value in rows if "---" not in name}
+    limits = _limits.DEFAULT_LIMITS
+    assert documented == {
+        "file size": f"{_limits.MAX_FILE_BYTES >> 20} MiB",
+        "nesting": f"{_limits.MAX_NESTING}",
+        "expression length": f"{_limits.MAX_EXPR_LENGTH:,} characters",
+        "expression depth": f"{_limits.MAX_EXPR_DEPTH} levels",
+        "expression size": f"{_limits.MAX_EXPR_NODES:,} terms",
+        "integers": f"{_limits.MAX_INT:,}",
+        "`values`": f"{limits.values:,}",
+        "`domain`": f"{limits.domain:,}",
+        "`tree`": f"{limits.tree} nodes",
+    }

@@ -7,6 +7,7 @@ event, ...) and what is wrong; a table with any fault is rejected whole.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import stat
@@ -44,7 +45,7 @@ from fsm_core.spec._expr import (
     show,
     unparse,
 )
-from fsm_core.spec._limits import MAX_FILE_BYTES, MAX_NESTING
+from fsm_core.spec._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, MAX_INT, MAX_NESTING, Limits
 from fsm_core.spec._machine import Machine, State, show_args
 from fsm_core.spec._table import (
     CLAUSE_ID,
@@ -260,6 +261,7 @@ def load_table(
     clauses: Mapping[str, Clause],
     display: str | None = None,
     constants: Mapping[str, int] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Machine:
     """Load, type-check, compile and validate one table.
 
@@ -268,15 +270,16 @@ def load_table(
     (determinism, coverage, domains) run at the table's declared constants, which a table keeps
     small; at an overridden scale the table is type-checked again and the model checker takes
     over, since its domain may be far too large to enumerate (bench L has 10^10 valuations).
+    ``limits`` (a model's ``[model] limits``) bounds both: see :mod:`fsm_core.spec._limits`.
     """
     f = _File(display or f"{path.parent.name}/{path.name}")
     data = read_toml(path, f.display)
-    declared = Machine(_parse(f, data, clauses, {}))
-    _validate(f, declared, exhaustive=True)
+    declared = Machine(_parse(f, data, clauses, {}, limits))
+    _validate(f, declared, limits, exhaustive=True)
     if not constants:
         return declared
-    scaled = Machine(_parse(f, data, clauses, constants))
-    _validate(f, scaled, exhaustive=False)
+    scaled = Machine(_parse(f, data, clauses, constants, limits))
+    _validate(f, scaled, limits, exhaustive=False)
     return scaled
 
 
@@ -284,7 +287,11 @@ def load_table(
 
 
 def _parse(
-    f: _File, data: dict[str, Any], clauses: Mapping[str, Clause], overrides: Mapping[str, int]
+    f: _File,
+    data: dict[str, Any],
+    clauses: Mapping[str, Clause],
+    overrides: Mapping[str, int],
+    limits: Limits,
 ) -> Table:
     f.keys("", data, ["machine", "states", "vars", "events", "rows", "invariants"], _TOP)
     m = f.keys("[machine]", data["machine"], ["name", "title", "state_var", "initial"], ["doc"])
@@ -299,6 +306,8 @@ def _parse(
     state_names = tuple(s.name for s in states)
     if not states:
         f.fail("[states]", "a machine needs at least one state")
+    if len(states) > limits.values:
+        f.fail("[states]", _over(f"{len(states):,} states", "values", limits.values))
     initial = f.text("[machine]", m["initial"], "initial")
     if initial not in state_names:
         f.fail("[machine]", f"unknown initial state {echo(initial)} (states: {known(state_names)})")
@@ -307,23 +316,23 @@ def _parse(
     for name, value in f.table("[constants]", data.get("constants", {})).items():
         if not _CONSTANT.match(name):
             f.fail(f"constant {echo(name)}", f"{echo(name)} is not a valid name")
-        if not isinstance(value, int) or isinstance(value, bool):
-            f.fail(f"constant {echo(name)}", f"a constant is an integer, not {echo(value)}")
-        consts[name] = value
+        consts[name] = _constant(f, name, value)
     for name, value in overrides.items():
         if name not in consts:
             f.fail(
                 "[constants]",
                 f"unknown constant {echo(name)} (constants: {known(consts) or 'none'})",
             )
-        if not isinstance(value, int) or isinstance(value, bool):
-            f.fail(f"constant {echo(name)}", f"a constant is an integer, not {echo(value)}")
-        consts[name] = value
+        consts[name] = _constant(f, name, value)
 
     def bound(where: str, text: str) -> int:
         if text in consts:
             return consts[text]
         if text.lstrip("-").isdigit():
+            # Compare the text first: int() refuses over 4,300 digits.
+            digits = text.lstrip("-").lstrip("0")
+            if len(digits) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
+                f.fail(where, f"the range bound {echo(text)} is over the limit of {MAX_INT:,}")
             return int(text)
         f.fail(where, f"unknown constant {echo(text)} in an integer range")
 
@@ -339,6 +348,8 @@ def _parse(
             or not all(isinstance(v, str) for v in values)
         ):
             f.fail(where, "an enumeration is a non-empty list of value names")
+        if len(values) > limits.values:
+            f.fail(where, _over(f"{len(values):,} values", "values", limits.values))
         if len(set(values)) != len(values):
             f.fail(where, "an enumeration lists a value twice")
         for v in values:
@@ -352,6 +363,11 @@ def _parse(
             lo, hi = bound(where, mi.group(1)), bound(where, mi.group(2))
             if lo > hi:
                 f.fail(where, f"empty integer range {text}")
+            if hi - lo + 1 > limits.values:
+                f.fail(
+                    where,
+                    _over(f"int[{lo}..{hi}] has {hi - lo + 1:,} values", "values", limits.values),
+                )
             return int_type(lo, hi)
         if text not in types:
             f.fail(where, f"unknown type {echo(text)} (types: {known(types)}, int[lo..hi])")
@@ -415,6 +431,9 @@ def _parse(
         if ev["kind"] not in ("input", "internal"):
             f.fail(where, f"kind must be 'input' or 'internal', not {echo(ev['kind'])}")
         params = params_of(where, ev.get("params", {}), scoped=True)
+        arguments = math.prod(len(t.values) for _, t in params)
+        if arguments > limits.values:
+            f.fail(where, _over(f"{arguments:,} argument tuples", "values", limits.values))
         events[name] = EventSpec(name, ev["kind"], params, f.text(where, ev.get("doc", ""), "doc"))
 
     effects: dict[str, EffectSpec] = {}
@@ -559,6 +578,22 @@ def _parse(
     )  # fmt: skip
 
 
+def _constant(f: _File, name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        f.fail(f"constant {echo(name)}", f"a constant is an integer, not {echo(value)}")
+    if abs(value) > MAX_INT:
+        f.fail(f"constant {echo(name)}", f"{echo(value)} is over the limit of {MAX_INT:,}")
+    return value
+
+
+def _over(what: str, limit: str, value: int) -> str:
+    """The fault of a size over one of :class:`Limits`, saying how a model raises it."""
+    return (
+        f"{what}, over the limit of {value:,} "
+        f"(a model may raise it: [model] limits = {{ {limit} = N }})"
+    )
+
+
 def _is_id(value: object) -> bool:
     return isinstance(value, str) and ID.fullmatch(value) is not None
 
@@ -632,7 +667,7 @@ def _stmts(
 # --- validation over the finite domain -----------------------------------------------------------
 
 
-def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
+def _validate(f: _File, m: Machine, limits: Limits, *, exhaustive: bool) -> None:
     t = m.table
     used = {name for row in t.rows for name in _calls(row.effects)}
     for name in t.effects:
@@ -672,6 +707,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
 
     if not exhaustive:
         return
+    _domain_fits(f, t, limits)
     valuations = list(itertools.product(*(v.type.values for v in t.variables)))
     for s in t.state_names:
         states = [(s, *vals) for vals in valuations]
@@ -702,6 +738,25 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                                 f"input event not handled: no row is enabled for "
                                 f"{e}({show_args(m, e, args)}) in {m.format_state(st)}",
                             )
+
+
+def _domain_fits(f: _File, t: Table, limits: Limits) -> None:
+    """The cases :func:`_validate` enumerates (every event with every argument tuple in every
+    state of the domain) stay within ``limits.domain``; else name the widest variable (or the
+    events, when their arguments outnumber every variable's values) with the whole count."""
+    arguments = sum(math.prod(len(ty.values) for _, ty in e.params) for e in t.events.values())
+    sizes = [len(v.type.values) for v in t.variables]
+    total = len(t.states) * max(arguments, 1) * math.prod(sizes)
+    if total <= limits.domain:
+        return
+    where, fault = "[events]", f"the events take {arguments:,} argument tuples"
+    if sizes and max(sizes) >= arguments:
+        var = t.variables[sizes.index(max(sizes))]
+        where, fault = f"var {echo(var.name)}", f"{var.type} has {max(sizes):,} values"
+    f.fail(
+        where,
+        _over(f"{fault}, so the loader would check {total:,} cases", "domain", limits.domain),
+    )
 
 
 def _check_result(
