@@ -946,7 +946,7 @@ def test_one_unused_variable_that_multiplies_the_domain_is_refused_at_once(
         SpecError,
         match=exactly(
             "specs/agent.toml: var 'spare': int[0..100] has 101 values, so the loader would "
-            "check 10,704,384 cases, over the limit of 1,000,000 "
+            "check 18,616,320 cases, over the limit of 1,000,000 "
             "(a model may raise it: [model] limits = { domain = N })"
         ),
     ):
@@ -991,3 +991,33 @@ def test_the_limit_table_in_specs_readme_is_the_loaders() -> None:
         "`domain`": f"{limits.domain:,}",
         "`tree`": f"{limits.tree} nodes",
     }
+
+
+def test_an_event_whose_arguments_multiply_the_domain_is_named(tmp_path: Path) -> None:
+    table = edit(BASE, "[events.finish]\n", '[events.finish]\nparams = { n = "int[0..999]" }\n')
+    table = edit(table, "[vars]\n", '[vars]\nspare = { type = "int[0..99]", init = 0 }\n')
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/t.toml: event 'finish': 1,000 argument tuples, so the loader would check "
+            "5,425,200 cases, over the limit of 1,000,000 "
+            "(a model may raise it: [model] limits = { domain = N })"
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+# Checking the keys of 80,000 states took over half a minute (quadratic) before the count
+# was compared with the limit; it takes about a second.
+@pytest.mark.timeout(15)
+def test_eighty_thousand_states_are_refused_at_once(tmp_path: Path) -> None:
+    states = "".join(f"s{i} = {{}}\n" for i in range(80_000))
+    table = edit(BASE, "[states]\n", f"[states]\n{states}")
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/t.toml: [states]: 80,003 states, over the limit of 1,000 "
+            "(a model may raise it: [model] limits = { values = N })"
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))

@@ -355,7 +355,7 @@ class _Parser:
         if tok is not None and tok.isdigit():
             self.take()
             # Compare the text first: int() refuses over 4,300 digits.
-            if len(tok.lstrip("0")) > len(str(MAX_INT)) or int(tok) > MAX_INT:
+            if len(tok) > len(str(MAX_INT)) or int(tok) > MAX_INT:
                 raise ExprError(f"the integer {echo(tok)} is over the limit of {MAX_INT:,}")
             return Lit(int(tok))
         return Ident(self.name())

@@ -87,11 +87,11 @@ class _File:
     ) -> dict[str, Any]:
         if not isinstance(table, dict):
             self.fail(where, f"expected a table, found {type(table).__name__}")
-        required, optional = list(required), list(optional)
+        required, allowed = list(required), {*required, *optional}
         for key in table:
-            if key not in required and key not in optional:
-                allowed = ", ".join(sorted({*required, *optional}))
-                self.fail(where, f"unknown key {echo(key)} (expected one of: {allowed})")
+            if key not in allowed:
+                expected = known(sorted(allowed))
+                self.fail(where, f"unknown key {echo(key)} (expected one of: {expected})")
         for key in required:
             if key not in table:
                 self.fail(where, f"missing key {echo(key)}")
@@ -123,9 +123,11 @@ class _File:
             value = [value]
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             self.fail(where, f"{key} must be a non-empty list of names")
+        seen: set[str] = set()
         for name in value:
-            if value.count(name) > 1:
+            if name in seen:
                 self.fail(where, f"{key} lists {echo(name)} twice")
+            seen.add(name)
         return tuple(value)
 
     def id(self, where: str, value: object) -> str:
@@ -330,8 +332,7 @@ def _parse(
             return consts[text]
         if text.lstrip("-").isdigit():
             # Compare the text first: int() refuses over 4,300 digits.
-            digits = text.lstrip("-").lstrip("0")
-            if len(digits) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
+            if len(text.lstrip("-")) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
                 f.fail(where, f"the range bound {echo(text)} is over the limit of {MAX_INT:,}")
             return int(text)
         f.fail(where, f"unknown constant {echo(text)} in an integer range")
@@ -741,18 +742,30 @@ def _validate(f: _File, m: Machine, limits: Limits, *, exhaustive: bool) -> None
 
 
 def _domain_fits(f: _File, t: Table, limits: Limits) -> None:
-    """The cases :func:`_validate` enumerates (every event with every argument tuple in every
-    state of the domain) stay within ``limits.domain``; else name the widest variable (or the
-    events, when their arguments outnumber every variable's values) with the whole count."""
-    arguments = sum(math.prod(len(ty.values) for _, ty in e.params) for e in t.events.values())
-    sizes = [len(v.type.values) for v in t.variables]
-    total = len(t.states) * max(arguments, 1) * math.prod(sizes)
+    """The cases :func:`_validate` checks stay within ``limits.domain``: every event, with
+    every argument tuple, against each row that may take it, in every state of the domain.
+    Else name the largest factor (a variable's values, an event's argument tuples, or the
+    rows of one state and event) with the whole count."""
+    valuations = math.prod(len(v.type.values) for v in t.variables)
+    arguments = {e: math.prod(len(ty.values) for _, ty in s.params) for e, s in t.events.items()}
+    rows: dict[tuple[str, str], int] = {}
+    for row in t.rows:
+        for source in row.sources:
+            rows[(source, row.event)] = rows.get((source, row.event), 0) + 1
+    total = valuations * sum(
+        arguments[e] * max(1, rows.get((s, e), 0)) for s in t.state_names for e in t.events
+    )
     if total <= limits.domain:
         return
-    where, fault = "[events]", f"the events take {arguments:,} argument tuples"
-    if sizes and max(sizes) >= arguments:
-        var = t.variables[sizes.index(max(sizes))]
-        where, fault = f"var {echo(var.name)}", f"{var.type} has {max(sizes):,} values"
+    factors = [
+        (len(v.type.values), f"var {echo(v.name)}", f"{v.type} has {len(v.type.values):,} values")
+        for v in t.variables
+    ]
+    factors += [(n, f"event {echo(e)}", f"{n:,} argument tuples") for e, n in arguments.items()]
+    factors += [
+        (n, f"event {echo(e)}", f"{n:,} rows take it in state {s}") for (s, e), n in rows.items()
+    ]
+    _, where, fault = max(factors, key=lambda factor: factor[0])
     f.fail(
         where,
         _over(f"{fault}, so the loader would check {total:,} cases", "domain", limits.domain),
