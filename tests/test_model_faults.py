@@ -80,6 +80,23 @@ MODEL_FAULTS = [
         id="name-with-a-slash",
     ),
     pytest.param(
+        _model("agent.toml", "agent", AGENT_ENV).replace("../specs/agent.toml", "agent.toml"),
+        "models/m.toml: [model]: table 'agent.toml' names no file (relative to the model file)",
+        id="table-not-found",
+    ),
+    pytest.param(
+        _model("agent.toml", "agent", AGENT_ENV).replace("../specs/agent.toml", "x" * 300),
+        "models/m.toml: [model]: table "
+        "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' "
+        "names no file (relative to the model file)",
+        id="table-name-too-long-for-the-file-system",
+    ),
+    pytest.param(
+        _model("agent.toml", "agent", ""),
+        "models/m.toml: [model]: a model of kind 'agent' needs an [environment] section",
+        id="agent-without-environment",
+    ),
+    pytest.param(
         _model("agent.toml", "agent", "[environment]\nbudgets = { send = 1, start = 1 }\n"),
         "models/m.toml: [environment] budgets: 'start' is an internal event the runtime fires "
         "itself; a budget bounds what the user calls "

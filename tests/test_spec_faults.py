@@ -819,6 +819,14 @@ def test_a_specs_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
         load_spec(path)
 
 
+def test_a_specs_root_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / ("x" * 300)
+    with pytest.raises(
+        SpecError, match=exactly(f"{root}: not a directory; expected a directory of tables")
+    ):
+        load_spec(root)
+
+
 def test_a_specs_root_in_a_symlink_loop_is_refused(tmp_path: Path) -> None:
     loop = tmp_path / "specs"
     loop.symlink_to(loop)

@@ -38,7 +38,7 @@ from fsm_core.check._explore import DEADLOCK, QUIESCENCE
 from fsm_core.check._needs import Needs
 from fsm_core.spec import Machine
 from fsm_core.spec._limits import DEFAULT_LIMITS
-from fsm_core.spec._load import _File, load_clauses, load_table, read_toml
+from fsm_core.spec._load import _exists, _File, load_clauses, load_table, read_toml
 from fsm_core.spec._table import Table
 
 Kind = Literal["table", "agent", "activation-tree"]
@@ -109,7 +109,11 @@ def load_model(path: Path, display: str | None = None) -> Model:
     tier = m.get("tier", "default")
     if tier not in ("default", "bench"):
         f.fail("[model]", f"tier must be 'default' or 'bench', not {echo(tier)}")
-    table_path = path.parent / f.text("[model]", m["table"], "table")
+    table = f.text("[model]", m["table"], "table")
+    table_path = path.parent / table
+    # Before the catalogue beside it, which would otherwise be the file reported missing.
+    if not _exists(table_path, Path.is_file):
+        f.fail("[model]", f"table {echo(table)} names no file (relative to the model file)")
     constants = _ints(f, "[model] constants", m.get("constants", {}))
     raised = f.keys("[model] limits", m.get("limits", {}), [], ["domain", "values", "tree"])
     limits = replace(DEFAULT_LIMITS, **_ints(f, "[model] limits", raised))
@@ -157,7 +161,7 @@ def load_model(path: Path, display: str | None = None) -> Model:
                 )
         failures = _ints(f, "[environment]", {"failures": env.get("failures", 0)})["failures"]
     elif kind != "table":
-        f.fail("", f"a model of kind {echo(kind)} needs an [environment] section")
+        f.fail("[model]", f"a model of kind {echo(kind)} needs an [environment] section")
 
     if failures and kind != "activation-tree":
         f.fail(
@@ -168,7 +172,7 @@ def load_model(path: Path, display: str | None = None) -> Model:
     depth = width = 0
     if kind == "activation-tree":
         if "tree" not in data:
-            f.fail("", "an activation-tree model needs a [tree] section")
+            f.fail("[model]", "an activation-tree model needs a [tree] section")
         tree = _ints(f, "[tree]", f.keys("[tree]", data["tree"], ["depth", "width"]))
         depth, width = tree["depth"], tree["width"]
         if _tree.tree_size(depth, width, limits.tree) > limits.tree:
@@ -222,7 +226,7 @@ def load_model(path: Path, display: str | None = None) -> Model:
 
 def load_models(root: Path) -> list[Model]:
     """Every ``*.toml`` directly in ``root`` (the tables they use live in subfolders)."""
-    if not root.is_dir():
+    if not _exists(root, Path.is_dir):
         raise SpecError(str(root), "", "not a directory; expected a directory of models")
     return [load_model(p, f"{root.name}/{p.name}") for p in sorted(root.glob("*.toml"))]
 

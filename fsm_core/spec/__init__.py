@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fsm_core._errors import SpecError, echo
 from fsm_core._paths import specs_dir
-from fsm_core.spec._load import load_clauses, load_table
+from fsm_core.spec._load import _exists, load_clauses, load_table
 from fsm_core.spec._machine import Effect, Machine, State, Step
 from fsm_core.spec._table import Clause
 
@@ -48,7 +48,7 @@ def load_spec(root: Path | None = None) -> Spec:
         raise SpecError(str(root), "", f"cannot resolve the path: {e.strerror or e}") from None
     except RuntimeError:  # how Path.resolve reports a symlink loop before Python 3.13
         raise SpecError(str(root), "", "cannot resolve the path: a symlink loop") from None
-    if not resolved.is_dir():
+    if not _exists(resolved, Path.is_dir):
         raise SpecError(str(root), "", "not a directory; expected a directory of tables")
     return _load(resolved)
 

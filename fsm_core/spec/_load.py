@@ -13,7 +13,7 @@ import re
 import stat
 import tomllib
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -144,6 +144,15 @@ class _File:
         if not NAME.fullmatch(name) or name in KEYWORDS:
             self.fail(where, f"{echo(name)} is not a valid name (lower_snake_case, not a keyword)")
         return name
+
+
+def _exists(path: Path, kind: Callable[[Path], bool]) -> bool:
+    """``kind(path)`` (``Path.is_file``, ``Path.is_dir``), False where the OS cannot even
+    look the path up (a name too long, say), which pathlib raises as OSError."""
+    try:
+        return kind(path)
+    except OSError:
+        return False
 
 
 def read_text(path: Path, display: str) -> str:
