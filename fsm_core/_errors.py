@@ -2,7 +2,64 @@
 
 from __future__ import annotations
 
+import math
+import reprlib
+from collections.abc import Iterable
+
 __all__ = ["FsmError", "NotEnabled", "Rejected", "SpecError", "TransitionError", "UsageError"]
+
+ECHO_LIMIT = 80
+"""The most characters of input an error message quotes (see :func:`echo`)."""
+
+
+class _Echo(reprlib.Repr):
+    """``reprlib`` bounds strings, containers and nesting; an integer too long to convert to
+    text (over 4,300 digits) is described instead of printed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 2
+        self.maxstring = ECHO_LIMIT
+        self.maxother = ECHO_LIMIT
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 256:
+            digits = math.floor(x.bit_length() * math.log10(2)) + 1
+            return f"<an integer of about {digits} digits>"
+        return super().repr_int(x, level)
+
+
+_ECHO = _Echo()
+
+
+def echo(value: object) -> str:
+    """``value`` as an error message may quote it: repr-style and at most ``ECHO_LIMIT`` long.
+
+    Every fault that quotes input (a name, an id, an expression, a value from a file) goes
+    through here. ``repr`` escapes every non-printable character, so a file's terminal escape
+    sequence is shown as text (the ESC character as the four characters ``\\x1b``), and a
+    10 MB string gives an 80-character quote ending in ``...``.
+    """
+    text = _ECHO.repr(value)
+    return text if len(text) <= ECHO_LIMIT else text[: ECHO_LIMIT - 3] + "..."
+
+
+def known(names: Iterable[str | int]) -> str:
+    """The names a message offers instead (``idle, busy, stopping``), cut with ``...`` after
+    ``3 * ECHO_LIMIT`` characters; a name that is not plain printable text is shown by
+    :func:`echo`."""
+    parts: list[str] = []
+    length = 0
+    for name in names:
+        text = str(name)
+        if not text.isprintable() or len(text) > ECHO_LIMIT:
+            text = echo(name)
+        if length + len(text) > 3 * ECHO_LIMIT:
+            parts.append("...")
+            break
+        parts.append(text)
+        length += len(text) + 2
+    return ", ".join(parts)
 
 
 class FsmError(Exception):
@@ -20,7 +77,9 @@ class SpecError(FsmError):
         self.file = file
         self.where = where
         self.fault = fault
-        super().__init__(f"{file}: {where}: {fault}" if where else f"{file}: {fault}")
+        # A file name comes from the file system: quote it when it holds a control character.
+        shown = file if file.isprintable() else echo(file)
+        super().__init__(f"{shown}: {where}: {fault}" if where else f"{shown}: {fault}")
 
 
 class TransitionError(FsmError):

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fsm_core._errors import FsmError, TransitionError
+from fsm_core._errors import FsmError, TransitionError, echo
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
 from fsm_core.check import _bench as bench
@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         unknown = [m for m in args.machine if m not in spec.machines]
         if unknown:
             names = ", ".join(spec.machines)
-            raise _Refused(f"unknown machine {unknown[0]!r} (machines: {names})")
+            raise _Refused(f"unknown machine {echo(unknown[0])} (machines: {names})")
         chosen = args.machine or list(spec.machines)
         if args.json:
             # ASCII escapes keep the export printable on any terminal; JSON readers undo them.
@@ -235,7 +235,7 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
         candidate = root / f"{name}.toml"
         if not candidate.is_file():
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
-            raise _Refused(f"unknown model {name!r} (models: {known})")
+            raise _Refused(f"unknown model {echo(name)} (models: {known})")
         out.append(load_model(candidate, f"{root.name}/{candidate.name}", specs=specs))
     return _unique(out)
 

@@ -69,7 +69,11 @@ def test_check_reads_a_missing_table_from_specs_and_exits_2_naming_it(
     specs = copy_specs(tmp_path)
     (specs / "agent.toml").unlink()
     r = run(capsys, "--specs", str(specs), "check", "agent_races")
-    assert (r.code, r.out, r.err) == (2, "", "fsm-core: specs/agent.toml: file not found\n")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (
+        "fsm-core: models/agent_races.toml: [model]: table '../specs/agent.toml' names no file "
+        f"(in --specs {specs})\n"
+    )
 
 
 def test_specs_leave_the_bench_models_own_table_alone(

@@ -332,7 +332,7 @@ def test_expressions_have_types_and_integers_have_ranges(text: str, typ: str) ->
 def test_integer_arithmetic_types_are_ranges() -> None:
     _, typ = check(parse_expr("n - 3"), SCOPE)
     assert typ == int_type(-3, -1)
-    assert typ.values == (-3, -2, -1)
+    assert tuple(typ.values) == (-3, -2, -1)
     assert int_type(0, 4).admits(int_type(1, 3))
     assert not int_type(0, 2).admits(int_type(1, 3))
 

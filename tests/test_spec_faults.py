@@ -7,12 +7,15 @@ cancel aborts and a finish settles), makes one small textual edit, and pins the 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from fsm_core import SpecError, load_spec
-from tests.helpers import exactly
+from tests.helpers import copy_specs, exactly
+from tests.helpers import edit as shared_edit
 
 BASE = """\
 # A tiny cancel protocol: a waking submit starts a job, cancel aborts it, finish settles.
@@ -522,6 +525,54 @@ TABLE_FAULTS = [
         "specs/t.toml: var 'count': unknown constant 'N' in an integer range",
         id="unknown-constant-in-a-range",
     ),
+    pytest.param(
+        'from = ["idle"]\nguard = "wake"',
+        'from = ["\\u001b[2Jidle"]\nguard = "wake"',
+        "specs/t.toml: row 'submit.idle': "
+        "unknown state '\\x1b[2Jidle' in from (states: idle, busy, stopping)",
+        id="escape-sequence-in-a-name-is-quoted-escaped",
+    ),
+    pytest.param(
+        'idle = { doc = "No job runs." }',
+        'idle = { doc = "No job \\u001b[31mruns." }',
+        "specs/t.toml: state 'idle': doc holds the non-printing character '\\x1b' at position 7 "
+        "(a table is plain text; newlines and tabs are allowed)",
+        id="escape-sequence-in-a-doc",
+    ),
+    pytest.param(
+        'idle = { doc = "No job runs." }',
+        'idle = { doc = "No job \\u202eruns." }',
+        "specs/t.toml: state 'idle': doc holds the non-printing character '\\u202e' at position 7 "
+        "(a table is plain text; newlines and tabs are allowed)",
+        id="bidi-override-in-a-doc",
+    ),
+    pytest.param(
+        'id = "submit.quiet"',
+        'id = "submit.quiet\\nimport os"',
+        "specs/t.toml: rows[1]: id 'submit.quiet\\nimport os' is not a valid id "
+        "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+        id="row-id-not-an-id",
+    ),
+    pytest.param(
+        'id = "submit.quiet"',
+        "id = 7",
+        "specs/t.toml: rows[1]: id 7 is not a valid id "
+        "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+        id="row-id-not-a-string",
+    ),
+    pytest.param(
+        'id = "busy_is_live"',
+        'id = "busy is live"',
+        "specs/t.toml: invariants[1]: id 'busy is live' is not a valid id "
+        "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+        id="invariant-id-not-an-id",
+    ),
+    pytest.param(
+        'name = "t"',
+        'name = "t/u"',
+        "specs/t.toml: [machine]: 't/u' is not a valid name (lower_snake_case, not a keyword)",
+        id="machine-name-not-a-name",
+    ),
 ]
 
 
@@ -544,7 +595,7 @@ CATALOGUE_FAULTS = [
     pytest.param(
         'S = "sources/seed.txt"',
         'S = "sources/sed.txt"',
-        "specs/clauses.toml: source 'S': sources/sed.txt not found",
+        "specs/clauses.toml: source 'S': sources/sed.txt: file not found",
         id="source-file-missing",
     ),
     pytest.param(
@@ -552,6 +603,34 @@ CATALOGUE_FAULTS = [
         '[clauses."C.settle"]\nsource = "T"',
         "specs/clauses.toml: clause 'C.settle': unknown source 'T' (sources: S)",
         id="unknown-source",
+    ),
+    pytest.param(
+        '[clauses."C.settle"]',
+        '[clauses."C settle"]',
+        "specs/clauses.toml: [clauses]: clause id 'C settle' is not a valid id (letters, "
+        "digits and _ in words joined by . or -, e.g. S000.first-wins)",
+        id="clause-id-not-an-id",
+    ),
+    pytest.param(
+        'S = "sources/seed.txt"',
+        'S = "../specs/sources/seed.txt"',
+        "specs/clauses.toml: source 'S': '../specs/sources/seed.txt' is not a relative path "
+        "inside the catalogue's directory (names of letters, digits, '.', '_' and '-' joined "
+        "by '/')",
+        id="source-outside-the-catalogue",
+    ),
+    pytest.param(
+        'S = "sources/seed.txt"',
+        'S = "sources"',
+        "specs/clauses.toml: source 'S': sources: a directory; expected a file",
+        id="source-is-a-directory",
+    ),
+    pytest.param(
+        'quote = "A cancel aborts the running job."',
+        'quote = " \\n "',
+        "specs/clauses.toml: clause 'C.cancel': "
+        "the quote is empty (a clause quotes the words it stands for)",
+        id="blank-quote",
     ),
 ]
 
@@ -653,3 +732,300 @@ def test_two_tables_may_not_name_the_same_machine(tmp_path: Path) -> None:
         SpecError, match=r"^specs/u\.toml: \[machine\]: machine name 't' is used twice$"
     ):
         load_spec(write_specs(tmp_path, {"t.toml": BASE, "u.toml": BASE}))
+
+
+def test_a_fault_quotes_at_most_80_characters_of_input(tmp_path: Path) -> None:
+    huge = "x" * 100_000
+    table = edit(BASE, 'type = "holder"', f'type = "{huge}"')
+    # reprlib's cut: the head and the tail of the quoted text, 80 characters in all.
+    quoted = "'" + "x" * 37 + "..." + "x" * 38 + "'"
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            f"specs/t.toml: var 'holder': unknown type {quoted} "
+            "(types: bool, holder, cause, phase, int[lo..hi])"
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+def _deep_inline_tables(path: Path) -> None:
+    path.write_text("a = " + "{ b = " * 5_000 + "1" + " }" * 5_000 + "\n", encoding="utf-8")
+
+
+def _deep_arrays(path: Path) -> None:
+    # Deep enough to refuse, shallow enough for tomllib to parse.
+    path.write_text("a = " + "[" * 40 + "]" * 40 + "\n", encoding="utf-8")
+
+
+def _long_integer(path: Path) -> None:
+    path.write_text("[constants]\nK = " + "9" * 5_000 + "\n", encoding="utf-8")
+
+
+def _too_large(path: Path) -> None:
+    path.write_text(BASE + "#" * (1 << 20) + "\n", encoding="utf-8")
+
+
+FILE_FAULTS = [
+    pytest.param(
+        lambda p: p.write_bytes(b"# a table\n# \xff\n" + BASE.encode()),
+        "specs/t.toml: not valid UTF-8 at line 2",
+        id="invalid-utf8",
+    ),
+    pytest.param(
+        _deep_inline_tables, "specs/t.toml: values nested over 32 deep", id="deep-inline-tables"
+    ),
+    pytest.param(_deep_arrays, "specs/t.toml: values nested over 32 deep", id="deep-arrays"),
+    pytest.param(
+        _long_integer,
+        "specs/t.toml: not valid TOML: an integer too long to read",
+        id="integer-over-4300-digits",
+    ),
+    pytest.param(
+        _too_large,
+        "specs/t.toml: larger than the limit of 1,048,576 bytes",
+        id="over-1-mib",
+    ),
+    pytest.param(
+        lambda p: p.mkdir(), "specs/t.toml: a directory; expected a file", id="a-directory"
+    ),
+    pytest.param(os.mkfifo, "specs/t.toml: not a regular file; expected a file", id="a-fifo"),
+    pytest.param(
+        lambda p: p.symlink_to(p),
+        "specs/t.toml: cannot open the file: Too many levels of symbolic links",
+        id="a-symlink-loop",
+    ),
+]
+
+
+# A regression that opens a FIFO for reading blocks until a writer comes: fail, do not hang.
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(("make", "message"), FILE_FAULTS)
+def test_a_table_file_that_cannot_be_read_is_refused_naming_it(
+    tmp_path: Path, make: Callable[[Path], object], message: str
+) -> None:
+    specs = write_specs(tmp_path, {})
+    make(specs / "t.toml")
+    with pytest.raises(SpecError, match=exactly(message)):
+        load_spec(specs)
+
+
+def test_a_specs_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_text(BASE, encoding="utf-8")
+    with pytest.raises(
+        SpecError, match=exactly(f"{path}: not a directory; expected a directory of tables")
+    ):
+        load_spec(path)
+
+
+def test_a_specs_root_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / ("x" * 300)
+    with pytest.raises(
+        SpecError, match=exactly(f"{root}: not a directory; expected a directory of tables")
+    ):
+        load_spec(root)
+
+
+def test_a_specs_root_in_a_symlink_loop_is_refused(tmp_path: Path) -> None:
+    loop = tmp_path / "specs"
+    loop.symlink_to(loop)
+    with pytest.raises(
+        SpecError, match=exactly(f"{loop}: cannot resolve the path: a symlink loop")
+    ):
+        load_spec(loop)
+
+
+def test_a_runtime_needs_a_specs_directory_with_an_agent_table(tmp_path: Path) -> None:
+    from fsm_core import Runtime
+    from fsm_core.runtime import ScriptedModel
+
+    specs = write_specs(tmp_path)
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            f"{specs}: no table defines the machine 'agent' that the runtime runs (machines: t)"
+        ),
+    ):
+        Runtime(ScriptedModel([]), specs=specs)
+
+
+# --- limits (specs/README.md, "Limits") ----------------------------------------------------------
+
+_OVER_VALUES = "over the limit of 1,000 (a model may raise it: [model] limits = { values = N })"
+
+LIMIT_FAULTS = [
+    pytest.param(
+        'count = { type = "int[0..2]"',
+        'count = { type = "int[0..100000]"',
+        f"specs/t.toml: var 'count': int[0..100000] has 100,001 values, {_OVER_VALUES}",
+        id="integer-range-over-the-values-limit",
+    ),
+    pytest.param(
+        'cause = ["user", "parent"]',
+        "cause = [" + ", ".join(f'"v{i}"' for i in range(2_000)) + "]",
+        f"specs/t.toml: type 'cause': 2,000 values, {_OVER_VALUES}",
+        id="enumeration-over-the-values-limit",
+    ),
+    pytest.param(
+        "[events.finish]\n",
+        '[events.finish]\nparams = { a = "int[0..99]", b = "int[0..99]" }\n',
+        f"specs/t.toml: event 'finish': 10,000 argument tuples, {_OVER_VALUES}",
+        id="event-arguments-over-the-values-limit",
+    ),
+    pytest.param(
+        "[states]\n",
+        "[constants]\nN = 10000000000\n\n[states]\n",
+        "specs/t.toml: constant 'N': 10000000000 is over the limit of 2,147,483,647",
+        id="constant-over-int32",
+    ),
+    pytest.param(
+        'count = { type = "int[0..2]"',
+        'count = { type = "int[0..' + "9" * 5_000 + ']"',
+        "specs/t.toml: var 'count': the range bound "
+        "'9999999999999999999999999999999999999...99999999999999999999999999999999999999' "
+        "is over the limit of 2,147,483,647",
+        id="range-bound-of-5000-digits",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == live and count < 99999999999999999999"',
+        "specs/t.toml: row 'cancel.busy': the integer '99999999999999999999' is over the limit "
+        "of 2,147,483,647 in 'holder == live and count < 99999999999999999999'",
+        id="integer-literal-over-int32",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == live and count < ' + "1 + " * 200 + '1"',
+        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "'holder == live and count < 1 + 1 + 1 ... 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1'",
+        id="a-chain-of-200-terms",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "' + "(" * 110 + "holder == live" + ")" * 110 + '"',
+        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "'(((((((((((((((((((((((((((((((((((((...))))))))))))))))))))))))))))))))))))))'",
+        id="110-parentheses",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "' + "not " * 60 + 'holder == live"',
+        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "'not not not not not not not not not n...not not not not not not holder == live'",
+        id="60-nots",
+    ),
+    pytest.param(
+        'guard = "holder == live"',
+        'guard = "holder == live' + " " * 1_000 + '"',
+        "specs/t.toml: row 'cancel.busy': the text is 1,014 characters long; the limit is 1,000 "
+        "in 'holder == live                       ...                                      '",
+        id="expression-over-1000-characters",
+    ),
+    pytest.param(
+        "[defs]\n",
+        '[defs]\nd0 = { expr = "phase == idle" }\n'
+        + "".join(f'd{i} = {{ expr = "d{i - 1} and d{i - 1}" }}\n' for i in range(1, 10)),
+        "specs/t.toml: def 'd8': the expression has 1,023 terms with its definitions expanded; "
+        "the limit is 1,000 in 'd7 and d7'",
+        id="definitions-doubling-past-1000-terms",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), LIMIT_FAULTS)
+def test_a_table_over_a_limit_is_refused_naming_the_size(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    specs = write_specs(tmp_path, {"t.toml": edit(BASE, old, new)})
+    with pytest.raises(SpecError, match=exactly(message)):
+        load_spec(specs)
+
+
+def test_one_unused_variable_that_multiplies_the_domain_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    # It took 72 s to prove the agent table with it, and int[0..100000] ran out of memory.
+    specs = copy_specs(tmp_path)
+    shared_edit(
+        specs / "agent.toml", "[vars]\n", '[vars]\nspare = { type = "int[0..100]", init = 0 }\n'
+    )
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/agent.toml: var 'spare': int[0..100] has 101 values, so the loader would "
+            "check 19,236,864 cases, over the limit of 1,000,000 "
+            "(a model may raise it: [model] limits = { domain = N })"
+        ),
+    ):
+        load_spec(specs)
+
+
+def test_a_constant_that_makes_a_range_too_wide_is_refused(tmp_path: Path) -> None:
+    # constants = { N = 10**9 } ran out of memory building the range.
+    table = edit(BASE, "[states]\n", "[constants]\nN = 1000000000\n\n[states]\n")
+    table = edit(table, 'type = "int[0..2]"', 'type = "int[0..N]"')
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/t.toml: var 'count': int[0..1000000000] has 1,000,000,001 values, "
+            + _OVER_VALUES
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+def test_the_limit_table_in_specs_readme_is_the_loaders() -> None:
+    from fsm_core._paths import specs_dir
+    from fsm_core.spec import _limits
+
+    readme = (specs_dir() / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Limits\n")[1].split("\n## ")[0]
+    rows = [
+        line.split("|")[1:3]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| limit ")
+    ]
+    documented = {name.strip(): value.strip() for name, value in rows if "---" not in name}
+    limits = _limits.DEFAULT_LIMITS
+    assert documented == {
+        "file size": f"{_limits.MAX_FILE_BYTES >> 20} MiB",
+        "nesting": f"{_limits.MAX_NESTING}",
+        "expression length": f"{_limits.MAX_EXPR_LENGTH:,} characters",
+        "expression depth": f"{_limits.MAX_EXPR_DEPTH} levels",
+        "expression size": f"{_limits.MAX_EXPR_NODES:,} terms",
+        "integers": f"{_limits.MAX_INT:,}",
+        "`values`": f"{limits.values:,}",
+        "`domain`": f"{limits.domain:,}",
+        "`tree`": f"{limits.tree} nodes",
+    }
+
+
+def test_an_event_whose_arguments_multiply_the_domain_is_named(tmp_path: Path) -> None:
+    table = edit(BASE, "[events.finish]\n", '[events.finish]\nparams = { n = "int[0..999]" }\n')
+    table = edit(table, "[vars]\n", '[vars]\nspare = { type = "int[0..99]", init = 0 }\n')
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/t.toml: event 'finish': 1,000 argument tuples, so the loader would check "
+            "5,425,200 cases, over the limit of 1,000,000 "
+            "(a model may raise it: [model] limits = { domain = N })"
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+# Checking the keys of 80,000 states took over half a minute (quadratic) before the count
+# was compared with the limit; it takes about a second.
+@pytest.mark.timeout(15)
+def test_eighty_thousand_states_are_refused_at_once(tmp_path: Path) -> None:
+    states = "".join(f"s{i} = {{}}\n" for i in range(80_000))
+    table = edit(BASE, "[states]\n", f"[states]\n{states}")
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/t.toml: [states]: 80,003 states, over the limit of 1,000 "
+            "(a model may raise it: [model] limits = { values = N })"
+        ),
+    ):
+        load_spec(write_specs(tmp_path, {"t.toml": table}))

@@ -22,6 +22,7 @@ from typing import Any
 
 from fsm_core.check._explore import (
     DEADLOCK,
+    QUIESCENCE,
     Progress,
     Result,
     Violation,
@@ -32,9 +33,6 @@ from fsm_core.check._explore import (
 from fsm_core.check._model import Expectation, Model, load_model, load_models
 from fsm_core.check._moves import Move
 from fsm_core.check._system import build
-
-QUIESCENCE = "quiescence_reachable"
-"""The property name of "from every reachable state a quiescent state is reachable"."""
 
 __all__ = [
     "DEADLOCK",

@@ -29,19 +29,44 @@ accepted before disposal, and cleared when the work is claimed (``claim_inbox``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fsm_core.check._codegen import compile_predicates
 from fsm_core.check._explore import System
-from fsm_core.check._model import Model
 from fsm_core.check._moves import Labels, Move
+from fsm_core.check._needs import Needs
 from fsm_core.spec._expr import Value, show
 from fsm_core.spec._machine import REFUSED, State
+
+if TYPE_CHECKING:  # the model loader imports this module for NEEDS and PROPERTIES
+    from fsm_core.check._model import Model
 
 NO_PARKED_WAKE = "no_parked_wake"
 """The property name of decision 9's guarantee."""
 
 PRERUN_OPENS_NO_TURN = "prerun_cancel_opens_no_turn"
 """The property name of decision 1's guarantee: a pre-run cancel opens no turn."""
+
+PROPERTIES = (NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN)
+"""The agent composition's own properties, besides the table's and the explorer's."""
+
+NEEDS = Needs(
+    variables=("closing", "scheduled"),
+    events={
+        "send": ("wake",),
+        "cancel": ("keep_inbox",),
+        "remove": ("rest",),
+        "take_steering": ("rest",),
+    },
+)
+"""What the ghosts read by name: the lifecycle flag, the scheduled driver, and the
+arguments that owe, park or discard a wake."""
+
+USER_INTERNAL = frozenset({"remove"})
+"""Internal events the user causes, which a budget may bound like an input event: ``remove``
+is the user's ``inbox.remove(id)``, internal only because it fires when a message was queued.
+Any other internal event is the driver's, and a budget on it would silently restrict the
+runtime rather than the user."""
 
 Choice = tuple[str, tuple[Value, ...]] | None
 

@@ -6,20 +6,25 @@ state, every (row, arguments) that is enabled and the state it leads to, million
 So this module turns the *same resolved syntax trees* into Python source::
 
     def successors(s):
-        phase, holder, reason, ... = s
+        v_phase, v_holder, v_reason, ..., = s
         out = []
-        if phase == 'idle':
-            if (wake and not scheduled):   # row send.idle.wake, args (True, 'next_turn')
+        if v_phase == 'idle':
+            if (not v_scheduled):             # label 17: send.idle.wake(True, 'next_turn')
+                n_holder = v_holder
                 ...
-                out.append((17, ('idle', ...)))
+                out.append((17, (n_phase, n_holder, ...)))
         ...
         return out
 
 Event arguments are finite, so each (row, argument tuple) gets its own block with the
-arguments substituted as literals. The source is generated from the checked AST only (names
-are table identifiers, values are repr() of booleans, integers and identifier strings), never
-from table text, and compiled with :func:`compile`. A test proves it agrees with the
-interpreter on every state of the domain.
+arguments substituted as literals. The source holds nothing but what the generator controls:
+its own names (``s``, ``out``, ``v_`` and ``n_`` followed by a table name) and literals
+(booleans, integers, and state names and enumeration values as ``repr()`` strings). No table
+text reaches it, not even in a comment: a row is known by its index into ``labels``, which
+carry the ids as data. The loader admits only lower_snake_case names; the generator checks
+every name and literal it splices again and refuses anything else with a :class:`SpecError`,
+so a table that reached it some other way cannot run code. A test proves the source agrees
+with the interpreter on every state of the domain.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias, cast
 
+from fsm_core._errors import SpecError, echo
 from fsm_core.spec import Machine, State
 from fsm_core.spec._expr import (
     Assign,
@@ -46,6 +52,7 @@ from fsm_core.spec._expr import (
     Value,
     Var,
 )
+from fsm_core.spec._table import NAME, Table
 
 Label: TypeAlias = tuple[str, str, tuple[Value, ...]]
 """(event, row id, arguments) of one transition."""
@@ -71,10 +78,11 @@ def compile_successors(machine: Machine) -> CompiledSuccessors:
     """
     t = machine.table
     names = machine.names
-    local = {n: f"v_{n}" for n in names}
+    local = _locals(t, "v_", names)
+    new = _locals(t, "n_", names)
     defs = {name: d.expr for name, d in t.defs.items()}
     labels: list[Label] = []
-    lines = ["def successors(s):", f"    {', '.join(local[n] for n in names)}, = s", "    out = []"]
+    lines = ["def successors(s):", f"    {', '.join(local.values())}, = s", "    out = []"]
     for state in t.state_names:
         body: list[str] = []
         for row in t.rows:
@@ -84,23 +92,21 @@ def compile_successors(machine: Machine) -> CompiledSuccessors:
             for args in machine.all_arguments(row.event):
                 env = dict(zip(params, args, strict=True))
                 labels.append((row.event, row.id, tuple(args)))
-                guard = _py(row.guard, local, env, defs)
-                body.append(f"        if {guard}:  # {row.id}{_show(args)}")
-                new = {n: f"n_{n}" for n in names}
-                block = [f"            n_{n} = v_{n}" for n in names[1:]]
+                body.append(f"        if {_py(t, row.guard, local, env, defs)}:")
+                block = [f"            {new[n]} = {local[n]}" for n in names[1:]]
                 target = row.target if row.target is not None else state
-                block.append(f"            n_{names[0]} = {target!r}")
-                block += _stmts(row.effects, new, env, defs, "            ")
-                tup = ", ".join(new[n] for n in names)
+                block.append(f"            {new[names[0]]} = {_literal(t, target)}")
+                block += _stmts(t, row.effects, new, env, defs, "            ")
+                tup = ", ".join(new.values())
                 block.append(f"            out.append(({len(labels) - 1}, ({tup},)))")
                 body += block
         if body:
-            lines.append(f"    if v_{names[0]} == {state!r}:")
+            lines.append(f"    if {local[names[0]]} == {_literal(t, state)}:")
             lines += body
     lines.append("    return out")
     source = "\n".join(lines) + "\n"
     namespace: dict[str, object] = {}
-    exec(compile(source, f"<successors of {t.name}>", "exec"), namespace)
+    exec(compile(source, "<successors>", "exec"), namespace)
     return CompiledSuccessors(cast(Successors, namespace["successors"]), tuple(labels), source)
 
 
@@ -110,18 +116,35 @@ def compile_predicates(
     """Generate ``first_violated(state) -> name | None`` over named boolean expressions."""
     t = machine.table
     defs = {name: d.expr for name, d in t.defs.items()}
-    local = {n: f"v_{n}" for n in machine.names}
+    local = _locals(t, "v_", machine.names)
     lines = ["def first_violated(s):", f"    {', '.join(local.values())}, = s"]
-    for name, expr in exprs.items():
-        lines.append(f"    if not ({_py(expr, local, {}, defs)}):")
-        lines.append(f"        return {name!r}")
+    for i, expr in enumerate(exprs.values()):
+        lines.append(f"    if not ({_py(t, expr, local, {}, defs)}):")
+        lines.append(f"        return names[{i}]")
     lines.append("    return None")
-    namespace: dict[str, object] = {}
-    exec(compile("\n".join(lines) + "\n", f"<predicates of {t.name}>", "exec"), namespace)
+    # The names are data the source indexes, like the successors' labels.
+    namespace: dict[str, object] = {"names": tuple(exprs)}
+    exec(compile("\n".join(lines) + "\n", "<predicates>", "exec"), namespace)
     return cast(Callable[[State], str | None], namespace["first_violated"])
 
 
+def _locals(t: Table, prefix: str, names: Sequence[str]) -> dict[str, str]:
+    """The generated variable for each table name: ``prefix`` + a checked name."""
+    for n in names:
+        if not NAME.fullmatch(n):
+            raise SpecError(t.file, "", f"refusing to generate code for the name {echo(n)}")
+    return {n: f"{prefix}{n}" for n in names}
+
+
+def _literal(t: Table, value: Value) -> str:
+    """A literal the generated source may hold: a boolean, an integer or a checked name."""
+    if isinstance(value, bool | int) or NAME.fullmatch(value):
+        return repr(value)
+    raise SpecError(t.file, "", f"refusing to generate code for the value {echo(value)}")
+
+
 def _stmts(
+    t: Table,
     stmts: Sequence[Stmt],
     local: Mapping[str, str],
     env: Mapping[str, Value],
@@ -132,48 +155,48 @@ def _stmts(
     for s in stmts:
         match s:
             case Assign(var=v, value=value):
-                out.append(f"{indent}{local[v]} = {_py(value, local, env, defs)}")
+                out.append(f"{indent}{local[v]} = {_py(t, value, local, env, defs)}")
             case Call():
                 continue
             case Block(when=when, body=body):
-                inner = _stmts(body, local, env, defs, indent + "    ")
+                inner = _stmts(t, body, local, env, defs, indent + "    ")
                 if inner:
-                    out.append(f"{indent}if {_py(when, local, env, defs)}:")
+                    out.append(f"{indent}if {_py(t, when, local, env, defs)}:")
                     out += inner
     return out
 
 
 def _py(
-    e: Expr, local: Mapping[str, str], env: Mapping[str, Value], defs: Mapping[str, Expr]
+    t: Table,
+    e: Expr,
+    local: Mapping[str, str],
+    env: Mapping[str, Value],
+    defs: Mapping[str, Expr],
 ) -> str:
     """Python source for a resolved expression; parameters become literals."""
 
     def c(x: Expr) -> str:
-        return _py(x, local, env, defs)
+        return _py(t, x, local, env, defs)
 
     match e:
         case Lit(value=v):
-            return repr(v)
+            return _literal(t, v)
         case Sym(name=n):
-            return repr(n)
+            return _literal(t, n)
         case Var(name=n):
             return local[n]
         case Param(name=n):
-            return repr(env[n])
+            return _literal(t, env[n])
         case Def(name=n):
             return c(defs[n])
         case Not(operand=o):
             return f"(not {c(o)})"
         case In(operand=o, members=m):
-            return f"({c(o)} in {tuple(m)!r})"
-        case Cond(test=t, then=x, orelse=y):
-            return f"({c(x)} if {c(t)} else {c(y)})"
+            return f"({c(o)} in ({''.join(_literal(t, x) + ', ' for x in m)}))"
+        case Cond(test=test, then=x, orelse=y):
+            return f"({c(x)} if {c(test)} else {c(y)})"
         case BinOp(op="implies", left=left, right=right):
             return f"((not {c(left)}) or {c(right)})"
         case BinOp(op=op, left=left, right=right):
             return f"({c(left)} {op} {c(right)})"
     raise AssertionError(f"unresolved expression {e!r}")
-
-
-def _show(args: Sequence[Value]) -> str:
-    return f" {tuple(args)!r}" if args else ""

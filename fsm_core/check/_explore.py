@@ -21,6 +21,9 @@ S = TypeVar("S", bound=Hashable)
 DEADLOCK = "deadlock"
 """The property name of a state with no successor that is not quiescent."""
 
+QUIESCENCE = "quiescence_reachable"
+"""The property name of "from every reachable state a quiescent state is reachable"."""
+
 
 @dataclass(frozen=True, slots=True)
 class System(Generic[S]):

@@ -26,18 +26,32 @@ own variables bound the run (the benchmark model counts its budgets down itself)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import SpecError, echo, known
+from fsm_core.check import _agent, _tree
+from fsm_core.check._explore import DEADLOCK, QUIESCENCE
+from fsm_core.check._needs import Needs
 from fsm_core.spec import Machine
-from fsm_core.spec._load import _File, load_clauses, load_table, read_toml
+from fsm_core.spec._limits import DEFAULT_LIMITS
+from fsm_core.spec._load import _exists, _File, load_clauses, load_table, read_toml
+from fsm_core.spec._table import Table
 
 Kind = Literal["table", "agent", "activation-tree"]
 Verdict = Literal["ok", "violation"]
 _KINDS: tuple[Kind, ...] = ("table", "agent", "activation-tree")
+_NEEDS: dict[Kind, Needs] = {"agent": _agent.NEEDS, "activation-tree": _tree.NEEDS}
+_PROPERTIES: dict[Kind, tuple[str, ...]] = {
+    "agent": _agent.PROPERTIES,
+    "activation-tree": _tree.PROPERTIES,
+}
+_USER_INTERNAL: dict[Kind, frozenset[str]] = {"agent": _agent.USER_INTERNAL}
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+"""A model's name: it names the model in reports and its trace files (``PATH.<name>.json``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,53 +86,91 @@ class Model:
 def load_model(path: Path, display: str | None = None, *, specs: Path | None = None) -> Model:
     """Load one model file; a fault raises :class:`SpecError` naming the file and key.
 
+    Everything a check relies on is proven here, before the check runs: the model's name
+    (it names trace files), that its table has what its kind's composition reads, that the
+    environment budgets only input events, and that ``[expect]`` names a property the kind
+    can break.
+
     With ``specs``, a table the model takes from a directory named ``specs`` (the shipped
     models' ``../specs/agent.toml``) is read from ``specs`` by its file name; a table anywhere
     else (the benchmark's own ``bench/turncancel.toml``) is read where the model says.
     """
     f = _File(display or f"{path.parent.name}/{path.name}")
     data = f.keys("", read_toml(path, f.display), ["model"], ["environment", "tree", "expect"])
-    m = f.keys("[model]", data["model"], ["table", "kind"], ["doc", "name", "tier", "constants"])
+    m = f.keys(
+        "[model]", data["model"], ["table", "kind"], ["doc", "name", "tier", "constants", "limits"]
+    )
+    name = f.text("[model]", m.get("name", path.stem), "name")
+    if not _MODEL_NAME.fullmatch(name):
+        f.fail(
+            "[model]",
+            f"name {echo(name)} is not a valid model name (letters, digits, _ and -; "
+            "a file name's stem unless [model] name says otherwise)",
+        )
     kind = m["kind"]
     if kind not in _KINDS:
-        f.fail("[model]", f"kind must be one of {', '.join(_KINDS)}, not {kind!r}")
+        f.fail("[model]", f"kind must be one of {known(_KINDS)}, not {echo(kind)}")
     tier = m.get("tier", "default")
     if tier not in ("default", "bench"):
-        f.fail("[model]", f"tier must be 'default' or 'bench', not {tier!r}")
-    table_path = path.parent / f.text("[model]", m["table"], "table")
+        f.fail("[model]", f"tier must be 'default' or 'bench', not {echo(tier)}")
+    table = f.text("[model]", m["table"], "table")
+    table_path = path.parent / table
+    where = "relative to the model file"
     if specs is not None and table_path.parent.name == "specs":
-        table_path = specs / table_path.name
+        table_path, where = specs / table_path.name, f"in --specs {specs}"
+    # Before the catalogue beside it, which would otherwise be the file reported missing.
+    if not _exists(table_path, Path.is_file):
+        f.fail("[model]", f"table {echo(table)} names no file ({where})")
     constants = _ints(f, "[model] constants", m.get("constants", {}))
+    raised = f.keys("[model] limits", m.get("limits", {}), [], ["domain", "values", "tree"])
+    limits = replace(DEFAULT_LIMITS, **_ints(f, "[model] limits", raised))
     clauses = load_clauses(table_path.parent / "clauses.toml")
-    machine = load_table(table_path, clauses, constants=constants or None)
+    machine = load_table(table_path, clauses, constants=constants or None, limits=limits)
+    t = machine.table
+    if kind in _NEEDS:
+        lacking = _NEEDS[kind].lacking(t)
+        if lacking is not None:
+            f.fail("[model]", f"kind {echo(kind)} needs {lacking} in its table; {t.file} has none")
 
     budgets: dict[str, int] = {}
     reactions: tuple[str, ...] = ()
+    failures = 0
     if "environment" in data:
+        if kind == "table":
+            f.fail(
+                "[environment]",
+                "a table model takes no environment: the table bounds its own run",
+            )
         env = f.keys("[environment]", data["environment"], [], ["budgets", "reactions", "failures"])
         budgets = _ints(f, "[environment] budgets", env.get("budgets", {}))
         for event in budgets:
-            if event not in machine.table.events:
-                known = ", ".join(machine.table.events)
-                f.fail("[environment] budgets", f"unknown event {event!r} (events: {known})")
+            if event not in t.events:
+                names = known(t.events)
+                f.fail("[environment] budgets", f"unknown event {echo(event)} (events: {names})")
+            user = _USER_INTERNAL.get(kind, frozenset())
+            if t.events[event].kind != "input" and event not in user:
+                calls = known(e for e, x in t.events.items() if x.kind == "input" or e in user)
+                f.fail(
+                    "[environment] budgets",
+                    f"{echo(event)} is an internal event the runtime fires itself; a budget "
+                    f"bounds what the user calls ({calls})",
+                )
         reactions = f.names("[environment]", env.get("reactions", ["-"]), "reactions")
         if reactions == ("-",):
             reactions = ()
         for effect in reactions:
-            spec = machine.table.effects.get(effect)
+            spec = t.effects.get(effect)
             if spec is None or not spec.notifies:
-                notifying = ", ".join(n for n, e in machine.table.effects.items() if e.notifies)
+                notifying = known(n for n, e in t.effects.items() if e.notifies)
                 f.fail(
                     "[environment] reactions",
-                    f"{effect!r} is not a notifying effect (notifying: {notifying})",
+                    f"{echo(effect)} is not a notifying effect (notifying: {notifying})",
                 )
+        failures = _ints(f, "[environment]", {"failures": env.get("failures", 0)})["failures"]
     elif kind != "table":
-        f.fail("", f"a {kind} model needs an [environment] section")
+        f.fail("[model]", f"a model of kind {echo(kind)} needs an [environment] section")
 
-    failures = _ints(
-        f, "[environment]", {"failures": data.get("environment", {}).get("failures", 0)}
-    )
-    if failures["failures"] and kind != "activation-tree":
+    if failures and kind != "activation-tree":
         f.fail(
             "[environment]", "failures budgets failing child teardown, in activation-tree models"
         )
@@ -127,9 +179,17 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     depth = width = 0
     if kind == "activation-tree":
         if "tree" not in data:
-            f.fail("", "an activation-tree model needs a [tree] section")
+            f.fail("[model]", "an activation-tree model needs a [tree] section")
         tree = _ints(f, "[tree]", f.keys("[tree]", data["tree"], ["depth", "width"]))
         depth, width = tree["depth"], tree["width"]
+        if _tree.tree_size(depth, width, limits.tree) > limits.tree:
+            f.fail(
+                "[tree]",
+                f"depth {echo(depth)} and width {echo(width)} make more nodes than the limit "
+                f"of {limits.tree:,} (a model may raise it: [model] limits = {{ tree = N }})",
+            )
+    elif "tree" in data:
+        f.fail("[tree]", f"a model of kind {echo(kind)} has no tree (kind 'activation-tree' has)")
 
     expect = None
     if "expect" in data:
@@ -137,13 +197,26 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
             "[expect]", data["expect"], ["states", "transitions", "depth", "verdict"], ["property"]
         )
         nums = _ints(f, "[expect]", {k: e[k] for k in ("states", "transitions", "depth")})
-        if e["verdict"] not in ("ok", "violation"):
-            f.fail("[expect]", f"verdict must be 'ok' or 'violation', not {e['verdict']!r}")
+        verdict = e["verdict"]
+        if verdict not in ("ok", "violation"):
+            f.fail("[expect]", f"verdict must be 'ok' or 'violation', not {echo(verdict)}")
         prop = e.get("property")
-        expect = Expectation(nums["states"], nums["transitions"], nums["depth"], e["verdict"], prop)
+        if verdict == "ok" and prop is not None:
+            f.fail("[expect]", "a property is expected to break only with verdict = 'violation'")
+        if verdict == "violation":
+            if prop is None:
+                f.fail("[expect]", "verdict = 'violation' names the property that breaks")
+            prop = f.text("[expect]", prop, "property")
+            if not _breakable(prop, kind, t, depth, width):
+                f.fail(
+                    "[expect]",
+                    f"a model of kind {echo(kind)} has no property {echo(prop)} (it checks "
+                    f"{_property_forms(kind)})",
+                )
+        expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop)
 
     return Model(
-        name=f.text("[model]", m.get("name", path.stem), "name"),
+        name=name,
         file=f.display,
         doc=" ".join(f.text("[model]", m.get("doc", ""), "doc").split()),
         kind=kind,
@@ -153,7 +226,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         reactions=reactions,
         depth=depth,
         width=width,
-        failures=failures["failures"],
+        failures=failures,
         expect=expect,
     )
 
@@ -161,9 +234,37 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
 def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:
     """Every ``*.toml`` directly in ``root`` (the tables they use live in subfolders); ``specs``
     as for :func:`load_model`."""
+    if not _exists(root, Path.is_dir):
+        raise SpecError(str(root), "", "not a directory; expected a directory of models")
     return [
         load_model(p, f"{root.name}/{p.name}", specs=specs) for p in sorted(root.glob("*.toml"))
     ]
+
+
+def _breakable(prop: str, kind: Kind, t: Table, depth: int, width: int) -> bool:
+    """True iff a check of a ``kind`` model over ``t`` can report ``prop`` as violated."""
+    if prop in (DEADLOCK, QUIESCENCE) or prop in _PROPERTIES.get(kind, ()):
+        return True
+    invariants = {i.id for i in t.invariants}
+    if kind == "table":  # the table's rows run atomically: no contract is checked inside one
+        return prop in invariants
+    contracts = invariants | {s.id for s in t.stable}
+    contracts |= {f"{name}.requires" for name, e in t.effects.items() if e.requires is not None}
+    if kind == "agent":
+        return prop in contracts
+    base, at, node = prop.rpartition("@")
+    return bool(at) and base in contracts and node in _tree.node_names(depth, width)
+
+
+def _property_forms(kind: Kind) -> str:
+    """What a ``kind`` model checks, as :func:`_breakable` knows it."""
+    common = known((DEADLOCK, QUIESCENCE))
+    if kind == "table":
+        return f"the table's invariants, {common}"
+    own = known(_PROPERTIES[kind])
+    if kind == "agent":
+        return f"the table's invariants and step invariants, EFFECT.requires, {own}, {common}"
+    return f"INVARIANT@NODE and EFFECT.requires@NODE for a node of its tree, {own}, {common}"
 
 
 def _ints(f: _File, where: str, table: Mapping[str, Any]) -> dict[str, int]:
@@ -172,7 +273,7 @@ def _ints(f: _File, where: str, table: Mapping[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for key, value in table.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            f.fail(where, f"{key} must be a non-negative integer, not {value!r}")
+            f.fail(where, f"{echo(key)} must be a non-negative integer, not {echo(value)}")
         out[key] = value
     return out
 

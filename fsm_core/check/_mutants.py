@@ -51,7 +51,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
-from fsm_core._errors import FsmError, SpecError
+from fsm_core._errors import FsmError, SpecError, echo
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import check, load_model
 from fsm_core.check._options import positive_int
@@ -417,7 +417,7 @@ def select(names: Iterable[str] | None = None) -> list[Mutant]:
     for name in wanted:
         if name not in BY_NAME:
             known = ", ".join(m.name for m in MUTANTS)
-            raise MutantError(f"unknown mutant {name!r} (mutants: {known})")
+            raise MutantError(f"unknown mutant {echo(name)} (mutants: {known})")
     return [m for m in MUTANTS if m.name in wanted]
 
 

@@ -32,18 +32,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsm_core.check._explore import System
-from fsm_core.check._model import Model
 from fsm_core.check._moves import Labels, Move
+from fsm_core.check._needs import Needs
 from fsm_core.spec._expr import Value
 from fsm_core.spec._machine import REFUSED, Perform
+
+if TYPE_CHECKING:  # the model loader imports this module for NEEDS, PROPERTIES, node_names
+    from fsm_core.check._model import Model
 
 PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
 NOTICE_DELIVERED = "settlement_notice_delivered"
 TEARDOWN_ONCE = "teardown_runs_once"
 NOTICE_ONCE = "notice_sent_once"
+
+PROPERTIES = (PARENT_LEAVES_AFTER_CHILDREN, NOTICE_DELIVERED, TEARDOWN_ONCE, NOTICE_ONCE)
+"""The tree composition's own properties; the table's are named per node (``id@a.1``)."""
+
+NEEDS = Needs(
+    variables=("resident",),
+    events={
+        "admit": (),
+        "dispose": ("final_state_flushed",),
+        "child_settled": ("failed", "last"),
+        "handle_disposed": ("failed",),
+    },
+    effects={"notify_parent": ("failed",)},
+    by_position=True,
+)
+"""What the wiring fires, passes and reads (the wired effects without parameters are only
+matched by name: a table without them wires nothing there)."""
 
 Node = tuple[Value, ...] | None
 TreeState = tuple[object, ...]
@@ -74,6 +94,7 @@ class _Shape:
 def _shape(depth: int, width: int) -> _Shape:
     names = ["a"]
     parent: list[int | None] = [None]
+    children: list[list[int]] = [[]]
     frontier = [0]
     for _ in range(depth):
         following = []
@@ -81,10 +102,31 @@ def _shape(depth: int, width: int) -> _Shape:
             for k in range(1, width + 1):
                 names.append(f"{names[p]}.{k}")
                 parent.append(p)
+                children.append([])
+                children[p].append(len(names) - 1)
                 following.append(len(names) - 1)
         frontier = following
-    children = tuple(tuple(i for i, q in enumerate(parent) if q == p) for p in range(len(names)))
-    return _Shape(tuple(names), tuple(parent), children)
+    return _Shape(tuple(names), tuple(parent), tuple(tuple(c) for c in children))
+
+
+def tree_size(depth: int, width: int, limit: int) -> int:
+    """The nodes of a tree of ``depth`` and ``width`` (``1 + width + ... + width^depth``), or
+    ``limit + 1`` as soon as the count passes ``limit``: the model loader bounds a tree before
+    any of it is built, in a few steps whatever the depth."""
+    if width <= 1:
+        return min(depth * width + 1, limit + 1)
+    total, level = 1, 1
+    for _ in range(depth):
+        level *= width
+        total += level
+        if total > limit:
+            return limit + 1
+    return total
+
+
+def node_names(depth: int, width: int) -> tuple[str, ...]:
+    """Every node's name, root first: ``a``, ``a.1``, ..., as traces and properties name them."""
+    return _shape(depth, width).names
 
 
 class TreeSystem:

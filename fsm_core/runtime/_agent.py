@@ -33,7 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from fsm_core._errors import FsmError, UsageError
+from fsm_core._errors import FsmError, UsageError, echo
 from fsm_core.host import HostedMachine
 from fsm_core.runtime._causes import (
     DISPOSED,
@@ -204,12 +204,12 @@ class Agent:
         lane: object = target  # typed as a Lane, but a careless caller passes anything
         if type(lane) is not str or lane not in ("next_turn", "next_step"):
             raise UsageError(
-                f"agent {self.id}: target must be 'next_turn' or 'next_step', not {target!r}"
+                f"agent {self.id}: target must be 'next_turn' or 'next_step', not {echo(target)}"
             )
         if not isinstance(wakeup, bool):
-            raise UsageError(f"agent {self.id}: wakeup must be a bool, not {wakeup!r}")
+            raise UsageError(f"agent {self.id}: wakeup must be a bool, not {echo(wakeup)}")
         if any(m.id == message.id for m in (*self.inbox.next_turn, *self.inbox.next_step)):
-            raise UsageError(f"agent {self.id}: message {message.id!r} is already pending")
+            raise UsageError(f"agent {self.id}: message {echo(message.id)} is already pending")
         if wakeup:
             try:
                 asyncio.get_running_loop()
@@ -236,7 +236,7 @@ class Agent:
         On an idle agent with nothing queued this does nothing and arms nothing.
         """
         if not isinstance(keep_inbox, bool):
-            raise UsageError(f"agent {self.id}: keep_inbox must be a bool, not {keep_inbox!r}")
+            raise UsageError(f"agent {self.id}: keep_inbox must be a bool, not {echo(keep_inbox)}")
         self._cancelling.append(cause)
         try:
             self._fire("cancel", cause=cause.kind, keep_inbox=keep_inbox)

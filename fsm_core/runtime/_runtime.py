@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from fsm_core._errors import UsageError
+from fsm_core._errors import SpecError, UsageError, echo, known
 from fsm_core.runtime._agent import Agent, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._model import ModelAdapter, Tool
@@ -33,7 +33,15 @@ class Runtime:
         self.events = EventBus()
         self.model = model
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
-        self._table = load_spec(specs).machines["agent"]
+        spec = load_spec(specs)
+        if "agent" not in spec.machines:
+            raise SpecError(
+                str(spec.root),
+                "",
+                f"no table defines the machine 'agent' that the runtime runs "
+                f"(machines: {known(spec.machines) or 'none'})",
+            )
+        self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
@@ -49,11 +57,11 @@ class Runtime:
         and for a session another live agent records into.
         """
         if self._closing is not None:
-            raise UsageError(f"the runtime is closing; agent {agent_id!r} was not created")
-        if not isinstance(agent_id, str):
-            raise UsageError(f"an agent id is a str, not {type(agent_id).__name__}")
+            raise UsageError(f"the runtime is closing; agent {echo(agent_id)} was not created")
+        if type(agent_id) is not str or not 0 < len(agent_id) <= 200 or not agent_id.isprintable():
+            raise UsageError(f"an agent id is 1 to 200 printable characters, not {echo(agent_id)}")
         if agent_id in self._handles:
-            raise UsageError(f"an agent named {agent_id!r} already exists")
+            raise UsageError(f"an agent named {echo(agent_id)} already exists")
         agent = Agent(self, agent_id, self._table, session or Session())
         handle = self._handles[agent_id] = AgentHandle(agent)
         return handle

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal, NoReturn, TypeAlias, final, get_args, overload
 
-from fsm_core._errors import FsmError, UsageError
+from fsm_core._errors import FsmError, UsageError, echo
 
 __all__ = [
     "EVENT_SHAPES",
@@ -178,32 +178,32 @@ def _freeze(value: object, path: str, stack: tuple[int, ...] = ()) -> JSON:
         return _safe_int(value, path)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _Fault(f"field {path!r} is {value!r}; JSON numbers are finite")
+            raise _Fault(f"field {echo(path)} is {echo(value)}; JSON numbers are finite")
         return float.__float__(value)
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, list | tuple | Mapping):
         if id(value) in stack:
-            raise _Fault(f"field {path!r} contains itself")
+            raise _Fault(f"field {echo(path)} contains itself")
         if len(stack) >= MAX_DEPTH:
-            raise _Fault(f"field {path!r} is nested deeper than {MAX_DEPTH} levels")
+            raise _Fault(f"field {echo(path)} is nested deeper than {MAX_DEPTH} levels")
         inner = (*stack, id(value))
         if isinstance(value, Mapping):
             frozen: dict[str, JSON] = {}
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise _Fault(f"field {path!r} has a non-string key {key!r}")
+                    raise _Fault(f"field {echo(path)} has a non-string key {echo(key)}")
                 frozen[str.__str__(key)] = _freeze(item, f"{path}.{key}", inner)
             return MappingProxyType(frozen)
         return tuple(_freeze(item, f"{path}[{i}]", inner) for i, item in enumerate(value))
-    raise _Fault(f"field {path!r} must be a JSON value, found {type(value).__name__}")
+    raise _Fault(f"field {echo(path)} must be a JSON value, found {type(value).__name__}")
 
 
 def _safe_int(value: int, path: str) -> int:
     value = int.__int__(value)  # an int subclass's own comparisons never run
     if not -SAFE_INTEGER <= value <= SAFE_INTEGER:
         raise _Fault(
-            f"field {path!r} is an integer beyond +-(2**53 - 1), which not every JSON reader "
+            f"field {echo(path)} is an integer beyond +-(2**53 - 1), which not every JSON reader "
             "holds exactly"
         )
     return value
@@ -227,7 +227,7 @@ def _dumps(value: object) -> str:
 
 def _check_field(name: str, field_type: FieldType, value: object) -> JSON:
     def wrong() -> NoReturn:
-        raise _Fault(f"field {name!r} must be {_EXPECTED[field_type]}, found {_kind(value)}")
+        raise _Fault(f"field {echo(name)} must be {_EXPECTED[field_type]}, found {_kind(value)}")
 
     match field_type:
         case "int":
@@ -261,17 +261,17 @@ def _check_field(name: str, field_type: FieldType, value: object) -> JSON:
             extra = sorted((repr(key) for key in value if key != "kind"), key=str)
             if extra:
                 raise _Fault(
-                    f'field {name!r} must be exactly {{"kind": ...}}, but also has '
+                    f'field {echo(name)} must be exactly {{"kind": ...}}, but also has '
                     f"{', '.join(extra)} (a durable outcome never records who cancelled or why)"
                 )
             if "kind" not in value:
-                raise _Fault(f"field {name!r} has no 'kind'")
+                raise _Fault(f"field {echo(name)} has no 'kind'")
             kind = value["kind"]
             if not isinstance(kind, str):
                 raise _Fault(f"field '{name}.kind' must be a string, found {_kind(kind)}")
             if kind not in OUTCOME_KINDS:
                 raise _Fault(
-                    f"field '{name}.kind' is {kind!r}, not one of: {', '.join(OUTCOME_KINDS)}"
+                    f"field '{name}.kind' is {echo(kind)}, not one of: {', '.join(OUTCOME_KINDS)}"
                 )
             return MappingProxyType({"kind": str.__str__(kind)})
 
@@ -285,7 +285,7 @@ def _check_data(event_type: EventType, data: object) -> Mapping[str, JSON]:
             raise _Fault(f"data must be a JSON object, found {_kind(data)}")
         for key in data:
             if key not in shape:
-                raise _Fault(f"unexpected field {key!r} ({exactly})")
+                raise _Fault(f"unexpected field {echo(key)} ({exactly})")
         for key in shape:
             if key not in data:
                 raise _Fault(f"missing field {key!r} ({exactly})")
@@ -319,7 +319,7 @@ def _check_type(event_type: object) -> EventType:
     if not isinstance(event_type, str):
         raise _Fault(f"type must be a string, found {_kind(event_type)}")
     if event_type not in _EVENT_TYPES:
-        raise _Fault(f"unknown event type {event_type!r} (known: {', '.join(EVENT_SHAPES)})")
+        raise _Fault(f"unknown event type {echo(event_type)} (known: {', '.join(EVENT_SHAPES)})")
     return _EVENT_TYPES[event_type]
 
 
@@ -330,7 +330,7 @@ def _check_record(record: object, seq: int) -> SessionEvent:
     exactly = f"a record is exactly: {', '.join(_RECORD_KEYS)}"
     for key in record:
         if key not in _RECORD_KEYS:
-            raise _Fault(f"record has an unexpected key {key!r} ({exactly})")
+            raise _Fault(f"record has an unexpected key {echo(key)} ({exactly})")
     for key in _RECORD_KEYS:
         if key not in record:
             raise _Fault(f"record has no key {key!r} ({exactly})")

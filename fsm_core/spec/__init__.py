@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import SpecError, echo
 from fsm_core._paths import specs_dir
-from fsm_core.spec._load import load_clauses, load_table
+from fsm_core.spec._load import _exists, load_clauses, load_table
 from fsm_core.spec._machine import Effect, Machine, State, Step
 from fsm_core.spec._table import Clause
 
@@ -36,9 +36,21 @@ class Spec:
 def load_spec(root: Path | None = None) -> Spec:
     """Load ``specs/``: the clause catalogue, then every other ``*.toml`` as a machine.
 
-    Raises :class:`SpecError` for the first fault found, naming file and row.
+    Raises :class:`SpecError` for the first fault found, naming file and row; a ``root``
+    that is not a directory is a fault too. A failed load keeps nothing: only a whole
+    :class:`Spec` is cached.
     """
-    return _load(root.resolve() if root is not None else specs_dir())
+    if root is None:
+        return _load(specs_dir())
+    try:
+        resolved = root.resolve()
+    except OSError as e:
+        raise SpecError(str(root), "", f"cannot resolve the path: {e.strerror or e}") from None
+    except RuntimeError:  # how Path.resolve reports a symlink loop before Python 3.13
+        raise SpecError(str(root), "", "cannot resolve the path: a symlink loop") from None
+    if not _exists(resolved, Path.is_dir):
+        raise SpecError(str(root), "", "not a directory; expected a directory of tables")
+    return _load(resolved)
 
 
 @cache
@@ -51,6 +63,8 @@ def _load(root: Path) -> Spec:
         display = f"{root.name}/{path.name}"
         machine = load_table(path, clauses, display)
         if machine.name in machines:
-            raise SpecError(display, "[machine]", f"machine name {machine.name!r} is used twice")
+            raise SpecError(
+                display, "[machine]", f"machine name {echo(machine.name)} is used twice"
+            )
         machines[machine.name] = machine
     return Spec(root, clauses, machines)

@@ -22,6 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from fsm_core._errors import echo, known
+from fsm_core.spec._limits import MAX_EXPR_DEPTH, MAX_EXPR_LENGTH, MAX_EXPR_NODES, MAX_INT
+
 Value: TypeAlias = bool | int | str
 Kind = Literal["bool", "int", "enum"]
 
@@ -35,25 +38,33 @@ class ExprError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Type:
-    """A finite type: its kind, a display name and its whole domain in a fixed order."""
+    """A finite type: its kind, a display name and its whole domain in a fixed order.
+
+    An integer type's domain is a ``range``, never a materialized list: the type of
+    ``if c then 0 else 1000000000`` costs nothing, however wide.
+    """
 
     kind: Kind
     name: str
-    values: tuple[Value, ...]
+    values: Sequence[Value]
 
     def __str__(self) -> str:
         return self.name
 
     def admits(self, other: Type) -> bool:
         """True iff every value of ``other`` is a value of this type."""
-        return self.kind == other.kind and set(other.values) <= set(self.values)
+        if self.kind != other.kind:
+            return False
+        if self.kind == "int":
+            return _bounds(self)[0] <= _bounds(other)[0] and _bounds(other)[1] <= _bounds(self)[1]
+        return set(other.values) <= set(self.values)
 
 
 BOOL = Type("bool", "bool", (False, True))
 
 
 def int_type(lo: int, hi: int) -> Type:
-    return Type("int", f"int[{lo}..{hi}]", tuple(range(lo, hi + 1)))
+    return Type("int", f"int[{lo}..{hi}]", range(lo, hi + 1))
 
 
 def enum_type(name: str, values: Sequence[str]) -> Type:
@@ -221,17 +232,31 @@ def _tokens(text: str) -> list[str]:
         if m is None or m.end() == pos:
             rest = stripped[pos:]
             column = pos + len(rest) - len(rest.lstrip()) + 1
-            raise ExprError(f"unexpected character {rest.lstrip()[:1]!r} at column {column}")
+            raise ExprError(f"unexpected character {echo(rest.lstrip()[:1])} at column {column}")
         out.append(m.group(m.lastgroup or "op"))
         pos = m.end()
     return out
 
 
 class _Parser:
+    """A recursive-descent parser that refuses, with an :class:`ExprError`, text longer than
+    ``MAX_EXPR_LENGTH`` and nesting deeper than ``MAX_EXPR_DEPTH``, before either can
+    exhaust the stack."""
+
     def __init__(self, text: str) -> None:
+        if len(text) > MAX_EXPR_LENGTH:
+            raise ExprError(
+                f"the text is {len(text):,} characters long; the limit is {MAX_EXPR_LENGTH:,}"
+            )
         self.text = text
         self.toks = _tokens(text)
         self.i = 0
+        self.depth = 0
+
+    def nest(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_EXPR_DEPTH:
+            raise ExprError(_too_deep())
 
     def peek(self) -> str | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -239,25 +264,29 @@ class _Parser:
     def take(self, expected: str | None = None) -> str:
         tok = self.peek()
         if tok is None:
-            raise ExprError(f"unexpected end of expression, expected {expected or 'more'!r}")
+            raise ExprError(f"unexpected end of expression, expected {echo(expected or 'more')}")
         if expected is not None and tok != expected:
-            raise ExprError(f"expected {expected!r} but found {tok!r}")
+            raise ExprError(f"expected {echo(expected)} but found {echo(tok)}")
         self.i += 1
         return tok
 
     def done(self) -> None:
         if self.peek() is not None:
-            raise ExprError(f"unexpected {self.peek()!r} after a complete expression")
+            raise ExprError(f"unexpected {echo(self.peek())} after a complete expression")
 
     def expr(self) -> Expr:
+        self.nest()
         if self.peek() == "if":
             self.take()
             test = self.expr()
             self.take("then")
             then = self.expr()
             self.take("else")
-            return Cond(test, then, self.expr())
-        return self.binary(1)
+            e: Expr = Cond(test, then, self.expr())
+        else:
+            e = self.binary(1)
+        self.depth -= 1
+        return e
 
     def binary(self, level: int) -> Expr:
         if level > 3:
@@ -274,7 +303,10 @@ class _Parser:
     def unary(self) -> Expr:
         if self.peek() == "not":
             self.take()
-            return Not(self.unary())
+            self.nest()
+            e = Not(self.unary())
+            self.depth -= 1
+            return e
         return self.comparison()
 
     def comparison(self) -> Expr:
@@ -307,7 +339,7 @@ class _Parser:
             raise ExprError("unexpected end of expression, expected a name")
         self.i += 1
         if not re.fullmatch(r"[A-Za-z_]\w*", tok) or tok in KEYWORDS:
-            raise ExprError(f"expected a name but found {tok!r}")
+            raise ExprError(f"expected a name but found {echo(tok)}")
         return tok
 
     def atom(self) -> Expr:
@@ -322,6 +354,9 @@ class _Parser:
             return Lit(tok == "true")
         if tok is not None and tok.isdigit():
             self.take()
+            # Compare the text first: int() refuses over 4,300 digits.
+            if len(tok) > len(str(MAX_INT)) or int(tok) > MAX_INT:
+                raise ExprError(f"the integer {echo(tok)} is over the limit of {MAX_INT:,}")
             return Lit(int(tok))
         return Ident(self.name())
 
@@ -333,7 +368,7 @@ def parse_expr(text: str) -> Expr:
         raise ExprError("empty expression")
     e = p.expr()
     p.done()
-    return e
+    return _shallow(e)
 
 
 def parse_stmt(text: str) -> Assign | Call:
@@ -346,7 +381,7 @@ def parse_stmt(text: str) -> Assign | Call:
         p.take()
         value = p.expr()
         p.done()
-        return Assign(head, value)
+        return Assign(head, _shallow(value))
     if p.peek() == "(":
         p.take()
         args: list[Expr] = []
@@ -357,8 +392,39 @@ def parse_stmt(text: str) -> Assign | Call:
                 args.append(p.expr())
         p.take(")")
         p.done()
-        return Call(head, tuple(args))
-    raise ExprError(f"an effect is 'var := expr' or 'effect(args)', not {text.strip()!r}")
+        return Call(head, tuple(_shallow(a) for a in args))
+    raise ExprError(f"an effect is 'var := expr' or 'effect(args)', not {echo(text.strip())}")
+
+
+def _too_deep() -> str:
+    return f"the expression nests deeper than {MAX_EXPR_DEPTH} levels"
+
+
+def _children(e: Expr) -> tuple[Expr, ...]:
+    match e:
+        case Not(operand=o) | In(operand=o):
+            return (o,)
+        case BinOp(left=left, right=right):
+            return (left, right)
+        case Cond(test=c, then=a, orelse=b):
+            return (c, a, b)
+    return ()
+
+
+def _shallow(e: Expr) -> Expr:
+    """``e``, checked without recursion to nest at most ``MAX_EXPR_DEPTH`` deep.
+
+    The parser's own nesting guard does not see a chain like ``a + a + ... + a``, which it
+    builds in a loop, but every later pass (type checking, compiling, printing) recurses
+    through it.
+    """
+    stack = [(e, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPR_DEPTH:
+            raise ExprError(_too_deep())
+        stack.extend((child, depth + 1) for child in _children(node))
+    return e
 
 
 # --- type checking -------------------------------------------------------------------------------
@@ -377,7 +443,42 @@ class Scope:
 
 
 def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
-    """Resolve names and type-check; return the resolved tree and its type."""
+    """Resolve names and type-check; return the resolved tree and its type.
+
+    The resolved tree, with every definition it names expanded in place (as generated code
+    inlines them), may nest at most ``MAX_EXPR_DEPTH`` deep and hold at most
+    ``MAX_EXPR_NODES`` nodes: a chain of definitions, each naming the one before twice, would
+    otherwise double the generated code with every link.
+    """
+    resolved, t = _check(e, scope)
+    depth, nodes = _expanded(resolved, scope.defs, {})
+    if depth > MAX_EXPR_DEPTH:
+        raise ExprError(f"{_too_deep()}, with its definitions expanded")
+    if nodes > MAX_EXPR_NODES:
+        raise ExprError(
+            f"the expression has {nodes:,} terms with its definitions expanded; "
+            f"the limit is {MAX_EXPR_NODES:,}"
+        )
+    return resolved, t
+
+
+def _expanded(
+    e: Expr, defs: Mapping[str, Expr], seen: dict[str, tuple[int, int]]
+) -> tuple[int, int]:
+    """(depth, nodes) of a resolved expression with its definitions expanded; ``seen``
+    memoizes each definition's. Recursion is bounded: every definition passed this check."""
+    if isinstance(e, Def):
+        if e.name not in seen:
+            seen[e.name] = _expanded(defs[e.name], defs, seen)
+        return seen[e.name]
+    depth, nodes = 0, 0
+    for child in _children(e):
+        d, n = _expanded(child, defs, seen)
+        depth, nodes = max(depth, d), nodes + n
+    return depth + 1, nodes + 1
+
+
+def _check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
     match e:
         case Lit(value=bool()):
             return e, BOOL
@@ -395,22 +496,22 @@ def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
                 return Lit(value), int_type(value, value)
             if n in scope.symbols:
                 return Sym(n), enum_type(n, (n,))
-            raise ExprError(f"unknown name {n!r}")
+            raise ExprError(f"unknown name {echo(n)}")
         case Not(operand=o):
             o2 = _expect_bool(o, scope, "not")
             return Not(o2), BOOL
         case In(operand=o, members=members):
-            o2, t = check(o, scope)
+            o2, t = _check(o, scope)
             if t.kind != "enum":
                 raise ExprError(f"'in' needs an enumeration on its left, not {t}")
             for m in members:
                 if m not in t.values:
-                    raise ExprError(f"{m!r} is not a value of {t} (values: {_list(t.values)})")
+                    raise ExprError(f"{echo(m)} is not a value of {t} (values: {_list(t.values)})")
             return In(o2, members), BOOL
         case Cond(test=c, then=a, orelse=b):
             c2 = _expect_bool(c, scope, "if")
-            a2, ta = check(a, scope)
-            b2, tb = check(b, scope)
+            a2, ta = _check(a, scope)
+            b2, tb = _check(b, scope)
             if ta.kind != tb.kind:
                 raise ExprError(f"type mismatch: 'then' is {ta} but 'else' is {tb}")
             return Cond(c2, a2, b2), _union(ta, tb)
@@ -419,18 +520,18 @@ def check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
                 return BinOp(
                     op, _expect_bool(left, scope, op), _expect_bool(right, scope, op)
                 ), BOOL
-            l2, tl = check(left, scope)
-            r2, tr = check(right, scope)
+            l2, tl = _check(left, scope)
+            r2, tr = _check(right, scope)
             if op in ("+", "-"):
                 if tl.kind != "int" or tr.kind != "int":
-                    raise ExprError(f"type mismatch: {op!r} needs integers, not {tl} and {tr}")
+                    raise ExprError(f"type mismatch: {echo(op)} needs integers, not {tl} and {tr}")
                 lo1, hi1, lo2, hi2 = _bounds(tl) + _bounds(tr)
                 bounds = (lo1 + lo2, hi1 + hi2) if op == "+" else (lo1 - hi2, hi1 - lo2)
                 return BinOp(op, l2, r2), int_type(*bounds)
             if tl.kind != tr.kind:
                 raise ExprError(f"type mismatch: cannot compare {tl} with {tr}")
             if op not in ("==", "!=") and tl.kind != "int":
-                raise ExprError(f"type mismatch: {op!r} needs integers, not {tl}")
+                raise ExprError(f"type mismatch: {echo(op)} needs integers, not {tl}")
             if tl.kind == "enum":
                 if isinstance(l2, Sym) and isinstance(r2, Sym):
                     raise ExprError(f"comparing two values ({l2.name}, {r2.name}) is constant")
@@ -466,15 +567,16 @@ def check_stmt_value(
 
 
 def _expect_bool(e: Expr, scope: Scope, where: str) -> Expr:
-    e2, t = check(e, scope)
+    e2, t = _check(e, scope)
     if t.kind != "bool":
-        raise ExprError(f"type mismatch: {where!r} needs a boolean, not {t}")
+        raise ExprError(f"type mismatch: {echo(where)} needs a boolean, not {t}")
     return e2
 
 
 def _bounds(t: Type) -> tuple[int, int]:
-    ints = [v for v in t.values if isinstance(v, int)]
-    return min(ints), max(ints)
+    lo, hi = t.values[0], t.values[-1]  # an integer type's values are a range
+    assert isinstance(lo, int) and isinstance(hi, int)
+    return lo, hi
 
 
 def _union(a: Type, b: Type) -> Type:
@@ -487,12 +589,12 @@ def _union(a: Type, b: Type) -> Type:
         return a  # `if c then holder else none` is a holder
     if b.admits(a):
         return b
-    values = tuple(dict.fromkeys(a.values + b.values))
+    values = tuple(dict.fromkeys((*a.values, *b.values)))
     return Type(a.kind, f"{a}|{b}", values)
 
 
 def _list(values: Sequence[Value]) -> str:
-    return ", ".join(str(v) for v in values)
+    return known(show(v) for v in values)
 
 
 # --- compilation ---------------------------------------------------------------------------------

@@ -7,13 +7,17 @@ event, ...) and what is wrong; a table with any fault is rejected whole.
 from __future__ import annotations
 
 import itertools
+import math
+import os
 import re
+import stat
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from fsm_core._errors import SpecError
+from fsm_core._errors import SpecError, echo, known
 from fsm_core.spec._expr import (
     BOOL,
     KEYWORDS,
@@ -41,8 +45,12 @@ from fsm_core.spec._expr import (
     show,
     unparse,
 )
+from fsm_core.spec._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, MAX_INT, MAX_NESTING, Limits
 from fsm_core.spec._machine import Machine, State, show_args
 from fsm_core.spec._table import (
+    CLAUSE_ID,
+    ID,
+    NAME,
     Clause,
     Definition,
     EffectSpec,
@@ -56,8 +64,8 @@ from fsm_core.spec._table import (
     Variable,
 )
 
-_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
 _INT = re.compile(r"int\[(-?\d+|[A-Za-z_]\w*)\.\.(-?\d+|[A-Za-z_]\w*)\]\Z")
+_PATH_PART = re.compile(r"[A-Za-z0-9_.-]+")
 _CONSTANT = re.compile(r"[A-Za-z_]\w*\Z")
 _TOP = {
     "machine", "constants", "states", "types", "vars", "defs", "events", "effects",
@@ -79,14 +87,14 @@ class _File:
     ) -> dict[str, Any]:
         if not isinstance(table, dict):
             self.fail(where, f"expected a table, found {type(table).__name__}")
-        required, optional = list(required), list(optional)
+        required, allowed = list(required), {*required, *optional}
         for key in table:
-            if key not in required and key not in optional:
-                allowed = ", ".join(sorted({*required, *optional}))
-                self.fail(where, f"unknown key {key!r} (expected one of: {allowed})")
+            if key not in allowed:
+                expected = known(sorted(allowed))
+                self.fail(where, f"unknown key {echo(key)} (expected one of: {expected})")
         for key in required:
             if key not in table:
-                self.fail(where, f"missing key {key!r}")
+                self.fail(where, f"missing key {echo(key)}")
         return table
 
     def table(self, where: str, value: object) -> dict[str, Any]:
@@ -96,8 +104,18 @@ class _File:
         return value
 
     def text(self, where: str, value: object, key: str) -> str:
+        """A string of plain text: no control or format character but newline and tab, so
+        nothing read from a table can drive a terminal when ``fsm-core spec`` prints it."""
         if not isinstance(value, str):
             self.fail(where, f"{key} must be a string, found {type(value).__name__}")
+        if not value.isprintable():
+            for i, c in enumerate(value):
+                if c not in "\n\t" and unicodedata.category(c).startswith("C"):
+                    self.fail(
+                        where,
+                        f"{key} holds the non-printing character {echo(c)} at position {i} "
+                        "(a table is plain text; newlines and tabs are allowed)",
+                    )
         return value
 
     def names(self, where: str, value: object, key: str) -> tuple[str, ...]:
@@ -105,26 +123,102 @@ class _File:
             value = [value]
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             self.fail(where, f"{key} must be a non-empty list of names")
+        seen: set[str] = set()
         for name in value:
-            if value.count(name) > 1:
-                self.fail(where, f"{key} lists {name!r} twice")
+            if name in seen:
+                self.fail(where, f"{key} lists {echo(name)} twice")
+            seen.add(name)
         return tuple(value)
 
+    def id(self, where: str, value: object) -> str:
+        """A row or invariant id (:data:`ID`): ids name rows in traces, labels and diagrams."""
+        if not isinstance(value, str) or not ID.fullmatch(value):
+            self.fail(
+                where,
+                f"id {echo(value)} is not a valid id "
+                "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+            )
+        return value
+
     def ident(self, where: str, name: str) -> str:
-        if not _NAME.match(name) or name in KEYWORDS:
-            self.fail(where, f"{name!r} is not a valid name (lower_snake_case, not a keyword)")
+        if not NAME.fullmatch(name) or name in KEYWORDS:
+            self.fail(where, f"{echo(name)} is not a valid name (lower_snake_case, not a keyword)")
         return name
 
 
-def read_toml(path: Path, display: str) -> dict[str, Any]:
-    """Read a TOML file; a syntax error becomes a :class:`SpecError` naming the file."""
+def _exists(path: Path, kind: Callable[[Path], bool]) -> bool:
+    """``kind(path)`` (``Path.is_file``, ``Path.is_dir``), False where the OS cannot even
+    look the path up (a name too long, say), which pathlib raises as OSError."""
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        return kind(path)
+    except OSError:
+        return False
+
+
+def read_text(path: Path, display: str) -> str:
+    """The text of a regular file of at most ``MAX_FILE_BYTES``, decoded as UTF-8.
+
+    Anything else (a missing file, a directory, a FIFO, a device, a symlink loop, an
+    unreadable file, invalid UTF-8) raises :class:`SpecError` naming the file. The file is
+    opened without blocking and checked to be regular before a byte is read, so a FIFO
+    cannot hang the loader waiting for a writer.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise SpecError(display, "", "file not found") from None
+    except OSError as e:
+        raise SpecError(display, "", f"cannot open the file: {e.strerror or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise SpecError(display, "", f"{kind}; expected a file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as e:
+        raise SpecError(display, "", f"cannot read the file: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(display, "", f"larger than the limit of {MAX_FILE_BYTES:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SpecError(display, "", f"not valid UTF-8 at line {line}") from None
+
+
+def read_toml(path: Path, display: str) -> dict[str, Any]:
+    """Read a TOML file (see :func:`read_text`); a fault becomes a :class:`SpecError`.
+
+    Values may nest at most ``MAX_NESTING`` deep: deeper is not a table anyone writes, and
+    it would overflow the parser's stack (or, as nested ``when`` blocks, generated code).
+    """
+    text = read_text(path, display)
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(display, "", f"not valid TOML: {e}") from None
+    except RecursionError:
+        raise SpecError(display, "", f"values nested over {MAX_NESTING} deep") from None
+    except ValueError:
+        # tomllib converts integer text with int(), which refuses over 4,300 digits.
+        raise SpecError(display, "", "not valid TOML: an integer too long to read") from None
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise SpecError(display, "", f"values nested over {MAX_NESTING} deep")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return data
 
 
 def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
@@ -133,23 +227,44 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
     data = f.keys("", read_toml(path, f.display), ["sources", "clauses"])
     sources: dict[str, str] = {}
     for key, rel in f.keys("[sources]", data["sources"], [], data["sources"]).items():
-        source_path = path.parent / f.text(f"source {key!r}", rel, "path")
+        _clause_id(f, "[sources]", "source", key)
+        where = f"source {echo(key)}"
+        text = f.text(where, rel, "path")
+        parts = text.split("/")
+        if any(not _PATH_PART.fullmatch(part) or part in (".", "..") for part in parts):
+            f.fail(
+                where,
+                f"{echo(text)} is not a relative path inside the catalogue's directory "
+                "(names of letters, digits, '.', '_' and '-' joined by '/')",
+            )
         try:
-            sources[key] = " ".join(source_path.read_text(encoding="utf-8").split())
-        except FileNotFoundError:
-            f.fail(f"source {key!r}", f"{rel} not found")
+            sources[key] = " ".join(read_text(path.parent / text, text).split())
+        except SpecError as e:
+            f.fail(where, str(e))
     clauses: dict[str, Clause] = {}
     for cid, body in f.table("[clauses]", data["clauses"]).items():
-        where = f"clause {cid!r}"
+        _clause_id(f, "[clauses]", "clause", cid)
+        where = f"clause {echo(cid)}"
         c = f.keys(where, body, ["source", "quote", "summary"])
         source = f.text(where, c["source"], "source")
         if source not in sources:
-            f.fail(where, f"unknown source {source!r} (sources: {', '.join(sources)})")
+            f.fail(where, f"unknown source {echo(source)} (sources: {known(sources)})")
         quote = f.text(where, c["quote"], "quote")
+        if not quote.strip():
+            f.fail(where, "the quote is empty (a clause quotes the words it stands for)")
         if " ".join(quote.split()) not in sources[source]:
             f.fail(where, f"quote not found verbatim in {data['sources'][source]}")
         clauses[cid] = Clause(cid, source, quote, f.text(where, c["summary"], "summary"))
     return clauses
+
+
+def _clause_id(f: _File, where: str, what: str, key: str) -> None:
+    if not CLAUSE_ID.fullmatch(key):
+        f.fail(
+            where,
+            f"{what} id {echo(key)} is not a valid id (letters, digits and _ in words joined "
+            "by . or -, e.g. S000.first-wins)",
+        )
 
 
 def load_table(
@@ -157,6 +272,7 @@ def load_table(
     clauses: Mapping[str, Clause],
     display: str | None = None,
     constants: Mapping[str, int] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Machine:
     """Load, type-check, compile and validate one table.
 
@@ -165,15 +281,16 @@ def load_table(
     (determinism, coverage, domains) run at the table's declared constants, which a table keeps
     small; at an overridden scale the table is type-checked again and the model checker takes
     over, since its domain may be far too large to enumerate (bench L has 10^10 valuations).
+    ``limits`` (a model's ``[model] limits``) bounds both: see :mod:`fsm_core.spec._limits`.
     """
     f = _File(display or f"{path.parent.name}/{path.name}")
     data = read_toml(path, f.display)
-    declared = Machine(_parse(f, data, clauses, {}))
-    _validate(f, declared, exhaustive=True)
+    declared = Machine(_parse(f, data, clauses, {}, limits))
+    _validate(f, declared, limits, exhaustive=True)
     if not constants:
         return declared
-    scaled = Machine(_parse(f, data, clauses, constants))
-    _validate(f, scaled, exhaustive=False)
+    scaled = Machine(_parse(f, data, clauses, constants, limits))
+    _validate(f, scaled, limits, exhaustive=False)
     return scaled
 
 
@@ -181,7 +298,11 @@ def load_table(
 
 
 def _parse(
-    f: _File, data: dict[str, Any], clauses: Mapping[str, Clause], overrides: Mapping[str, int]
+    f: _File,
+    data: dict[str, Any],
+    clauses: Mapping[str, Clause],
+    overrides: Mapping[str, int],
+    limits: Limits,
 ) -> Table:
     f.keys("", data, ["machine", "states", "vars", "events", "rows", "invariants"], _TOP)
     m = f.keys("[machine]", data["machine"], ["name", "title", "state_var", "initial"], ["doc"])
@@ -189,51 +310,56 @@ def _parse(
 
     states: list[StateSpec] = []
     for name, body in f.keys("[states]", data["states"], [], data["states"]).items():
-        where = f"state {name!r}"
+        where = f"state {echo(name)}"
         f.ident(where, name)
         state_body = f.keys(where, body, [], ["doc"])
         states.append(StateSpec(name, f.text(where, state_body.get("doc", ""), "doc")))
     state_names = tuple(s.name for s in states)
     if not states:
         f.fail("[states]", "a machine needs at least one state")
+    if len(states) > limits.values:
+        f.fail("[states]", _over(f"{len(states):,} states", "values", limits.values))
     initial = f.text("[machine]", m["initial"], "initial")
     if initial not in state_names:
-        f.fail("[machine]", f"unknown initial state {initial!r} (states: {', '.join(state_names)})")
+        f.fail("[machine]", f"unknown initial state {echo(initial)} (states: {known(state_names)})")
 
     consts: dict[str, int] = {}
     for name, value in f.table("[constants]", data.get("constants", {})).items():
         if not _CONSTANT.match(name):
-            f.fail(f"constant {name!r}", f"{name!r} is not a valid name")
-        if not isinstance(value, int) or isinstance(value, bool):
-            f.fail(f"constant {name!r}", f"a constant is an integer, not {value!r}")
-        consts[name] = value
+            f.fail(f"constant {echo(name)}", f"{echo(name)} is not a valid name")
+        consts[name] = _constant(f, name, value)
     for name, value in overrides.items():
         if name not in consts:
-            known = ", ".join(consts) or "none"
-            f.fail("[constants]", f"unknown constant {name!r} (constants: {known})")
-        if not isinstance(value, int) or isinstance(value, bool):
-            f.fail(f"constant {name!r}", f"a constant is an integer, not {value!r}")
-        consts[name] = value
+            f.fail(
+                "[constants]",
+                f"unknown constant {echo(name)} (constants: {known(consts) or 'none'})",
+            )
+        consts[name] = _constant(f, name, value)
 
     def bound(where: str, text: str) -> int:
         if text in consts:
             return consts[text]
         if text.lstrip("-").isdigit():
+            # Compare the text first: int() refuses over 4,300 digits.
+            if len(text.lstrip("-")) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
+                f.fail(where, f"the range bound {echo(text)} is over the limit of {MAX_INT:,}")
             return int(text)
-        f.fail(where, f"unknown constant {text!r} in an integer range")
+        f.fail(where, f"unknown constant {echo(text)} in an integer range")
 
     types: dict[str, Type] = {"bool": BOOL}
     for name, values in f.table("[types]", data.get("types", {})).items():
-        where = f"type {name!r}"
+        where = f"type {echo(name)}"
         f.ident(where, name)
         if name == state_var:
-            f.fail(where, f"{name!r} is the state variable's type; its values are the [states]")
+            f.fail(where, f"{echo(name)} is the state variable's type; its values are the [states]")
         if (
             not isinstance(values, list)
             or not values
             or not all(isinstance(v, str) for v in values)
         ):
             f.fail(where, "an enumeration is a non-empty list of value names")
+        if len(values) > limits.values:
+            f.fail(where, _over(f"{len(values):,} values", "values", limits.values))
         if len(set(values)) != len(values):
             f.fail(where, "an enumeration lists a value twice")
         for v in values:
@@ -247,33 +373,38 @@ def _parse(
             lo, hi = bound(where, mi.group(1)), bound(where, mi.group(2))
             if lo > hi:
                 f.fail(where, f"empty integer range {text}")
+            if hi - lo + 1 > limits.values:
+                f.fail(
+                    where,
+                    _over(f"int[{lo}..{hi}] has {hi - lo + 1:,} values", "values", limits.values),
+                )
             return int_type(lo, hi)
         if text not in types:
-            f.fail(where, f"unknown type {text!r} (types: {', '.join(types)}, int[lo..hi])")
+            f.fail(where, f"unknown type {echo(text)} (types: {known(types)}, int[lo..hi])")
         return types[text]
 
     variables: list[Variable] = []
     for name, body in f.table("[vars]", data["vars"]).items():
-        where = f"var {name!r}"
+        where = f"var {echo(name)}"
         f.ident(where, name)
         if name == state_var:
-            f.fail(where, f"{name!r} is the state variable; [machine] declares it")
+            f.fail(where, f"{echo(name)} is the state variable; [machine] declares it")
         v = f.keys(where, body, ["type", "init"], ["doc"])
         t = resolve_type(where, v["type"])
         if isinstance(v["init"], str) and v["init"] in consts and t.kind == "int":
             v = {**v, "init": consts[v["init"]]}
         if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
-            f.fail(where, f"init {v['init']!r} is not a value of {t}")
+            f.fail(where, f"init {echo(v['init'])} is not a value of {t}")
         variables.append(Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc")))
     var_types = {state_var: types[state_var], **{v.name: v.type for v in variables}}
 
     for name in consts:
         if name in var_types:
-            f.fail(f"constant {name!r}", f"{name!r} is also a variable")
+            f.fail(f"constant {echo(name)}", f"{echo(name)} is also a variable")
     symbols = frozenset(str(x) for t in types.values() if t.kind == "enum" for x in t.values)
     for name in var_types:
         if name in symbols:
-            f.fail(f"var {name!r}", f"{name!r} is both a variable and an enumeration value")
+            f.fail(f"var {echo(name)}", f"{echo(name)} is both a variable and an enumeration value")
 
     def params_of(where: str, spec: object, scoped: bool) -> tuple[tuple[str, Type], ...]:
         """Parameters; ``scoped`` ones (an event's) are names inside guards and effects."""
@@ -281,18 +412,18 @@ def _parse(
         for pname, ptype in f.keys(where, spec, [], spec if isinstance(spec, dict) else []).items():
             f.ident(where, pname)
             if scoped and (pname in symbols or pname in var_types):
-                f.fail(where, f"parameter {pname!r} shadows a variable or enumeration value")
+                f.fail(where, f"parameter {echo(pname)} shadows a variable or enumeration value")
             if scoped and pname in defs:
-                f.fail(where, f"parameter {pname!r} shadows the definition {pname!r}")
-            out.append((pname, resolve_type(f"{where} parameter {pname!r}", ptype)))
+                f.fail(where, f"parameter {echo(pname)} shadows the definition {echo(pname)}")
+            out.append((pname, resolve_type(f"{where} parameter {echo(pname)}", ptype)))
         return tuple(out)
 
     defs: dict[str, Definition] = {}
     for name, body in f.table("[defs]", data.get("defs", {})).items():
-        where = f"def {name!r}"
+        where = f"def {echo(name)}"
         f.ident(where, name)
         if name in symbols or name in var_types:
-            f.fail(where, f"{name!r} is already a variable or enumeration value")
+            f.fail(where, f"{echo(name)} is already a variable or enumeration value")
         d = f.keys(where, body, ["expr"], ["doc"])
         text = f.text(where, d["expr"], "expr")
         scope = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols, consts)
@@ -304,17 +435,20 @@ def _parse(
 
     events: dict[str, EventSpec] = {}
     for name, body in f.table("[events]", data["events"]).items():
-        where = f"event {name!r}"
+        where = f"event {echo(name)}"
         f.ident(where, name)
         ev = f.keys(where, body, ["kind"], ["params", "doc"])
         if ev["kind"] not in ("input", "internal"):
-            f.fail(where, f"kind must be 'input' or 'internal', not {ev['kind']!r}")
+            f.fail(where, f"kind must be 'input' or 'internal', not {echo(ev['kind'])}")
         params = params_of(where, ev.get("params", {}), scoped=True)
+        arguments = math.prod(len(t.values) for _, t in params)
+        if arguments > limits.values:
+            f.fail(where, _over(f"{arguments:,} argument tuples", "values", limits.values))
         events[name] = EventSpec(name, ev["kind"], params, f.text(where, ev.get("doc", ""), "doc"))
 
     effects: dict[str, EffectSpec] = {}
     for name, body in f.table("[effects]", data.get("effects", {})).items():
-        where = f"effect {name!r}"
+        where = f"effect {echo(name)}"
         f.ident(where, name)
         e = f.keys(where, body, [], ["params", "notifies", "doc", "requires"])
         notifies = e.get("notifies", False)
@@ -343,31 +477,31 @@ def _parse(
         out = f.names(where, body["clauses"], "clauses")
         for tag in out:
             if tag not in clauses:
-                f.fail(where, f"unknown clause {tag!r} (see specs/clauses.toml)")
+                f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
         return out
 
     rows: list[Row] = []
     seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "rows")):
         raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"row {raw_id!r}" if isinstance(raw_id, str) else f"rows[{i}]"
+        where = f"row {echo(raw_id)}" if _is_id(raw_id) else f"rows[{i}]"
         r = f.keys(
             where, body, ["id", "on", "from"], ["clauses", "guard", "to", "reject", "do", "doc"]
         )
-        rid = f.text(where, r["id"], "id")
+        rid = f.id(where, r["id"])
         if rid in seen:
             f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])")
         seen[rid] = i
         event = f.text(where, r["on"], "on")
         if event not in events:
-            f.fail(where, f"unknown event {event!r} (events: {', '.join(events)})")
+            f.fail(where, f"unknown event {echo(event)} (events: {known(events)})")
         sources = f.names(where, r["from"], "from")
         for s in sources:
             if s not in state_names:
-                f.fail(where, f"unknown state {s!r} in from (states: {', '.join(state_names)})")
+                f.fail(where, f"unknown state {echo(s)} in from (states: {known(state_names)})")
         target = r.get("to")
         if target is not None and target not in state_names:
-            f.fail(where, f"unknown state {target!r} in to (states: {', '.join(state_names)})")
+            f.fail(where, f"unknown state {echo(target)} in to (states: {known(state_names)})")
         reject = r.get("reject")
         if reject is not None and ("to" in r or "do" in r):
             f.fail(where, "a reject row has no 'to' and no 'do'")
@@ -394,11 +528,11 @@ def _parse(
             on = f.names(where, p["on"], "on")
             for event_name in on:
                 if event_name not in events:
-                    f.fail(where, f"unknown event {event_name!r} (events: {', '.join(events)})")
+                    f.fail(where, f"unknown event {echo(event_name)} (events: {known(events)})")
             states_in = f.names(where, p["in"], "in")
             for s in states_in:
                 if s not in state_names:
-                    f.fail(where, f"unknown state {s!r} in in (states: {', '.join(state_names)})")
+                    f.fail(where, f"unknown state {echo(s)} in in (states: {known(state_names)})")
             why = f.text(where, p["why"], "why")
             pair_rules.append(PairRule(kind, i, on, states_in, why, tags(where, p)))
 
@@ -407,11 +541,11 @@ def _parse(
     inv_seen: dict[str, int] = {}
     for i, body in enumerate(_array(f, data, "invariants")):
         raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"invariant {raw_id!r}" if isinstance(raw_id, str) else f"invariants[{i}]"
+        where = f"invariant {echo(raw_id)}" if _is_id(raw_id) else f"invariants[{i}]"
         step_form = isinstance(body, dict) and "unchanged" in body
         required = ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
         inv = f.keys(where, body, required, ["clauses"])
-        iid = f.text(where, inv["id"], "id")
+        iid = f.id(where, inv["id"])
         if iid in inv_seen:
             f.fail(
                 where, f"duplicate invariant id (invariants[{inv_seen[iid]}] and invariants[{i}])"
@@ -420,7 +554,7 @@ def _parse(
         if step_form:
             var = f.text(where, inv["unchanged"], "unchanged")
             if var not in var_types or var == state_var:
-                f.fail(where, f"unknown variable {var!r} in unchanged")
+                f.fail(where, f"unknown variable {echo(var)} in unchanged")
             text = f.text(where, inv["while"], "while")
             stable.append(
                 Stability(
@@ -454,6 +588,26 @@ def _parse(
     )  # fmt: skip
 
 
+def _constant(f: _File, name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        f.fail(f"constant {echo(name)}", f"a constant is an integer, not {echo(value)}")
+    if abs(value) > MAX_INT:
+        f.fail(f"constant {echo(name)}", f"{echo(value)} is over the limit of {MAX_INT:,}")
+    return value
+
+
+def _over(what: str, limit: str, value: int) -> str:
+    """The fault of a size over one of :class:`Limits`, saying how a model raises it."""
+    return (
+        f"{what}, over the limit of {value:,} "
+        f"(a model may raise it: [model] limits = {{ {limit} = N }})"
+    )
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, str) and ID.fullmatch(value) is not None
+
+
 def _array(f: _File, data: Mapping[str, Any], key: str) -> list[Any]:
     value = data.get(key, [])
     if not isinstance(value, list):
@@ -465,9 +619,9 @@ def _bool_expr(f: _File, where: str, text: str, scope: Scope) -> Expr:
     try:
         expr, t = check(parse_expr(text), scope)
     except ExprError as e:
-        f.fail(where, f"{e} in {text!r}")
+        f.fail(where, f"{e} in {echo(text)}")
     if t.kind != "bool":
-        f.fail(where, f"type mismatch: expected a boolean, found {t} in {text!r}")
+        f.fail(where, f"type mismatch: expected a boolean, found {t} in {echo(text)}")
     return expr
 
 
@@ -497,12 +651,12 @@ def _stmts(
                     if v == state_var:
                         raise ExprError(f"{state_var} changes only through 'to'")
                     if v not in var_types:
-                        known = ", ".join(n for n in var_types if n != state_var)
-                        raise ExprError(f"unknown variable {v!r} (variables: {known})")
+                        names = known(n for n in var_types if n != state_var)
+                        raise ExprError(f"unknown variable {echo(v)} (variables: {names})")
                     out.append(Assign(v, check_stmt_value(value, var_types[v], scope, v)))
                 case Call(effect=name, args=args):
                     if name not in effects:
-                        raise ExprError(f"unknown effect {name!r} (effects: {', '.join(effects)})")
+                        raise ExprError(f"unknown effect {echo(name)} (effects: {known(effects)})")
                     params = effects[name].params
                     if len(args) != len(params):
                         raise ExprError(f"{name} takes {len(params)} argument(s), got {len(args)}")
@@ -516,29 +670,29 @@ def _stmts(
                         )
                     )
         except ExprError as e:
-            f.fail(where, f"{e} in {text!r}")
+            f.fail(where, f"{e} in {echo(text)}")
     return tuple(out)
 
 
 # --- validation over the finite domain -----------------------------------------------------------
 
 
-def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
+def _validate(f: _File, m: Machine, limits: Limits, *, exhaustive: bool) -> None:
     t = m.table
     used = {name for row in t.rows for name in _calls(row.effects)}
     for name in t.effects:
         if name not in used:
-            f.fail(f"effect {name!r}", "declared but no row performs it")
+            f.fail(f"effect {echo(name)}", "declared but no row performs it")
 
     referenced = {name for expr in _expressions(t) for name in _defs_in(expr)}
     for name in t.defs:
         if name != "quiescent" and name not in referenced:
-            f.fail(f"def {name!r}", "defined but no row, definition or invariant uses it")
+            f.fail(f"def {echo(name)}", "defined but no row, definition or invariant uses it")
 
     bad = m.violated(m.initial)
     if bad:
         f.fail(
-            f"invariant {bad[0]!r}",
+            f"invariant {echo(bad[0])}",
             f"does not hold in the initial state {m.format_state(m.initial)}",
         )
 
@@ -549,7 +703,7 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
             for e in rule.events:
                 where = f"{rule.kind}[{rule.index}]"
                 if (s, e) in handled:
-                    f.fail(where, f"({s}, {e}) is also handled by row {handled[(s, e)]!r}")
+                    f.fail(where, f"({s}, {e}) is also handled by row {echo(handled[(s, e)])}")
                 if (s, e) in listed:
                     f.fail(where, f"({s}, {e}) is already listed by {listed[(s, e)]}")
                 listed[(s, e)] = where
@@ -559,10 +713,11 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                 fault = (
                     f"unhandled pair ({s}, {e}): add a row, or list it [[ignored]] or [[rejected]]"
                 )
-                f.fail(f"event {e!r}", fault)
+                f.fail(f"event {echo(e)}", fault)
 
     if not exhaustive:
         return
+    _domain_fits(f, t, limits)
     valuations = list(itertools.product(*(v.type.values for v in t.variables)))
     for s in t.state_names:
         states = [(s, *vals) for vals in valuations]
@@ -578,8 +733,8 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                     if len(rows) > 1:
                         a, b = rows[0].row.id, rows[1].row.id
                         f.fail(
-                            f"row {b!r}",
-                            f"rows {a!r} and {b!r} are both enabled for "
+                            f"row {echo(b)}",
+                            f"rows {echo(a)} and {echo(b)} are both enabled for "
                             f"{e}({show_args(m, e, args)}) in {m.format_state(st)}",
                         )
                     if rows and rows[0].row.reject is None:
@@ -589,10 +744,41 @@ def _validate(f: _File, m: Machine, *, exhaustive: bool) -> None:
                     for args in arguments:
                         if not m.enabled(st, e, args):
                             f.fail(
-                                f"event {e!r}",
+                                f"event {echo(e)}",
                                 f"input event not handled: no row is enabled for "
                                 f"{e}({show_args(m, e, args)}) in {m.format_state(st)}",
                             )
+
+
+def _domain_fits(f: _File, t: Table, limits: Limits) -> None:
+    """The cases :func:`_validate` checks stay within ``limits.domain``: every event, with
+    every argument tuple, against each row that may take it, in every state of the domain.
+    Else name the largest factor (a variable's values, an event's argument tuples, or the
+    rows of one state and event) with the whole count."""
+    valuations = math.prod(len(v.type.values) for v in t.variables)
+    arguments = {e: math.prod(len(ty.values) for _, ty in s.params) for e, s in t.events.items()}
+    rows: dict[tuple[str, str], int] = {}
+    for row in t.rows:
+        for source in row.sources:
+            rows[(source, row.event)] = rows.get((source, row.event), 0) + 1
+    total = valuations * sum(
+        arguments[e] * max(1, rows.get((s, e), 0)) for s in t.state_names for e in t.events
+    )
+    if total <= limits.domain:
+        return
+    factors = [
+        (len(v.type.values), f"var {echo(v.name)}", f"{v.type} has {len(v.type.values):,} values")
+        for v in t.variables
+    ]
+    factors += [(n, f"event {echo(e)}", f"{n:,} argument tuples") for e, n in arguments.items()]
+    factors += [
+        (n, f"event {echo(e)}", f"{n:,} rows take it in state {s}") for (s, e), n in rows.items()
+    ]
+    _, where, fault = max(factors, key=lambda factor: factor[0])
+    f.fail(
+        where,
+        _over(f"{fault}, so the loader would check {total:,} cases", "domain", limits.domain),
+    )
 
 
 def _check_result(
@@ -612,8 +798,8 @@ def _check_result(
         now = tuple(store)
         for sid in m.unstable(seen[0], now):
             f.fail(
-                f"row {row.id!r}",
-                f"breaks invariant {sid!r} (from {m.format_state(state)}{moment})",
+                f"row {echo(row.id)}",
+                f"breaks invariant {echo(sid)} (from {m.format_state(state)}{moment})",
             )
         seen[0] = now
 
@@ -621,17 +807,17 @@ def _check_result(
         for var, value in zip(t.variables, store[1:], strict=True):
             if value not in var.type.values:
                 f.fail(
-                    f"row {row.id!r}",
-                    f"out-of-domain assignment: {var.name} becomes {value!r}, not in {var.type} "
-                    f"(from {m.format_state(state)}{moment})",
+                    f"row {echo(row.id)}",
+                    f"out-of-domain assignment: {var.name} becomes {echo(value)}, "
+                    f"not in {var.type} (from {m.format_state(state)}{moment})",
                 )
 
     def perform(name: str, values: tuple[Value, ...]) -> None:
         for (p, ptype), v in zip(t.effects[name].params, values, strict=True):
             if v not in ptype.values:
                 f.fail(
-                    f"row {row.id!r}",
-                    f"out-of-domain argument: {name}({p}={v!r}) in {m.format_state(state)}",
+                    f"row {echo(row.id)}",
+                    f"out-of-domain argument: {name}({p}={echo(v)}) in {m.format_state(state)}",
                 )
         # Listeners inside the effect see the store as it is now, not as the row leaves it.
         in_domain(f", when {name} runs")
@@ -639,7 +825,7 @@ def _check_result(
             if m.unmet(name, store, values):
                 shown = ", ".join(show(v) for v in values)
                 f.fail(
-                    f"row {row.id!r}",
+                    f"row {echo(row.id)}",
                     f"{name}({shown}) requires {t.effects[name].requires_text}, which does not "
                     f"hold when it runs (from {m.format_state(state)})",
                 )

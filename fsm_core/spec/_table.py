@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from fsm_core.spec._expr import Expr, Stmt, Type, Value
 
 EventKind = Literal["input", "internal"]
+
+NAME = re.compile(r"[a-z_][a-z0-9_]*")
+"""A name in a table (machine, state, type, enumeration value, variable, event, parameter,
+effect, definition): lower_snake_case. Generated code may splice a name; nothing else."""
+
+ID = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*")
+"""A row or invariant id: lower_snake_case words joined by dots, e.g. ``send.idle.wake``."""
+
+CLAUSE_ID = re.compile(r"[A-Za-z0-9_]+(?:[.-][A-Za-z0-9_]+)*")
+"""A clause id or source key of the clause catalogue, e.g. ``S000.first-wins``, ``D1``."""
 
 
 @dataclass(frozen=True, slots=True)
