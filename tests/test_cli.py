@@ -49,14 +49,20 @@ def test_specs_naming_a_file_exit_2_naming_the_flag(
     assert (r.code, r.out, r.err) == (2, "", f"fsm-core: --specs {file}: not a directory\n")
 
 
+def last_wins_specs(tmp_path: Path) -> Path:
+    """A copy of the shipped specs/ whose agent table has the ``last_wins_cause`` bug."""
+    specs = copy_specs(tmp_path)
+    table = specs / "agent.toml"
+    mutant = BY_NAME["last_wins_cause"]
+    table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+    return specs
+
+
 def test_check_reads_the_agent_table_from_specs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """agent_races names ``../specs/agent.toml``; with --specs it checks DIR/agent.toml."""
-    specs = copy_specs(tmp_path)
-    mutant = BY_NAME["last_wins_cause"]
-    table = specs / "agent.toml"
-    table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+    specs = last_wins_specs(tmp_path)
     r = run(capsys, "--specs", str(specs), "check", "agent_races")
     assert r.code == 1
     assert r.out.splitlines()[1].split()[:3] == ["agent_races", "agent", "violation"]
@@ -102,10 +108,7 @@ def test_mutants_copy_the_tables_from_specs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The mutant's edit is checked against DIR's agent.toml, where it no longer applies."""
-    specs = copy_specs(tmp_path)
-    mutant = BY_NAME["last_wins_cause"]
-    table = specs / "agent.toml"
-    table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+    specs = last_wins_specs(tmp_path)
     r = run(capsys, "--specs", str(specs), "mutants", "--spec", "last_wins_cause")
     assert (r.code, r.out) == (2, "")
     assert r.err.startswith(

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from fsm_core import USER, Agent, Runtime, UserMessage
+from fsm_core import USER, Agent, AgentHandle, Runtime, UserMessage
 from fsm_core.runtime import (
     AbortSignal,
     Gate,
@@ -71,6 +71,34 @@ async def bounded(work: Awaitable[T]) -> T:
     """Await ``work``; a wedge fails the test instead of hanging it."""
     async with asyncio.timeout(10):
         return await work
+
+
+async def blocked_in_model() -> tuple[Runtime, AgentHandle, Gate, AbortSignal]:
+    """Agent a1 inside its first model call, at a gate that ignores the turn's signal: the
+    runtime, the agent's handle, the gate and the turn's signal."""
+    gate = Gate("model")
+    model = ScriptedModel([Wait(gate, Reply("late"), cooperate=False)])
+    rt = Runtime(model=model)
+    handle = await rt.create_agent("a1")
+    handle.agent.followup(UserMessage("m1", "hi"))
+    await bounded(gate.reached.wait())
+    return rt, handle, gate, model.requests[0][1]
+
+
+async def cancel_the_driver_in_the_model(
+    model: Any, gate: Gate
+) -> tuple[Runtime, Agent, asyncio.Task[Any]]:
+    """Turn 1 of agent a1 waits at ``gate`` inside ``model`` while m2 is queued; then its
+    driver task is cancelled from outside (a supervisor) and the agent settles."""
+    rt = Runtime(model=model)
+    agent = (await rt.create_agent("a1")).agent
+    agent.followup(UserMessage("m1", "one"))
+    await bounded(gate.reached.wait())
+    agent.followup(UserMessage("m2", "two"))
+    (driver,) = [t for t in asyncio.all_tasks() if t.get_name() == "driver a1"]
+    driver.cancel()
+    await bounded(agent.when_idle())
+    return rt, agent, driver
 
 
 class Injector:
@@ -251,14 +279,7 @@ def test_a_driver_cancelled_from_outside_halts_and_parks_the_queued_work(
                     await step.wait(signal, cooperate=False)
                 return Reply("ok")
 
-        rt = Runtime(model=Blocking())
-        agent = (await rt.create_agent("a1")).agent
-        agent.followup(UserMessage("m1", "one"))
-        await bounded(gate.reached.wait())
-        agent.followup(UserMessage("m2", "two"))
-        (driver,) = [t for t in asyncio.all_tasks() if t.get_name() == "driver a1"]
-        driver.cancel()
-        await bounded(agent.when_idle())
+        rt, agent, driver = await cancel_the_driver_in_the_model(Blocking(), gate)
         assert_agrees(agent)
         assert driver.cancelled()
         assert [m.id for m in agent.inbox.next_turn] == ["m2"]
@@ -299,15 +320,10 @@ def test_a_shutdown_cancelling_every_task_before_the_driver_ran_still_converges(
 @pytest.mark.parametrize("victim", ["dispose a1", "aclose"])
 def test_cancelling_the_teardown_task_itself_does_not_stop_the_teardown(victim: str) -> None:
     async def main() -> None:
-        gate = Gate("model")
-        model = ScriptedModel([Wait(gate, Reply("late"), cooperate=False)])
-        rt = Runtime(model=model)
-        handle = await rt.create_agent("a1")
+        rt, handle, gate, signal = await blocked_in_model()
         agent = handle.agent
-        agent.followup(UserMessage("m1", "hi"))
-        await bounded(gate.reached.wait())
         waiting = asyncio.ensure_future(handle.dispose() if victim != "aclose" else rt.aclose())
-        await bounded(model.requests[0][1].wait())  # the teardown began: it aborted the turn
+        await bounded(signal.wait())  # the teardown began: it aborted the turn
         (teardown,) = [t for t in asyncio.all_tasks() if t.get_name() == victim]
         teardown.cancel()
         gate.open()
@@ -361,14 +377,7 @@ def test_a_seam_that_turns_an_outside_cancel_into_another_error_still_halts_the_
                     raise RuntimeError("the SDK wraps every failure") from error
                 return Reply("ok")
 
-        rt = Runtime(model=Wrapping())
-        agent = (await rt.create_agent("a1")).agent
-        agent.followup(UserMessage("m1", "one"))
-        await bounded(gate.reached.wait())
-        agent.followup(UserMessage("m2", "two"))
-        (driver,) = [t for t in asyncio.all_tasks() if t.get_name() == "driver a1"]
-        driver.cancel()
-        await bounded(agent.when_idle())
+        rt, agent, _driver = await cancel_the_driver_in_the_model(Wrapping(), gate)
         assert [m.id for m in agent.inbox.next_turn] == ["m2"], "m2 parked, not run"
         outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
         assert outcomes == [{"kind": "error"}]
