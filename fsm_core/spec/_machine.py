@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequen
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from fsm_core._errors import NotEnabled, Rejected
+from fsm_core._errors import NotEnabled, Rejected, echo
 from fsm_core.spec._expr import (
     Assign,
     Block,
@@ -29,6 +29,9 @@ from fsm_core.spec._expr import (
     show,
 )
 from fsm_core.spec._table import Row, Table
+
+_PYTHON_TYPE: Mapping[str, type] = {"bool": bool, "int": int, "enum": str}
+"""The exact Python type of an argument of each kind of table type."""
 
 State: TypeAlias = tuple[Value, ...]
 Perform: TypeAlias = Callable[[str, tuple[Value, ...]], None]
@@ -199,9 +202,11 @@ class Machine:
             )
         out: list[Value] = []
         for p, t in spec.params:
-            if kwargs[p] not in t.values:
-                raise ValueError(f"{self.name}.{event}: {p}={kwargs[p]!r} is not a value of {t}")
-            out.append(kwargs[p])
+            value = kwargs[p]
+            # Exact types: 1 is not true, and a str subclass could compare equal to every value.
+            if type(value) is not _PYTHON_TYPE[t.kind] or value not in t.values:
+                raise ValueError(f"{self.name}.{event}: {p}={echo(value)} is not a value of {t}")
+            out.append(value)
         return tuple(out)
 
     def domain(self) -> Iterator[State]:

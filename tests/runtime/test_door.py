@@ -26,6 +26,7 @@ from fsm_core.runtime import (
     Session,
     SessionError,
     ToolCall,
+    UserCause,
     Wait,
 )
 from tests.runtime.test_faults import (
@@ -379,5 +380,34 @@ def test_a_turn_awaiting_its_own_disposal_is_refused_instead_of_deadlocking() ->
         assert handle.agent.phase == "disposed"
         outcomes = [e.data["outcome"] for e in handle.agent.session.events if e.type == "turn/end"]
         assert outcomes == [{"kind": "disposed"}]
+
+    asyncio.run(main())
+
+
+class _EqualToAll(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+def test_a_table_argument_must_be_exactly_a_value_of_its_type() -> None:
+    """1 is not true, and a str subclass equal to everything is no cause: the table refuses
+    both before any row runs, so nothing but its own values reaches its state."""
+
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel())
+        agent = (await rt.create_agent("a1")).agent
+        machine = agent.control.spec
+        with pytest.raises(ValueError, match=r"^agent\.send: wake=1 is not a value of bool$"):
+            machine.fire(machine.initial, "send", wake=1, lane="next_turn")
+        agent.inject(UserMessage("m1", "hi"))
+        before = dict(agent.control.values)
+        cause = UserCause()
+        object.__setattr__(cause, "kind", _EqualToAll("user"))
+        with pytest.raises(ValueError, match=r"^agent\.cancel: cause='user' is not a value"):
+            agent.cancel(cause)
+        assert dict(agent.control.values) == before and agent.inbox.pending
+        await bounded(rt.aclose())
 
     asyncio.run(main())
