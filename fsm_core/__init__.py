@@ -29,7 +29,7 @@ from fsm_core.runtime import (
     Runtime,
     UserMessage,
 )
-from fsm_core.spec import Clause, Effect, Machine, Spec, State, Step, load_spec
+from fsm_core.table import Clause, Effect, Machine, Spec, State, Step, load_spec
 
 __all__ = [
     "PARENT",

@@ -37,7 +37,7 @@ from fsm_core.check._report import (
 )
 from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
-from fsm_core.spec import load_spec
+from fsm_core.table import load_spec
 
 INTERRUPTED = 130
 """The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""

@@ -2,7 +2,7 @@
 
 Every file is drawn from the compiled tables alone, so a changed row moves its drawing:
 
->>> from fsm_core.spec import load_spec
+>>> from fsm_core.table import load_spec
 >>> sorted(render_diagrams(load_spec()))
 ['activation.dot', 'agent.dot', 'traceability.md']
 
@@ -50,9 +50,9 @@ from pathlib import Path
 import graphviz
 
 from fsm_core._errors import FsmError
-from fsm_core.spec import Machine, Spec
-from fsm_core.spec._expr import unparse, unparse_stmt
-from fsm_core.spec._table import Row
+from fsm_core.table import Machine, Spec
+from fsm_core.table._expr import unparse, unparse_stmt
+from fsm_core.table._table import Row
 
 __all__ = ["check_diagrams", "default_out_dir", "render_diagrams", "write_diagrams"]
 

@@ -4,7 +4,7 @@
 pinned by ``specs/schema.json`` (JSON Schema draft 2020-12) and named by ``format`` and
 ``version``. :func:`spec_to_text` is the listing ``fsm-core spec`` prints::
 
-    >>> from fsm_core.spec import load_spec
+    >>> from fsm_core.table import load_spec
     >>> spec = load_spec()
     >>> doc = spec_to_json(spec, ["agent"])
     >>> doc["format"], doc["version"], list(doc["machines"])
@@ -36,8 +36,8 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from fsm_core.spec import Machine, Spec
-from fsm_core.spec._expr import (
+from fsm_core.table import Machine, Spec
+from fsm_core.table._expr import (
     Assign,
     Block,
     Call,
@@ -49,7 +49,7 @@ from fsm_core.spec._expr import (
     unparse,
     unparse_stmt,
 )
-from fsm_core.spec._table import PairRule, Table
+from fsm_core.table._table import PairRule, Table
 
 __all__ = ["FORMAT", "SEMANTICS", "VERSION", "spec_to_json", "spec_to_text"]
 
@@ -100,7 +100,7 @@ _WIDTH: Final = 100
 def spec_to_json(spec: Spec, machines: Sequence[str]) -> dict[str, object]:
     """The export of ``machines`` (in the order given), with the clauses they cite.
 
-    >>> from fsm_core.spec import load_spec
+    >>> from fsm_core.table import load_spec
     >>> sorted(spec_to_json(load_spec(), ["agent"]))
     ['clauses', 'format', 'machines', 'version']
 

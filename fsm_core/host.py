@@ -42,9 +42,9 @@ from transitions import EventData, MachineError
 from transitions import Machine as TransitionsMachine
 
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
-from fsm_core.spec import Effect, Machine, State, Step
-from fsm_core.spec._expr import Value
-from fsm_core.spec._machine import CompiledRow
+from fsm_core.table import Effect, Machine, State, Step
+from fsm_core.table._expr import Value
+from fsm_core.table._machine import CompiledRow
 
 __all__ = ["HostedMachine"]
 

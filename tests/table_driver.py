@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fsm_core.spec import Effect, Machine, State
-from fsm_core.spec._expr import Value
+from fsm_core.table import Effect, Machine, State
+from fsm_core.table._expr import Value
 
 Reaction = Callable[["TableDriver", Effect], object]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fsm_core import Rejected
-from fsm_core.spec import load_spec
+from fsm_core.table import load_spec
 from tests.table_driver import TableDriver
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from fsm_core import NotEnabled, Rejected
-from fsm_core.spec import Effect, Machine, load_spec
+from fsm_core.table import Effect, Machine, load_spec
 from tests.table_driver import TableDriver
 
 

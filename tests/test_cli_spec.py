@@ -11,7 +11,7 @@ import pytest
 
 from fsm_core.cli import main
 from fsm_core.export import spec_to_json
-from fsm_core.spec import load_spec
+from fsm_core.table import load_spec
 from tests.helpers import FSM_CORE, copy_specs, edit, head
 
 

@@ -15,8 +15,8 @@ from fsm_core import Machine, SpecError, TransitionError, load_spec
 from fsm_core._paths import models_dir
 from fsm_core.check import load_model
 from fsm_core.check._codegen import compile_predicates, compile_successors
-from fsm_core.spec._expr import BOOL
-from fsm_core.spec._table import StateSpec, Variable
+from fsm_core.table._expr import BOOL
+from fsm_core.table._table import StateSpec, Variable
 from tests.helpers import exactly
 
 SPEC = load_spec()

@@ -15,7 +15,7 @@ import pytest
 
 from fsm_core.cli import main
 from fsm_core.diagrams import check_diagrams, default_out_dir, render_diagrams, write_diagrams
-from fsm_core.spec import Spec, load_spec
+from fsm_core.table import Spec, load_spec
 from tests.helpers import copy_specs, edit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_rendering_does_not_depend_on_hash_seed() -> None:
     script = (
         "import json, sys\n"
         "from fsm_core.diagrams import render_diagrams\n"
-        "from fsm_core.spec import load_spec\n"
+        "from fsm_core.table import load_spec\n"
         "json.dump(render_diagrams(load_spec()), sys.stdout)\n"
     )
     expected = render_diagrams(load_spec())

@@ -13,8 +13,8 @@ from jsonschema.exceptions import best_match
 
 from fsm_core._paths import specs_dir
 from fsm_core.export import FORMAT, VERSION, spec_to_json, spec_to_text
-from fsm_core.spec import Spec, load_spec
-from fsm_core.spec._expr import BOOL, Scope, Type, check, int_type, parse_expr, to_json
+from fsm_core.table import Spec, load_spec
+from fsm_core.table._expr import BOOL, Scope, Type, check, int_type, parse_expr, to_json
 
 SPEC = load_spec()
 MACHINES = list(SPEC.machines)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm_core.spec._expr import (
+from fsm_core.table._expr import (
     BOOL,
     Assign,
     BinOp,

@@ -16,8 +16,8 @@ from transitions.extensions.asyncio import AsyncMachine
 
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.host import HostedMachine
-from fsm_core.spec import Effect, Machine, State, Step, load_spec
-from fsm_core.spec._expr import Value
+from fsm_core.table import Effect, Machine, State, Step, load_spec
+from fsm_core.table._expr import Value
 
 SPEC = load_spec()
 

@@ -2,7 +2,7 @@
 
 Every case starts from ``BASE``, a small valid table (a job that a waking submit starts, a
 cancel aborts and a finish settles), makes one small textual edit, and pins the full message
-``FILE: WHERE: FAULT`` that :func:`fsm_core.spec.load_spec` raises as :class:`SpecError`.
+``FILE: WHERE: FAULT`` that :func:`fsm_core.table.load_spec` raises as :class:`SpecError`.
 """
 
 from __future__ import annotations
@@ -684,7 +684,7 @@ def test_an_effect_argument_outside_its_range_is_found_by_enumeration(tmp_path: 
 
 
 def test_constants_size_ranges_and_a_model_may_override_them(tmp_path: Path) -> None:
-    from fsm_core.spec._load import load_clauses, load_table
+    from fsm_core.table._load import load_clauses, load_table
 
     table = edit(BASE, "[states]\n", "[constants]\nN = 2\n\n[states]\n")
     table = edit(table, 'type = "int[0..2]"', 'type = "int[0..N]"')
@@ -977,7 +977,7 @@ def test_a_constant_that_makes_a_range_too_wide_is_refused(tmp_path: Path) -> No
 
 def test_the_limit_table_in_specs_readme_is_the_loaders() -> None:
     from fsm_core._paths import specs_dir
-    from fsm_core.spec import _limits
+    from fsm_core.table import _limits
 
     readme = (specs_dir() / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Limits\n")[1].split("\n## ")[0]

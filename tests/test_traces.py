@@ -29,8 +29,8 @@ from fsm_core.check import Report, check, load_model
 from fsm_core.check._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
 from fsm_core.check._report import format_trace, to_itf
 from fsm_core.check._system import build
-from fsm_core.spec import Effect, Machine, State
-from fsm_core.spec._expr import Value
+from fsm_core.table import Effect, Machine, State
+from fsm_core.table._expr import Value
 from tests.helpers import copy_specs, edit, write_model
 from tests.table_driver import TableDriver
 

@@ -35,8 +35,8 @@ from fsm_core.check._codegen import compile_predicates
 from fsm_core.check._explore import System
 from fsm_core.check._moves import Labels, Move
 from fsm_core.check._needs import Needs
-from fsm_core.spec._expr import Value, show
-from fsm_core.spec._machine import REFUSED, State
+from fsm_core.table._expr import Value, show
+from fsm_core.table._machine import REFUSED, State
 
 if TYPE_CHECKING:  # the model loader imports this module for NEEDS and PROPERTIES
     from fsm_core.check._model import Model

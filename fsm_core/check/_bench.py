@@ -45,7 +45,7 @@ from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.check._options import positive_int
 from fsm_core.check._report import aligned
-from fsm_core.spec._load import read_toml
+from fsm_core.table._load import read_toml
 
 _REPO = Path(fsm_core.__file__).resolve().parent.parent
 BASELINE: Final = _REPO / "benchmarks" / "ref_bfs.py"

@@ -1,6 +1,6 @@
 """Compile a table into one straight-line Python successor function, for the checker.
 
-The interpreter (:class:`fsm_core.spec.Machine`) evaluates closures row by row; that is right
+The interpreter (:class:`fsm_core.table.Machine`) evaluates closures row by row; that is right
 for the runtime, where effects must run as they are reached. The checker only needs, for a
 state, every (row, arguments) that is enabled and the state it leads to, millions of times.
 So this module turns the *same resolved syntax trees* into Python source::
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import TypeAlias, cast
 
 from fsm_core._errors import SpecError, echo
-from fsm_core.spec import Machine, State
-from fsm_core.spec._expr import (
+from fsm_core.table import Machine, State
+from fsm_core.table._expr import (
     Assign,
     BinOp,
     Block,
@@ -52,7 +52,7 @@ from fsm_core.spec._expr import (
     Value,
     Var,
 )
-from fsm_core.spec._table import NAME, Table
+from fsm_core.table._table import NAME, Table
 
 Label: TypeAlias = tuple[str, str, tuple[Value, ...]]
 """(event, row id, arguments) of one transition."""

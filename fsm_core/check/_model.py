@@ -36,10 +36,10 @@ from fsm_core._errors import SpecError, echo, known
 from fsm_core.check import _agent, _tree
 from fsm_core.check._explore import DEADLOCK, QUIESCENCE
 from fsm_core.check._needs import Needs
-from fsm_core.spec import Machine
-from fsm_core.spec._limits import DEFAULT_LIMITS
-from fsm_core.spec._load import _exists, _File, load_clauses, load_table, read_toml
-from fsm_core.spec._table import Table
+from fsm_core.table import Machine
+from fsm_core.table._limits import DEFAULT_LIMITS
+from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
+from fsm_core.table._table import Table
 
 Kind = Literal["table", "agent", "activation-tree"]
 Verdict = Literal["ok", "violation"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fsm_core.spec._expr import Value, show
+from fsm_core.table._expr import Value, show
 
 
 @dataclass(frozen=True, slots=True)

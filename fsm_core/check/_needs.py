@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fsm_core.spec._table import Table
+from fsm_core.table._table import Table
 
 
 @dataclass(frozen=True, slots=True)

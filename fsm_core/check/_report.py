@@ -32,7 +32,7 @@ from fsm_core.check._tree import (
     PARENT_LEAVES_AFTER_CHILDREN,
     TEARDOWN_ONCE,
 )
-from fsm_core.spec._expr import show
+from fsm_core.table._expr import show
 
 __all__ = ["done_line", "format_trace", "summary_table", "to_itf", "to_json"]
 

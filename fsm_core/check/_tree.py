@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from fsm_core.check._explore import System
 from fsm_core.check._moves import Labels, Move
 from fsm_core.check._needs import Needs
-from fsm_core.spec._expr import Value
-from fsm_core.spec._machine import REFUSED, Perform
+from fsm_core.table._expr import Value
+from fsm_core.table._machine import REFUSED, Perform
 
 if TYPE_CHECKING:  # the model loader imports this module for NEEDS, PROPERTIES, node_names
     from fsm_core.check._model import Model

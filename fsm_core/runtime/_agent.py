@@ -66,8 +66,8 @@ from fsm_core.runtime._scope import context_for
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 from fsm_core.runtime._teardown import persist
-from fsm_core.spec import Effect, Machine
-from fsm_core.spec._expr import Value
+from fsm_core.table import Effect, Machine
+from fsm_core.table._expr import Value
 
 if TYPE_CHECKING:
     from fsm_core.runtime._runtime import Runtime

@@ -13,7 +13,7 @@ from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._model import ModelAdapter, Tool
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._teardown import persist
-from fsm_core.spec import load_spec
+from fsm_core.table import load_spec
 
 __all__ = ["Runtime"]
 

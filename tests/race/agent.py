@@ -90,7 +90,7 @@ from fsm_core.runtime._payloads import (
     TurnStarted,
 )
 from fsm_core.runtime._session import OUTCOME_KINDS
-from fsm_core.spec._expr import Value
+from fsm_core.table._expr import Value
 from tests.helpers import NOTIFICATIONS
 from tests.race.bridge import LoopBridge
 from tests.race.lockstep import Fire, Oracle, Recorder

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fsm_core import Effect, HostedMachine, Machine, NotEnabled, Rejected, State
-from fsm_core.spec._expr import Value
+from fsm_core.table._expr import Value
 
 __all__ = ["Fire", "LockstepError", "Oracle", "Recorder"]
 

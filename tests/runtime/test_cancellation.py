@@ -42,7 +42,7 @@ from fsm_core.runtime import (
     UserMessage,
     Wait,
 )
-from fsm_core.spec import Effect
+from fsm_core.table import Effect
 from tests.helpers import NOTIFICATIONS
 
 PROJECT = Path(__file__).resolve().parents[2]

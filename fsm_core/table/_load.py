@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from fsm_core._errors import SpecError, echo, known
-from fsm_core.spec._expr import (
+from fsm_core.table._expr import (
     BOOL,
     KEYWORDS,
     Assign,
@@ -45,9 +45,9 @@ from fsm_core.spec._expr import (
     show,
     unparse,
 )
-from fsm_core.spec._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, MAX_INT, MAX_NESTING, Limits
-from fsm_core.spec._machine import Machine, State, show_args
-from fsm_core.spec._table import (
+from fsm_core.table._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, MAX_INT, MAX_NESTING, Limits
+from fsm_core.table._machine import Machine, State, show_args
+from fsm_core.table._table import (
     CLAUSE_ID,
     ID,
     NAME,
@@ -281,7 +281,7 @@ def load_table(
     (determinism, coverage, domains) run at the table's declared constants, which a table keeps
     small; at an overridden scale the table is type-checked again and the model checker takes
     over, since its domain may be far too large to enumerate (bench L has 10^10 valuations).
-    ``limits`` (a model's ``[model] limits``) bounds both: see :mod:`fsm_core.spec._limits`.
+    ``limits`` (a model's ``[model] limits``) bounds both: see :mod:`fsm_core.table._limits`.
     """
     f = _File(display or f"{path.parent.name}/{path.name}")
     data = read_toml(path, f.display)

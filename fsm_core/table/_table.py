@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from fsm_core.spec._expr import Expr, Stmt, Type, Value
+from fsm_core.table._expr import Expr, Stmt, Type, Value
 
 EventKind = Literal["input", "internal"]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from fsm_core._errors import SpecError, echo
 from fsm_core._paths import specs_dir
-from fsm_core.spec._load import _exists, load_clauses, load_table
-from fsm_core.spec._machine import Effect, Machine, State, Step
-from fsm_core.spec._table import Clause
+from fsm_core.table._load import _exists, load_clauses, load_table
+from fsm_core.table._machine import Effect, Machine, State, Step
+from fsm_core.table._table import Clause
 
 __all__ = ["Clause", "Effect", "Machine", "Spec", "State", "Step", "load_spec"]
 

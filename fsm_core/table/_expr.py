@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from fsm_core._errors import echo, known
-from fsm_core.spec._limits import MAX_EXPR_DEPTH, MAX_EXPR_LENGTH, MAX_EXPR_NODES, MAX_INT
+from fsm_core.table._limits import MAX_EXPR_DEPTH, MAX_EXPR_LENGTH, MAX_EXPR_NODES, MAX_INT
 
 Value: TypeAlias = bool | int | str
 Kind = Literal["bool", "int", "enum"]

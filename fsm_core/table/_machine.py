@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from fsm_core._errors import NotEnabled, Rejected, echo
-from fsm_core.spec._expr import (
+from fsm_core.table._expr import (
     Assign,
     Block,
     Call,
@@ -28,7 +28,7 @@ from fsm_core.spec._expr import (
     compile_expr,
     show,
 )
-from fsm_core.spec._table import Row, Table
+from fsm_core.table._table import Row, Table
 
 _PYTHON_TYPE: Mapping[str, type] = {"bool": bool, "int": int, "enum": str}
 """The exact Python type of an argument of each kind of table type."""
@@ -94,7 +94,7 @@ class CompiledRow:
 
 
 class Machine:
-    """A compiled table. Build it with :func:`fsm_core.spec.load_spec`."""
+    """A compiled table. Build it with :func:`fsm_core.table.load_spec`."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
