@@ -28,16 +28,8 @@ import time
 import tracemalloc
 from collections.abc import Sequence
 
-from fsm_core.runtime import (
-    AbortSignal,
-    Gate,
-    Reply,
-    Request,
-    Runtime,
-    ScriptedModel,
-    UserMessage,
-    Wait,
-)
+from fsm_core.runtime import AbortSignal, Reply, Request, Runtime, UserMessage
+from fsm_core.testing import Gate, ScriptedModel, Wait
 
 
 class InstantModel:

@@ -23,11 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fsm_core._errors import FsmError, TransitionError, echo
+from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
-from fsm_core.check import _bench as bench
-from fsm_core.check import _mutants as mutants
-from fsm_core.check._options import positive_int
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -38,6 +36,8 @@ from fsm_core.check._report import (
 from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
 from fsm_core.table import load_spec
+from fsm_core.tools import _bench as bench
+from fsm_core.tools import _mutants as mutants
 
 INTERRUPTED = 130
 """The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""

@@ -19,8 +19,8 @@ import pytest
 
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
-from fsm_core.check._bench import BASELINE, REFERENCE, Reference, _ours, configure, run
-from fsm_core.check._mutants import BY_NAME
+from fsm_core.tools._bench import BASELINE, REFERENCE, Reference, _ours, configure, run
+from fsm_core.tools._mutants import BY_NAME
 from tests.helpers import FSM_CORE, copy_specs
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fsm_core.check._mutants import BY_NAME
 from fsm_core.cli import main
+from fsm_core.tools._mutants import BY_NAME
 from tests.helpers import copy_specs, edit
 
 SUBCOMMANDS = ("check", "spec", "diagrams", "bench", "mutants")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fsm_core import cli
-from fsm_core.check._mutants import MUTANTS as SPEC_MUTANTS
+from fsm_core.tools._mutants import MUTANTS as SPEC_MUTANTS
 from tests.helpers import head, interrupt
 from tests.race.runtime_mutants import MUTANTS as RUNTIME_MUTANTS
 

@@ -838,7 +838,7 @@ def test_a_specs_root_in_a_symlink_loop_is_refused(tmp_path: Path) -> None:
 
 def test_a_runtime_needs_a_specs_directory_with_an_agent_table(tmp_path: Path) -> None:
     from fsm_core import Runtime
-    from fsm_core.runtime import ScriptedModel
+    from fsm_core.testing import ScriptedModel
 
     specs = write_specs(tmp_path)
     with pytest.raises(

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
-from fsm_core.check import _mutants
-from fsm_core.check._mutants import (
+from fsm_core.tools import _mutants
+from fsm_core.tools._mutants import (
     MUTANTS,
     UNMUTATED,
     Kill,

@@ -1,9 +1,10 @@
 """The model checker: prove the tables over the bounded models in ``models/``.
 
-    from fsm_core._paths import models_dir
+    from pathlib import Path
+
     from fsm_core.check import check, load_models
 
-    for model in load_models(models_dir()):
+    for model in load_models(Path("models")):
         report = check(model)
         print(report.model.name, report.verdict, report.result.states)
 
@@ -15,24 +16,10 @@ state with no successor must be quiescent); and, for models small enough to keep
 reports the rows no step ever took: a dead row is a finding about the table or the model.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any
-
-from fsm_core.check._explore import (
-    DEADLOCK,
-    QUIESCENCE,
-    Progress,
-    Result,
-    Violation,
-    explore,
-    trace_to,
-    unreachable_quiescence,
-)
-from fsm_core.check._model import Expectation, Model, load_model, load_models
+from fsm_core.check._check import Report, check
+from fsm_core.check._explore import DEADLOCK, QUIESCENCE, Progress, Result, Violation
+from fsm_core.check._modelfile import Expectation, Model, load_model, load_models
 from fsm_core.check._moves import Move
-from fsm_core.check._system import build
 
 __all__ = [
     "DEADLOCK",
@@ -40,72 +27,11 @@ __all__ = [
     "Expectation",
     "Model",
     "Move",
+    "Progress",
     "Report",
+    "Result",
+    "Violation",
     "check",
     "load_model",
     "load_models",
 ]
-
-
-@dataclass(slots=True)
-class Report:
-    """What checking one model found."""
-
-    model: Model
-    result: Result[Any]
-    names: tuple[str, ...]
-    moves: list[Move]
-    dead_rows: tuple[str, ...]
-    violation: Violation[Any] | None
-
-    @property
-    def verdict(self) -> str:
-        if self.violation is not None:
-            return "violation"
-        return "ok" if self.result.complete else "incomplete"
-
-    def mismatches(self) -> list[str]:
-        """How the result differs from the model's ``[expect]``, one line per number."""
-        e = self.model.expect
-        if e is None:
-            return []
-        got = {
-            "states": self.result.states,
-            "transitions": self.result.transitions,
-            "depth": self.result.depth,
-            "verdict": self.verdict,
-        }
-        want = {
-            "states": e.states,
-            "transitions": e.transitions,
-            "depth": e.depth,
-            "verdict": e.verdict,
-        }
-        out = [f"{k}: expected {want[k]}, found {got[k]}" for k in want if want[k] != got[k]]
-        if e.property is not None and (self.violation is None or self.violation.name != e.property):
-            found = self.violation.name if self.violation else "none"
-            out.append(f"property: expected {e.property}, found {found}")
-        return out
-
-
-def check(
-    model: Model,
-    *,
-    progress: Progress | None = None,
-    max_states: int | None = None,
-    liveness: bool | None = None,
-) -> Report:
-    """Explore ``model`` and report. ``liveness`` defaults to on except for bench models."""
-    built = build(model)
-    live = model.tier != "bench" if liveness is None else liveness
-    result = explore(built.system, max_states=max_states, keep_graph=live, progress=progress)
-    violation = result.violation
-    if violation is None and result.complete and live and result.graph is not None:
-        stuck = unreachable_quiescence(result.graph, built.system.quiescent)
-        if stuck:
-            # In BFS order, so the first has a shortest trace.
-            violation = Violation(QUIESCENCE, trace_to(result.parent, stuck[0]))
-    taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
-    dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
-    result.graph = None  # edges served the liveness check; do not keep them alive
-    return Report(model, result, built.names, built.moves, dead, violation)

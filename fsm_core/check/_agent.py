@@ -39,7 +39,7 @@ from fsm_core.table._expr import Value, show
 from fsm_core.table._machine import REFUSED, State
 
 if TYPE_CHECKING:  # the model loader imports this module for NEEDS and PROPERTIES
-    from fsm_core.check._model import Model
+    from fsm_core.check._modelfile import Model
 
 NO_PARKED_WAKE = "no_parked_wake"
 """The property name of decision 9's guarantee."""

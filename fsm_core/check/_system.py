@@ -8,7 +8,7 @@ from typing import Any
 from fsm_core.check._agent import AgentSystem
 from fsm_core.check._codegen import compile_predicates, compile_successors
 from fsm_core.check._explore import System
-from fsm_core.check._model import Model
+from fsm_core.check._modelfile import Model
 from fsm_core.check._moves import Move
 from fsm_core.check._tree import TreeSystem
 

@@ -41,7 +41,7 @@ from fsm_core.table._expr import Value
 from fsm_core.table._machine import REFUSED, Perform
 
 if TYPE_CHECKING:  # the model loader imports this module for NEEDS, PROPERTIES, node_names
-    from fsm_core.check._model import Model
+    from fsm_core.check._modelfile import Model
 
 PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
 NOTICE_DELIVERED = "settlement_notice_delivered"

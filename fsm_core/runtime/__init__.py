@@ -1,10 +1,13 @@
 """The asyncio reference runtime of seed 000, driven by specs/agent.toml.
 
-rt = Runtime(model=ScriptedModel([Reply("hello")]))
-handle = await rt.create_agent("a1")
-handle.agent.followup(UserMessage("m1", "hi"))
-await handle.agent.when_idle()
-await rt.aclose()
+    rt = Runtime(model=ScriptedModel([Reply("hello")]))     # fsm_core.testing's stand-in
+    handle = await rt.create_agent("a1")
+    handle.agent.followup(UserMessage("m1", "hi"))
+    await handle.agent.when_idle()
+    await rt.aclose()
+
+Every name here is also exported from :mod:`fsm_core`; scripted models, tools and gates for
+tests live in :mod:`fsm_core.testing`.
 """
 
 from fsm_core.runtime._agent import Agent, AgentHandle, Phase
@@ -20,26 +23,41 @@ from fsm_core.runtime._causes import (
 )
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
-from fsm_core.runtime._model import (
-    Fail,
-    Gate,
-    ModelAdapter,
-    Reply,
-    Request,
-    ScriptedModel,
-    ScriptedTool,
-    Tool,
-    ToolCall,
-    Wait,
+from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
+from fsm_core.runtime._payloads import (
+    AssembleContext,
+    CancelRequested,
+    Flush,
+    MessageDiscarded,
+    MessageInserted,
+    MessagesClaimed,
+    PreStep,
+    RequestError,
+    Status,
+    StatusChanged,
+    StepBoundary,
+    ToolApproval,
+    TurnEnded,
+    TurnStarted,
+    TurnStopping,
 )
-from fsm_core.runtime._payloads import Status
 from fsm_core.runtime._runtime import Runtime
 from fsm_core.runtime._scope import initiating_agent
-from fsm_core.runtime._session import Session, SessionError, SessionEvent
+from fsm_core.runtime._session import (
+    EVENT_SHAPES,
+    OUTCOME_KINDS,
+    EventType,
+    OutcomeKind,
+    Session,
+    SessionError,
+    SessionEvent,
+)
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 
 __all__ = [
     "DISPOSED",
+    "EVENT_SHAPES",
+    "OUTCOME_KINDS",
     "PARENT",
     "USER",
     "AbortController",
@@ -48,29 +66,41 @@ __all__ = [
     "Agent",
     "AgentCancelCause",
     "AgentHandle",
+    "AssembleContext",
+    "CancelRequested",
     "Disposed",
     "EventBus",
-    "Fail",
-    "Gate",
+    "EventType",
+    "Finish",
+    "Flush",
     "Inbox",
     "Interruption",
     "Lane",
+    "MessageDiscarded",
+    "MessageInserted",
+    "MessagesClaimed",
     "ModelAdapter",
+    "OutcomeKind",
     "ParentCause",
     "Phase",
+    "PreStep",
     "Reply",
     "Request",
+    "RequestError",
     "Runtime",
-    "ScriptedModel",
-    "ScriptedTool",
     "Session",
     "SessionError",
     "SessionEvent",
     "Status",
+    "StatusChanged",
+    "StepBoundary",
     "Tool",
+    "ToolApproval",
     "ToolCall",
+    "TurnEnded",
+    "TurnStarted",
+    "TurnStopping",
     "UserCause",
     "UserMessage",
-    "Wait",
     "initiating_agent",
 ]

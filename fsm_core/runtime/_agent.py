@@ -44,7 +44,7 @@ from fsm_core.runtime._causes import (
     detach,
 )
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
-from fsm_core.runtime._model import Reply, Request, ToolCall
+from fsm_core.runtime._llm import Reply, Request, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
     CancelRequested,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fsm_core.runtime._causes import AgentCancelCause
 from fsm_core.runtime._inbox import Lane, UserMessage
-from fsm_core.runtime._model import ToolCall
+from fsm_core.runtime._llm import ToolCall
 from fsm_core.runtime._signal import AbortSignal
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from pathlib import Path
 from fsm_core._errors import SpecError, UsageError, echo, known
 from fsm_core.runtime._agent import Agent, AgentHandle
 from fsm_core.runtime._events import EventBus
-from fsm_core.runtime._model import ModelAdapter, Tool
+from fsm_core.runtime._llm import ModelAdapter, Tool
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._teardown import persist
 from fsm_core.table import load_spec

@@ -19,9 +19,19 @@ from fsm_core.table._load import _exists, load_clauses, load_table
 from fsm_core.table._machine import Effect, Machine, State, Step
 from fsm_core.table._table import Clause
 
-__all__ = ["Clause", "Effect", "Machine", "Spec", "State", "Step", "load_spec"]
+__all__ = [
+    "Clause",
+    "Effect",
+    "Machine",
+    "Spec",
+    "State",
+    "Step",
+    "load_clauses",
+    "load_spec",
+    "load_table",
+]
 
-CLAUSES_FILE = "clauses.toml"
+_CLAUSES_FILE = "clauses.toml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +65,10 @@ def load_spec(root: Path | None = None) -> Spec:
 
 @cache
 def _load(root: Path) -> Spec:
-    clauses = load_clauses(root / CLAUSES_FILE, f"{root.name}/{CLAUSES_FILE}")
+    clauses = load_clauses(root / _CLAUSES_FILE, f"{root.name}/{_CLAUSES_FILE}")
     machines: dict[str, Machine] = {}
     for path in sorted(root.glob("*.toml")):
-        if path.name == CLAUSES_FILE:
+        if path.name == _CLAUSES_FILE:
             continue
         display = f"{root.name}/{path.name}"
         machine = load_table(path, clauses, display)

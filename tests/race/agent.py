@@ -64,7 +64,6 @@ from fsm_core.runtime import (
     Agent,
     AgentCancelCause,
     AgentHandle,
-    Gate,
     Lane,
     ParentCause,
     Reply,
@@ -75,7 +74,7 @@ from fsm_core.runtime import (
     UserCause,
     UserMessage,
 )
-from fsm_core.runtime._model import Finish
+from fsm_core.runtime._llm import Finish
 from fsm_core.runtime._payloads import (
     CancelRequested,
     Flush,
@@ -91,6 +90,7 @@ from fsm_core.runtime._payloads import (
 )
 from fsm_core.runtime._session import OUTCOME_KINDS
 from fsm_core.table._expr import Value
+from fsm_core.testing import Gate
 from tests.helpers import NOTIFICATIONS
 from tests.race.bridge import LoopBridge
 from tests.race.lockstep import Fire, Oracle, Recorder

@@ -1,7 +1,7 @@
 """Runtime mutants: plausible bugs in the runtime's own Python, each of which the race search
 must kill.
 
-The spec mutants (``fsm_core/check/_mutants.py``) plant bugs in the tables, for the checker.
+The spec mutants (``fsm_core/tools/_mutants.py``) plant bugs in the tables, for the checker.
 These plant bugs in the code that *runs* the table: the effect handlers, the driver's order of
 events and awaits, signal handling, the waiters. A mutant is a list of exact textual edits of
 runtime functions (``old`` -> ``new``), each in the function's own (dedented) source, and a
@@ -20,7 +20,7 @@ function with pytest's ``MonkeyPatch``, which puts the original back on exit. No
 ``tests/``, which the wheel does not carry, and no edit is ever written to a file.
 
 An edit whose ``old`` text does not occur exactly once in its target's current source raises
-:class:`~fsm_core.check._mutants.MutantError` (before anything runs, in :func:`check_edits`):
+:class:`~fsm_core.tools._mutants.MutantError` (before anything runs, in :func:`check_edits`):
 a runtime change that invalidates a mutant fails loudly instead of silently testing nothing.
 
 :func:`hunt` runs the race machine (``tests/race``'s ``AgentRaceMachine``) with a mutant
@@ -53,7 +53,7 @@ from hypothesis.internal.constants_ast import Constants
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 
-from fsm_core.check._mutants import MutantError
+from fsm_core.tools._mutants import MutantError
 
 __all__ = [
     "BY_NAME",

@@ -28,9 +28,10 @@ from pathlib import Path
 import pytest
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from fsm_core.check import _mutants
-from fsm_core.check._mutants import MutantError, configure, run
-from fsm_core.runtime import Runtime, ScriptedModel, UserMessage, _agent
+from fsm_core.runtime import Runtime, UserMessage, _agent
+from fsm_core.testing import ScriptedModel
+from fsm_core.tools import _mutants
+from fsm_core.tools._mutants import MutantError, configure, run
 from tests.race import runtime_mutants
 from tests.race.runtime_mutants import (
     BY_NAME,
@@ -124,7 +125,7 @@ def test_the_mechanism_never_ships_enabled() -> None:
         for path in package.rglob("*.py")
         if "runtime_mutants" in path.read_text(encoding="utf-8")
     )
-    assert mentions == ["fsm_core/check/_mutants.py"]
+    assert mentions == ["fsm_core/tools/_mutants.py"]
     # A fresh interpreter importing the whole runtime imports nothing from tests/.
     probe = subprocess.run(
         [

@@ -33,16 +33,14 @@ from fsm_core.runtime import (
     Agent,
     AgentCancelCause,
     AgentHandle,
-    Gate,
     ParentCause,
     Reply,
     Runtime,
-    ScriptedModel,
     UserCause,
     UserMessage,
-    Wait,
 )
 from fsm_core.table import Effect
+from fsm_core.testing import Gate, ScriptedModel, Wait
 from tests.helpers import NOTIFICATIONS
 
 PROJECT = Path(__file__).resolve().parents[2]

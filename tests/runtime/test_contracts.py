@@ -8,7 +8,8 @@ import re
 import pytest
 
 from fsm_core import FsmError, Runtime, UserMessage
-from fsm_core.runtime import Reply, ScriptedModel
+from fsm_core.runtime import Reply
+from fsm_core.testing import ScriptedModel
 
 
 def test_an_effect_performed_outside_its_contract_stops_the_driver_loudly() -> None:

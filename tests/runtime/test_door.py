@@ -18,17 +18,8 @@ from typing import Any
 import pytest
 
 from fsm_core import USER, Runtime, UsageError, UserMessage
-from fsm_core.runtime import (
-    Gate,
-    Reply,
-    ScriptedModel,
-    ScriptedTool,
-    Session,
-    SessionError,
-    ToolCall,
-    UserCause,
-    Wait,
-)
+from fsm_core.runtime import Reply, Session, SessionError, ToolCall, UserCause
+from fsm_core.testing import Gate, ScriptedModel, ScriptedTool, Wait
 from tests.runtime.test_faults import (
     Boom,
     assert_agrees,

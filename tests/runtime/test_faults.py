@@ -21,16 +21,8 @@ from typing import Any, TypeVar
 import pytest
 
 from fsm_core import USER, Agent, AgentHandle, Runtime, UserMessage
-from fsm_core.runtime import (
-    AbortSignal,
-    Gate,
-    Reply,
-    Request,
-    ScriptedModel,
-    Session,
-    ToolCall,
-    Wait,
-)
+from fsm_core.runtime import AbortSignal, Reply, Request, Session, ToolCall
+from fsm_core.testing import Gate, ScriptedModel, Wait
 
 T = TypeVar("T")
 

@@ -9,14 +9,8 @@ from typing import Any
 import pytest
 
 from fsm_core import Runtime, UserMessage
-from fsm_core.runtime import (
-    AbortSignal,
-    Agent,
-    EventBus,
-    Reply,
-    ScriptedModel,
-    initiating_agent,
-)
+from fsm_core.runtime import AbortSignal, Agent, EventBus, Reply, initiating_agent
+from fsm_core.testing import ScriptedModel
 
 
 def test_every_hook_sees_its_own_agent_and_concurrent_agents_stay_apart() -> None:

@@ -34,16 +34,11 @@ from fsm_core.runtime import (
     Agent,
     AgentCancelCause,
     AgentHandle,
-    Fail,
-    Gate,
     Reply,
     Runtime,
-    ScriptedModel,
-    ScriptedTool,
     Session,
     ToolCall,
     UserMessage,
-    Wait,
 )
 from fsm_core.runtime._payloads import (
     CancelRequested,
@@ -54,6 +49,7 @@ from fsm_core.runtime._payloads import (
     TurnStarted,
 )
 from fsm_core.runtime._session import OUTCOME_KINDS
+from fsm_core.testing import Fail, Gate, ScriptedModel, ScriptedTool, Wait
 from tests.helpers import exactly
 
 T = TypeVar("T")

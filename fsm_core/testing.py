@@ -1,12 +1,7 @@
-"""The model seam, and scripted stand-ins whose steps tests control.
+"""Scripted stand-ins for tests of code that drives fsm_core agents: models, tools, gates.
 
-The runtime talks to a model through ``adapter.generate(request, signal) -> Reply`` and to
-tools through ``tool.execute(args, signal)``. Both receive the turn's signal explicitly; both
-may cooperate with it (raise :class:`Aborted` once it aborts) or ignore it, and the runtime
-waits either way.
-
-:class:`ScriptedModel` and :class:`ScriptedTool` play a list of steps. A step is a result, an
-exception to raise, or a :class:`Gate` to wait on first::
+:class:`ScriptedModel` and :class:`ScriptedTool` play a list of steps. A step is a result, a
+:class:`Fail` to raise, or a :class:`Wait` on a :class:`Gate` first::
 
     gate = Gate("model")
     model = ScriptedModel([Wait(gate, Reply("done")), Reply("next turn")])
@@ -20,65 +15,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
+from fsm_core.runtime._llm import Reply, Request
 from fsm_core.runtime._signal import AbortSignal
 
-__all__ = [
-    "Fail",
-    "Finish",
-    "Gate",
-    "ModelAdapter",
-    "Reply",
-    "Request",
-    "ScriptedModel",
-    "ScriptedTool",
-    "Tool",
-    "ToolCall",
-    "Wait",
-]
-
-Finish = Literal["stop", "tool_calls", "max_tokens", "blocked"]
-"""Why the model stopped: done, wants tools run, hit its token limit, or refused (blocked)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: str
-    name: str
-    args: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What the model answered: text and/or tool calls, and why it stopped."""
-
-    text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
-    finish: Finish = "stop"
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One model request: the agent, the assembled messages and the available tools."""
-
-    agent_id: str
-    turn: int
-    step: int
-    messages: tuple[Mapping[str, Any], ...]
-    tools: tuple[str, ...]
-
-
-class ModelAdapter(Protocol):
-    async def generate(self, request: Request, signal: AbortSignal) -> Reply: ...
-
-
-class Tool(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    async def execute(self, args: Mapping[str, Any], signal: AbortSignal) -> Any: ...
+__all__ = ["Fail", "Gate", "ScriptedModel", "ScriptedTool", "Wait"]
 
 
 class Gate:

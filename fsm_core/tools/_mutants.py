@@ -14,7 +14,7 @@ checker finds (re-entrant listeners, several steps, several nodes), so a mutant 
 rejects is kept only when no variant of the same bug gets past it (``load_killed``); a
 contract the checker finds broken is named ``<effect>.requires`` (``...@<node>`` in a tree)::
 
-    from fsm_core.check._mutants import run_mutants
+    from fsm_core.tools._mutants import run_mutants
 
     for kill in run_mutants(["latch_set_on_disposed"]):
         print(kill.mutant, kill.killed, kill.property, kill.trace)
@@ -52,9 +52,9 @@ from types import ModuleType
 from typing import Protocol
 
 from fsm_core._errors import FsmError, SpecError, echo
+from fsm_core._options import positive_int
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import check, load_model
-from fsm_core.check._options import positive_int
 from fsm_core.check._report import aligned
 
 AGENT = ("agent_races",)

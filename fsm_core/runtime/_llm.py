@@ -1,0 +1,58 @@
+"""The model and tool seams: what the runtime asks a language model and its tools.
+
+The runtime talks to a model through ``adapter.generate(request, signal) -> Reply`` and to
+tools through ``tool.execute(args, signal)``. Both receive the turn's signal explicitly; both
+may cooperate with it (raise :class:`~fsm_core.Aborted` once it aborts) or ignore it, and the
+runtime waits either way. :mod:`fsm_core.testing` has scripted stand-ins for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from fsm_core.runtime._signal import AbortSignal
+
+__all__ = ["Finish", "ModelAdapter", "Reply", "Request", "Tool", "ToolCall"]
+
+Finish = Literal["stop", "tool_calls", "max_tokens", "blocked"]
+"""Why the model stopped: done, wants tools run, hit its token limit, or refused (blocked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the model answered: text and/or tool calls, and why it stopped."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish: Finish = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One model request: the agent, the assembled messages and the available tools."""
+
+    agent_id: str
+    turn: int
+    step: int
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[str, ...]
+
+
+class ModelAdapter(Protocol):
+    async def generate(self, request: Request, signal: AbortSignal) -> Reply: ...
+
+
+class Tool(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def execute(self, args: Mapping[str, Any], signal: AbortSignal) -> Any: ...
