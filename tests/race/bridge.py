@@ -1,8 +1,8 @@
 """The loop bridge: a private event loop that a synchronous state machine steps.
 
 Hypothesis rules are synchronous; the runtime is asyncio. A :class:`LoopBridge` owns one event
-loop (``asyncio.new_event_loop()``, closed by :meth:`LoopBridge.close`) and runs each rule's
-synchronous calls *inside* it, then keeps the loop turning until nothing is ready to run::
+loop (closed by :meth:`LoopBridge.close`) and runs each rule's synchronous calls *inside* it,
+then keeps the loop turning until nothing can run::
 
     bridge = LoopBridge(settled=quiescent_or_at_a_gate, describe=lambda: repr(agent))
     bridge.run(lambda: agent.followup(message))   # the send, then every task it wakes
@@ -13,23 +13,58 @@ A rule therefore ends at the runtime's next quiescent point or gate: every task 
 :class:`Gate` a seam is blocked on. Calls that must race inside one loop iteration (sends,
 then a cancel, before the scheduled driver starts) go in one action.
 
-"Nothing is ready" is read from the loop itself: after yielding with ``asyncio.sleep(0)``, the
-bridge's task resumes with an empty ready queue exactly when every other callback of that
-iteration has run and none scheduled another. The runtime uses no timers and no I/O, so the
-loop is then idle for good. That is the harness stepping the loop, not a test waiting on work.
-At that point ``settled()`` must hold (for the agent: quiescent, or some seam waits at a closed
-gate); an idle loop where it does not is a hang, and the bridge fails with ``describe()``.
+How the bridge knows that nothing can run
+-----------------------------------------
+The loop tells it, through the one public seam a selector event loop has: its selector.
+``asyncio.SelectorEventLoop(selector)`` takes any :class:`selectors.BaseSelector`, and the
+bridge passes an :class:`IdleProbe` that wraps the platform's default selector. Every loop
+iteration starts with one ``select(timeout)`` call, and a loop may only *wait* there (a
+timeout of ``None``, or a positive one while only timers are pending) when no callback is
+ready: a loop that waited with work ready would stall that work until I/O arrived, so this
+is what being a correct event loop means, not a detail of CPython's. While a rule settles,
+the probe answers such a call by polling the real selector without waiting; if no I/O is
+ready either, the loop is idle, and instead of blocking the probe resolves the future the
+bridge awaits and returns no events. The bridge's task wakes in that same iteration, checks
+``settled()`` and returns, and ``run_until_complete`` hands control back to the rule. A call
+with timeout 0 is a busy iteration; the probe counts them, and past ``max_iterations`` it
+resolves the future with "busy" (a livelock). The failure modes are safe: a loop that
+polled with timeout 0 while idle would be reported as a livelock, never as settled.
+
+The runtime uses no timers and no I/O, so an idle loop stays idle until the next rule: that
+is the harness stepping the loop, not a test waiting on work. A pending timer is a wait the
+bridge does not pass, as a gate is. At that point ``settled()`` must hold (for the agent:
+quiescent, or some seam waits at a closed gate); an idle loop where it does not is a hang,
+and the bridge fails with ``describe()``.
+
+The alternatives, and why not
+-----------------------------
+- asyncio's private ready queue (``loop._ready``), which the bridge used to read after each
+  ``sleep(0)`` of its own: private, and the bridge's own task took a turn in every
+  iteration it watched.
+- A loop subclass, or a policy installing one: it overrides private methods
+  (``_run_once``), so it is no more public than reading ``_ready``.
+- A wrapper around :class:`asyncio.AbstractEventLoop`: dozens of methods to forward, and
+  the wrapper still cannot see inside ``run_forever`` when the loop runs out of work.
+- A task factory (``loop.set_task_factory``) tracking every task until each waits on a
+  future: it misses plain callbacks (``call_soon``, future done-callbacks) and a task
+  between two steps, so "every task waits" is not "nothing can run".
+
+The probe relies on public API only: the selector constructor argument, the
+:class:`selectors.BaseSelector` interface, and :class:`asyncio.Future`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+import selectors
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-__all__ = ["LoopBridge", "NeverSettled"]
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
+
+__all__ = ["IdleProbe", "LoopBridge", "NeverSettled"]
 
 T = TypeVar("T")
 
@@ -39,6 +74,63 @@ MAX_ITERATIONS = 10_000
 
 class NeverSettled(AssertionError):
     """The loop kept running past the bound, or went idle where nothing was settled."""
+
+
+class IdleProbe(selectors.BaseSelector):
+    """A selector that, while watched, reports the loop's first idle iteration instead of
+    blocking in it; otherwise it is the platform's default selector.
+
+    :meth:`watch` arms it with a future; the future resolves with ``True`` at the first
+    ``select`` that would wait with no I/O ready, or with ``False`` after ``budget`` busy
+    iterations. :attr:`iterations` counts the ``select`` calls since :meth:`watch`.
+    """
+
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._watching: asyncio.Future[bool] | None = None
+        self._budget = 0
+        self.iterations = 0
+
+    def watch(self, idle: asyncio.Future[bool], budget: int) -> None:
+        self._watching = idle
+        self._budget = budget
+        self.iterations = 0
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        watching = self._watching
+        if watching is None or watching.done():
+            self._watching = None
+            return self._selector.select(timeout)
+        self.iterations += 1
+        if timeout is not None and timeout <= 0:  # a callback is ready: a busy iteration
+            if self.iterations >= self._budget:
+                self._watching = None
+                watching.set_result(False)
+            return self._selector.select(timeout)
+        events = self._selector.select(0)  # the loop would wait: is any I/O ready now?
+        if not events:
+            self._watching = None
+            watching.set_result(True)  # wakes the bridge within this very iteration
+        return events
+
+    def register(
+        self, fileobj: FileDescriptorLike, events: int, data: Any = None
+    ) -> selectors.SelectorKey:
+        return self._selector.register(fileobj, events, data)
+
+    def unregister(self, fileobj: FileDescriptorLike) -> selectors.SelectorKey:
+        return self._selector.unregister(fileobj)
+
+    def modify(
+        self, fileobj: FileDescriptorLike, events: int, data: Any = None
+    ) -> selectors.SelectorKey:
+        return self._selector.modify(fileobj, events, data)
+
+    def get_map(self) -> Mapping[FileDescriptorLike, selectors.SelectorKey]:
+        return self._selector.get_map()
+
+    def close(self) -> None:
+        self._selector.close()
 
 
 class LoopBridge:
@@ -51,17 +143,14 @@ class LoopBridge:
         *,
         max_iterations: int = MAX_ITERATIONS,
     ) -> None:
-        self.loop = asyncio.new_event_loop()
+        self._probe = IdleProbe()
+        self.loop = asyncio.SelectorEventLoop(self._probe)
         self._settled = settled
         self._describe = describe
         self._max_iterations = max_iterations
         self.iterations = 0
-        """Loop iterations the last :meth:`run` took to settle."""
-        ready = getattr(self.loop, "_ready", None)
-        if not isinstance(ready, deque):
-            self.loop.close()
-            raise TypeError("LoopBridge needs asyncio's own event loop (it reads its ready queue)")
-        self._ready: deque[Any] = ready
+        """Loop iterations the last :meth:`run` took to go idle (or to give up)."""
+        self._stepping: asyncio.Task[Any] | None = None
 
     def run(self, action: Callable[[], T]) -> T:
         """Call ``action()`` inside the loop, then turn the loop until it is idle; return."""
@@ -71,7 +160,12 @@ class LoopBridge:
             await self._settle()
             return result
 
-        return self.loop.run_until_complete(step())
+        task = self.loop.create_task(step(), name="bridge")
+        self._stepping = task
+        try:
+            return self.loop.run_until_complete(task)
+        finally:
+            self._stepping = None
 
     def settle(self) -> None:
         """Turn the loop until it is idle (a rule that only lets time pass)."""
@@ -82,24 +176,27 @@ class LoopBridge:
         return self.loop.create_task(coroutine, name=name)
 
     def pending(self) -> set[asyncio.Task[Any]]:
-        """Every unfinished task of the loop."""
-        return asyncio.all_tasks(self.loop)
+        """Every unfinished task of the loop but the bridge's own (``describe()`` runs in it)."""
+        tasks = asyncio.all_tasks(self.loop)
+        if self._stepping is not None:
+            tasks.discard(self._stepping)
+        return tasks
 
     async def _settle(self) -> None:
-        for iteration in range(1, self._max_iterations + 1):
-            await asyncio.sleep(0)
-            if not self._ready:
-                self.iterations = iteration
-                if not self._settled():
-                    raise NeverSettled(
-                        "the event loop is idle but the runtime is neither quiescent nor "
-                        f"waiting at a gate (a hang): {self._describe()}"
-                    )
-                return
-        raise NeverSettled(
-            f"the event loop was still busy after {self._max_iterations} iterations "
-            f"(a livelock): {self._describe()}"
-        )
+        idle = self.loop.create_future()
+        self._probe.watch(idle, self._max_iterations)
+        went_idle = await idle
+        self.iterations = self._probe.iterations
+        if not went_idle:
+            raise NeverSettled(
+                f"the event loop was still busy after {self.iterations} iterations "
+                f"(a livelock): {self._describe()}"
+            )
+        if not self._settled():
+            raise NeverSettled(
+                "the event loop is idle but the runtime is neither quiescent nor "
+                f"waiting at a gate (a hang): {self._describe()}"
+            )
 
     def close(self, release: Callable[[], bool] = lambda: False) -> None:
         """Let the loop's tasks finish and close it; never raises for what the tasks do.

@@ -1,5 +1,6 @@
-"""The race machinery itself: the bridge notices hangs and livelocks, the recorder attaches
-re-entrant events to the effect they happened in, and the oracle notices what differs."""
+"""The race machinery itself: the bridge stops at the first iteration where nothing can run and
+notices hangs and livelocks, the recorder attaches re-entrant events to the effect they
+happened in, and the oracle notices what differs. No test sleeps: the bridge turns the loop."""
 
 from __future__ import annotations
 
@@ -15,29 +16,69 @@ from tests.race.lockstep import LockstepError, Oracle, Recorder
 pytestmark = pytest.mark.timeout(30)
 
 
-def test_the_bridge_fails_when_the_loop_idles_short_of_a_settled_point() -> None:
-    bridge = LoopBridge(lambda: False, lambda: "nothing runs")
+def bridge_tasks(bridge: LoopBridge) -> list[str]:
+    return sorted(task.get_name() for task in bridge.pending())
+
+
+def test_the_bridge_stops_exactly_when_nothing_can_run() -> None:
+    seen: list[dict[str, bool]] = []
+    tasks: list[asyncio.Task[None]] = []
+    ping, pong = asyncio.Event(), asyncio.Event()
+
+    def settled() -> bool:
+        seen.append({task.get_name(): task.done() for task in tasks} | {"pong": pong.is_set()})
+        return True
+
+    bridge = LoopBridge(settled, lambda: "")
+
+    async def wait() -> None:
+        await asyncio.Event().wait()  # nobody sets it: a gate only the next rule would open
+
+    async def relay() -> None:
+        await ping.wait()  # woken by a future's callback, not by a step of its own
+        pong.set()
+
+    async def work() -> None:
+        ping.set()
+        await asyncio.sleep(0)
+
+    def start() -> None:
+        tasks.extend(bridge.spawn(f(), f.__name__) for f in (wait, relay, work))
+
     try:
-        with pytest.raises(NeverSettled, match=r"is idle but .* \(a hang\): nothing runs$"):
-            bridge.settle()
+        bridge.run(start)
+        # settled() ran once, when the relay and the worker had finished and the waiter waited.
+        assert seen == [{"wait": False, "relay": True, "work": True, "pong": True}]
+        assert bridge_tasks(bridge) == ["wait"]
+        # Iteration 1 starts the three tasks (``work`` wakes ``relay``); 2 runs ``relay`` and
+        # resumes ``work``, and both finish; 3 finds nothing ready. So the bridge stopped at the
+        # first iteration where nothing could run: neither before it nor after it.
+        assert bridge.iterations == 3
+        bridge.settle()  # nothing to do: the first iteration is idle
+        assert bridge.iterations == 1
+        assert len(seen) == 2
     finally:
         bridge.close()
     assert bridge.loop.is_closed()
 
 
-def test_the_bridge_fails_when_the_loop_never_idles() -> None:
-    bridge = LoopBridge(lambda: True, lambda: "spinning", max_iterations=50)
+@pytest.mark.parametrize("n", [0, 1, 7, 1_000])
+def test_a_chain_of_sleeps_settles_after_its_last_step(n: int) -> None:
+    bridge = LoopBridge(lambda: True, lambda: "")
+    done: list[int] = []
 
-    async def spin() -> None:
-        while True:
+    async def chain() -> None:
+        for _ in range(n):
             await asyncio.sleep(0)
+        done.append(n)
 
     try:
-        with pytest.raises(NeverSettled, match=r"still busy after 50 iterations"):
-            bridge.run(lambda: bridge.spawn(spin(), "spin"))
+        bridge.run(lambda: bridge.spawn(chain(), f"chain {n}"))
+        assert done == [n]
+        assert not bridge.pending()
+        assert bridge.iterations == n + 2  # the first step, n resumptions, the idle one
     finally:
-        bridge.close()  # cancels the spinning task
-    assert bridge.loop.is_closed()
+        bridge.close()
 
 
 def test_the_bridge_runs_every_task_the_action_wakes() -> None:
@@ -55,6 +96,71 @@ def test_the_bridge_runs_every_task_the_action_wakes() -> None:
         assert not bridge.pending()
     finally:
         bridge.close()
+
+
+def test_the_bridge_fails_when_the_loop_idles_short_of_a_settled_point() -> None:
+    bridge = LoopBridge(lambda: False, lambda: f"pending {bridge_tasks(bridge)}")
+
+    async def hang() -> None:
+        await asyncio.Event().wait()  # nobody sets it
+
+    try:
+        with pytest.raises(NeverSettled, match=r"is idle but .* \(a hang\): pending \['hang'\]$"):
+            bridge.run(lambda: bridge.spawn(hang(), "hang"))
+        assert bridge.iterations == 2  # it started, and the next iteration was idle
+    finally:
+        bridge.close()  # cancels the waiting task
+    assert bridge.loop.is_closed()
+
+
+@pytest.mark.parametrize("kind", ["task", "callback"])
+def test_the_bridge_fails_when_the_loop_never_idles(kind: str) -> None:
+    bridge = LoopBridge(lambda: True, lambda: "spinning", max_iterations=50)
+    spins: list[int] = []
+
+    async def spin() -> None:
+        while True:
+            spins.append(1)
+            await asyncio.sleep(0)
+
+    def again() -> None:
+        spins.append(1)
+        bridge.loop.call_soon(again)
+
+    def start() -> None:
+        if kind == "task":
+            bridge.spawn(spin(), "spin")
+        else:
+            bridge.loop.call_soon(again)
+
+    try:
+        with pytest.raises(NeverSettled, match=r"still busy after 50 iterations .*: spinning$"):
+            bridge.run(start)
+        assert bridge.iterations == 50
+        # One spin per watched iteration, and one more in the iteration that stops the loop:
+        # the bound counts loop iterations, not wall time.
+        assert len(spins) == 51
+    finally:
+        bridge.close()  # cancels the spinning task
+    assert bridge.loop.is_closed()
+
+
+def test_a_pending_timer_is_a_wait_the_bridge_does_not_pass() -> None:
+    bridge = LoopBridge(lambda: True, lambda: "")
+    woke: list[bool] = []
+
+    async def nap() -> None:
+        await asyncio.sleep(3600)
+        woke.append(True)
+
+    try:
+        bridge.run(lambda: bridge.spawn(nap(), "nap"))
+        assert bridge.iterations == 2
+        assert woke == []
+        assert bridge_tasks(bridge) == ["nap"]
+    finally:
+        bridge.close()  # cancels the nap
+    assert bridge.loop.is_closed()
 
 
 def hosted() -> HostedMachine:
