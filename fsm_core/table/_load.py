@@ -304,73 +304,140 @@ def _parse(
     overrides: Mapping[str, int],
     limits: Limits,
 ) -> Table:
-    f.keys("", data, ["machine", "states", "vars", "events", "rows", "invariants"], _TOP)
-    m = f.keys("[machine]", data["machine"], ["name", "title", "state_var", "initial"], ["doc"])
-    state_var = f.ident("[machine]", f.text("[machine]", m["state_var"], "state_var"))
+    return _TableParser(f, data, clauses, overrides, limits).table()
 
-    states: list[StateSpec] = []
-    for name, body in f.keys("[states]", data["states"], [], data["states"]).items():
-        where = f"state {echo(name)}"
-        f.ident(where, name)
-        state_body = f.keys(where, body, [], ["doc"])
-        states.append(StateSpec(name, f.text(where, state_body.get("doc", ""), "doc")))
-    state_names = tuple(s.name for s in states)
-    if not states:
-        f.fail("[states]", "a machine needs at least one state")
-    if len(states) > limits.values:
-        f.fail("[states]", _over(f"{len(states):,} states", "values", limits.values))
-    initial = f.text("[machine]", m["initial"], "initial")
-    if initial not in state_names:
-        f.fail("[machine]", f"unknown initial state {echo(initial)} (states: {known(state_names)})")
 
-    consts: dict[str, int] = {}
-    for name, value in f.table("[constants]", data.get("constants", {})).items():
-        if not _CONSTANT.match(name):
-            f.fail(f"constant {echo(name)}", f"{echo(name)} is not a valid name")
-        consts[name] = _constant(f, name, value)
-    for name, value in overrides.items():
-        if name not in consts:
+class _TableParser:
+    """One table file's sections, parsed in dependency order.
+
+    Each section method reads its part of ``data`` and records what later sections resolve
+    names against (constants, types, variables, symbols, definitions, events, effects), so a
+    section only ever sees the ones before it.
+    """
+
+    def __init__(
+        self,
+        f: _File,
+        data: dict[str, Any],
+        clauses: Mapping[str, Clause],
+        overrides: Mapping[str, int],
+        limits: Limits,
+    ) -> None:
+        self.f = f
+        self.data = data
+        self.clauses = clauses
+        self.overrides = overrides
+        self.limits = limits
+        self.consts: dict[str, int] = {}
+        self.types: dict[str, Type] = {"bool": BOOL}
+        self.var_types: dict[str, Type] = {}
+        self.symbols: frozenset[str] = frozenset()
+        self.defs: dict[str, Definition] = {}
+        self.events: dict[str, EventSpec] = {}
+        self.effects: dict[str, EffectSpec] = {}
+
+    def table(self) -> Table:
+        f, data = self.f, self.data
+        f.keys("", data, ["machine", "states", "vars", "events", "rows", "invariants"], _TOP)
+        m = f.keys("[machine]", data["machine"], ["name", "title", "state_var", "initial"], ["doc"])
+        self.state_var = f.ident("[machine]", f.text("[machine]", m["state_var"], "state_var"))
+        states = self._states()
+        self.state_names = tuple(s.name for s in states)
+        initial = f.text("[machine]", m["initial"], "initial")
+        if initial not in self.state_names:
             f.fail(
-                "[constants]",
-                f"unknown constant {echo(name)} (constants: {known(consts) or 'none'})",
+                "[machine]",
+                f"unknown initial state {echo(initial)} (states: {known(self.state_names)})",
             )
-        consts[name] = _constant(f, name, value)
+        self._constants()
+        self._types()
+        variables = self._variables()
+        self._symbols()
+        self._defs()
+        self.base = Scope(self.var_types, {}, self._def_exprs(), self.symbols, self.consts)
+        self._events()
+        self._effects()
+        rows = self._rows()
+        pair_rules = self._pair_rules()
+        invariants, stable = self._invariants()
+        return Table(
+            file=f.display, name=f.ident("[machine]", f.text("[machine]", m["name"], "name")),
+            title=f.text("[machine]", m["title"], "title"),
+            doc=f.text("[machine]", m.get("doc", ""), "doc"),
+            state_var=self.state_var, states=states, initial=initial, types=self.types,
+            variables=variables, events=self.events, effects=self.effects, defs=self.defs,
+            rows=rows, pair_rules=pair_rules, invariants=invariants, stable=stable,
+        )  # fmt: skip
 
-    def bound(where: str, text: str) -> int:
-        if text in consts:
-            return consts[text]
+    # --- declarations ---------------------------------------------------------------------
+
+    def _states(self) -> tuple[StateSpec, ...]:
+        f, data = self.f, self.data
+        states: list[StateSpec] = []
+        for name, body in f.keys("[states]", data["states"], [], data["states"]).items():
+            where = f"state {echo(name)}"
+            f.ident(where, name)
+            state_body = f.keys(where, body, [], ["doc"])
+            states.append(StateSpec(name, f.text(where, state_body.get("doc", ""), "doc")))
+        if not states:
+            f.fail("[states]", "a machine needs at least one state")
+        if len(states) > self.limits.values:
+            f.fail("[states]", _over(f"{len(states):,} states", "values", self.limits.values))
+        return tuple(states)
+
+    def _constants(self) -> None:
+        f, consts = self.f, self.consts
+        for name, value in f.table("[constants]", self.data.get("constants", {})).items():
+            if not _CONSTANT.match(name):
+                f.fail(f"constant {echo(name)}", f"{echo(name)} is not a valid name")
+            consts[name] = _constant(f, name, value)
+        for name, value in self.overrides.items():
+            if name not in consts:
+                f.fail(
+                    "[constants]",
+                    f"unknown constant {echo(name)} (constants: {known(consts) or 'none'})",
+                )
+            consts[name] = _constant(f, name, value)
+
+    def _types(self) -> None:
+        f, limits = self.f, self.limits
+        for name, values in f.table("[types]", self.data.get("types", {})).items():
+            where = f"type {echo(name)}"
+            f.ident(where, name)
+            if name == self.state_var:
+                f.fail(
+                    where, f"{echo(name)} is the state variable's type; its values are the [states]"
+                )
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(isinstance(v, str) for v in values)
+            ):
+                f.fail(where, "an enumeration is a non-empty list of value names")
+            if len(values) > limits.values:
+                f.fail(where, _over(f"{len(values):,} values", "values", limits.values))
+            if len(set(values)) != len(values):
+                f.fail(where, "an enumeration lists a value twice")
+            for v in values:
+                f.ident(where, v)
+            self.types[name] = enum_type(name, values)
+        self.types[self.state_var] = enum_type(self.state_var, self.state_names)
+
+    def _bound(self, where: str, text: str) -> int:
+        if text in self.consts:
+            return self.consts[text]
         if text.lstrip("-").isdigit():
             # Compare the text first: int() refuses over 4,300 digits.
             if len(text.lstrip("-")) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
-                f.fail(where, f"the range bound {echo(text)} is over the limit of {MAX_INT:,}")
+                self.f.fail(where, f"the range bound {echo(text)} is over the limit of {MAX_INT:,}")
             return int(text)
-        f.fail(where, f"unknown constant {echo(text)} in an integer range")
+        self.f.fail(where, f"unknown constant {echo(text)} in an integer range")
 
-    types: dict[str, Type] = {"bool": BOOL}
-    for name, values in f.table("[types]", data.get("types", {})).items():
-        where = f"type {echo(name)}"
-        f.ident(where, name)
-        if name == state_var:
-            f.fail(where, f"{echo(name)} is the state variable's type; its values are the [states]")
-        if (
-            not isinstance(values, list)
-            or not values
-            or not all(isinstance(v, str) for v in values)
-        ):
-            f.fail(where, "an enumeration is a non-empty list of value names")
-        if len(values) > limits.values:
-            f.fail(where, _over(f"{len(values):,} values", "values", limits.values))
-        if len(set(values)) != len(values):
-            f.fail(where, "an enumeration lists a value twice")
-        for v in values:
-            f.ident(where, v)
-        types[name] = enum_type(name, values)
-    types[state_var] = enum_type(state_var, state_names)
-
-    def resolve_type(where: str, spec: object) -> Type:
+    def _resolve_type(self, where: str, spec: object) -> Type:
+        f, limits = self.f, self.limits
         text = f.text(where, spec, "type")
         if (mi := _INT.match(text)) is not None:
-            lo, hi = bound(where, mi.group(1)), bound(where, mi.group(2))
+            lo, hi = self._bound(where, mi.group(1)), self._bound(where, mi.group(2))
             if lo > hi:
                 f.fail(where, f"empty integer range {text}")
             if hi - lo + 1 > limits.values:
@@ -379,213 +446,232 @@ def _parse(
                     _over(f"int[{lo}..{hi}] has {hi - lo + 1:,} values", "values", limits.values),
                 )
             return int_type(lo, hi)
-        if text not in types:
-            f.fail(where, f"unknown type {echo(text)} (types: {known(types)}, int[lo..hi])")
-        return types[text]
+        if text not in self.types:
+            f.fail(where, f"unknown type {echo(text)} (types: {known(self.types)}, int[lo..hi])")
+        return self.types[text]
 
-    variables: list[Variable] = []
-    for name, body in f.table("[vars]", data["vars"]).items():
-        where = f"var {echo(name)}"
-        f.ident(where, name)
-        if name == state_var:
-            f.fail(where, f"{echo(name)} is the state variable; [machine] declares it")
-        v = f.keys(where, body, ["type", "init"], ["doc"])
-        t = resolve_type(where, v["type"])
-        if isinstance(v["init"], str) and v["init"] in consts and t.kind == "int":
-            v = {**v, "init": consts[v["init"]]}
-        if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
-            f.fail(where, f"init {echo(v['init'])} is not a value of {t}")
-        variables.append(Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc")))
-    var_types = {state_var: types[state_var], **{v.name: v.type for v in variables}}
+    def _variables(self) -> tuple[Variable, ...]:
+        f = self.f
+        variables: list[Variable] = []
+        for name, body in f.table("[vars]", self.data["vars"]).items():
+            where = f"var {echo(name)}"
+            f.ident(where, name)
+            if name == self.state_var:
+                f.fail(where, f"{echo(name)} is the state variable; [machine] declares it")
+            v = f.keys(where, body, ["type", "init"], ["doc"])
+            t = self._resolve_type(where, v["type"])
+            if isinstance(v["init"], str) and v["init"] in self.consts and t.kind == "int":
+                v = {**v, "init": self.consts[v["init"]]}
+            if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
+                f.fail(where, f"init {echo(v['init'])} is not a value of {t}")
+            variables.append(Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc")))
+        self.var_types = {
+            self.state_var: self.types[self.state_var],
+            **{v.name: v.type for v in variables},
+        }
+        return tuple(variables)
 
-    for name in consts:
-        if name in var_types:
-            f.fail(f"constant {echo(name)}", f"{echo(name)} is also a variable")
-    symbols = frozenset(str(x) for t in types.values() if t.kind == "enum" for x in t.values)
-    for name in var_types:
-        if name in symbols:
-            f.fail(f"var {echo(name)}", f"{echo(name)} is both a variable and an enumeration value")
+    def _symbols(self) -> None:
+        f = self.f
+        for name in self.consts:
+            if name in self.var_types:
+                f.fail(f"constant {echo(name)}", f"{echo(name)} is also a variable")
+        self.symbols = frozenset(
+            str(x) for t in self.types.values() if t.kind == "enum" for x in t.values
+        )
+        for name in self.var_types:
+            if name in self.symbols:
+                f.fail(
+                    f"var {echo(name)}", f"{echo(name)} is both a variable and an enumeration value"
+                )
 
-    def params_of(where: str, spec: object, scoped: bool) -> tuple[tuple[str, Type], ...]:
+    def _def_exprs(self) -> dict[str, Expr]:
+        return {k: v.expr for k, v in self.defs.items()}
+
+    def _defs(self) -> None:
+        f = self.f
+        for name, body in f.table("[defs]", self.data.get("defs", {})).items():
+            where = f"def {echo(name)}"
+            f.ident(where, name)
+            if name in self.symbols or name in self.var_types:
+                f.fail(where, f"{echo(name)} is already a variable or enumeration value")
+            d = f.keys(where, body, ["expr"], ["doc"])
+            text = f.text(where, d["expr"], "expr")
+            # A definition sees only the definitions before it: no recursion, no cycle.
+            scope = Scope(self.var_types, {}, self._def_exprs(), self.symbols, self.consts)
+            expr = _bool_expr(f, where, text, scope)
+            self.defs[name] = Definition(name, expr, text, f.text(where, d.get("doc", ""), "doc"))
+        if "quiescent" not in self.defs:
+            f.fail("[defs]", "missing definition 'quiescent' (the states where nothing runs)")
+
+    def _params(self, where: str, spec: object, scoped: bool) -> tuple[tuple[str, Type], ...]:
         """Parameters; ``scoped`` ones (an event's) are names inside guards and effects."""
+        f = self.f
         out = []
         for pname, ptype in f.keys(where, spec, [], spec if isinstance(spec, dict) else []).items():
             f.ident(where, pname)
-            if scoped and (pname in symbols or pname in var_types):
+            if scoped and (pname in self.symbols or pname in self.var_types):
                 f.fail(where, f"parameter {echo(pname)} shadows a variable or enumeration value")
-            if scoped and pname in defs:
+            if scoped and pname in self.defs:
                 f.fail(where, f"parameter {echo(pname)} shadows the definition {echo(pname)}")
-            out.append((pname, resolve_type(f"{where} parameter {echo(pname)}", ptype)))
+            out.append((pname, self._resolve_type(f"{where} parameter {echo(pname)}", ptype)))
         return tuple(out)
 
-    defs: dict[str, Definition] = {}
-    for name, body in f.table("[defs]", data.get("defs", {})).items():
-        where = f"def {echo(name)}"
-        f.ident(where, name)
-        if name in symbols or name in var_types:
-            f.fail(where, f"{echo(name)} is already a variable or enumeration value")
-        d = f.keys(where, body, ["expr"], ["doc"])
-        text = f.text(where, d["expr"], "expr")
-        scope = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols, consts)
-        expr = _bool_expr(f, where, text, scope)
-        defs[name] = Definition(name, expr, text, f.text(where, d.get("doc", ""), "doc"))
-    if "quiescent" not in defs:
-        f.fail("[defs]", "missing definition 'quiescent' (the states where nothing runs)")
-    base = Scope(var_types, {}, {k: v.expr for k, v in defs.items()}, symbols, consts)
+    def _events(self) -> None:
+        f, limits = self.f, self.limits
+        for name, body in f.table("[events]", self.data["events"]).items():
+            where = f"event {echo(name)}"
+            f.ident(where, name)
+            ev = f.keys(where, body, ["kind"], ["params", "doc"])
+            if ev["kind"] not in ("input", "internal"):
+                f.fail(where, f"kind must be 'input' or 'internal', not {echo(ev['kind'])}")
+            params = self._params(where, ev.get("params", {}), scoped=True)
+            arguments = math.prod(len(t.values) for _, t in params)
+            if arguments > limits.values:
+                f.fail(where, _over(f"{arguments:,} argument tuples", "values", limits.values))
+            doc = f.text(where, ev.get("doc", ""), "doc")
+            self.events[name] = EventSpec(name, ev["kind"], params, doc)
 
-    events: dict[str, EventSpec] = {}
-    for name, body in f.table("[events]", data["events"]).items():
-        where = f"event {echo(name)}"
-        f.ident(where, name)
-        ev = f.keys(where, body, ["kind"], ["params", "doc"])
-        if ev["kind"] not in ("input", "internal"):
-            f.fail(where, f"kind must be 'input' or 'internal', not {echo(ev['kind'])}")
-        params = params_of(where, ev.get("params", {}), scoped=True)
-        arguments = math.prod(len(t.values) for _, t in params)
-        if arguments > limits.values:
-            f.fail(where, _over(f"{arguments:,} argument tuples", "values", limits.values))
-        events[name] = EventSpec(name, ev["kind"], params, f.text(where, ev.get("doc", ""), "doc"))
+    def _effects(self) -> None:
+        f = self.f
+        for name, body in f.table("[effects]", self.data.get("effects", {})).items():
+            where = f"effect {echo(name)}"
+            f.ident(where, name)
+            e = f.keys(where, body, [], ["params", "notifies", "doc", "requires"])
+            notifies = e.get("notifies", False)
+            if not isinstance(notifies, bool):
+                f.fail(where, "notifies must be true or false")
+            requires_text = e.get("requires")
+            params = self._params(where, e.get("params", {}), scoped=requires_text is not None)
+            requires = None
+            if requires_text is not None:
+                scope = self._scope(dict(params))
+                requires = _bool_expr(f, where, f.text(where, requires_text, "requires"), scope)
+            doc = f.text(where, e.get("doc", ""), "doc")
+            self.effects[name] = EffectSpec(name, params, notifies, doc, requires, requires_text)
 
-    effects: dict[str, EffectSpec] = {}
-    for name, body in f.table("[effects]", data.get("effects", {})).items():
-        where = f"effect {echo(name)}"
-        f.ident(where, name)
-        e = f.keys(where, body, [], ["params", "notifies", "doc", "requires"])
-        notifies = e.get("notifies", False)
-        if not isinstance(notifies, bool):
-            f.fail(where, "notifies must be true or false")
-        requires_text = e.get("requires")
-        effect_params = params_of(where, e.get("params", {}), scoped=requires_text is not None)
-        requires = None
-        if requires_text is not None:
-            scope = Scope(var_types, dict(effect_params), base.defs, symbols, consts)
-            requires = _bool_expr(f, where, f.text(where, requires_text, "requires"), scope)
-        effects[name] = EffectSpec(
-            name,
-            effect_params,
-            notifies,
-            f.text(where, e.get("doc", ""), "doc"),
-            requires,
-            requires_text,
-        )
+    def _scope(self, params: Mapping[str, Type]) -> Scope:
+        return Scope(self.var_types, params, self.base.defs, self.symbols, self.consts)
 
-    def tags(where: str, body: Mapping[str, Any]) -> tuple[str, ...]:
+    # --- rows, pairs, invariants ------------------------------------------------------------
+
+    def _tags(self, where: str, body: Mapping[str, Any]) -> tuple[str, ...]:
+        f = self.f
         if "clauses" not in body or not body["clauses"]:
             f.fail(
                 where, "missing clause tag (every row and invariant names the clause it implements)"
             )
         out = f.names(where, body["clauses"], "clauses")
         for tag in out:
-            if tag not in clauses:
+            if tag not in self.clauses:
                 f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
         return out
 
-    rows: list[Row] = []
-    seen: dict[str, int] = {}
-    for i, body in enumerate(_array(f, data, "rows")):
-        raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"row {echo(raw_id)}" if _is_id(raw_id) else f"rows[{i}]"
-        r = f.keys(
-            where, body, ["id", "on", "from"], ["clauses", "guard", "to", "reject", "do", "doc"]
-        )
-        rid = f.id(where, r["id"])
-        if rid in seen:
-            f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])")
-        seen[rid] = i
-        event = f.text(where, r["on"], "on")
-        if event not in events:
-            f.fail(where, f"unknown event {echo(event)} (events: {known(events)})")
-        sources = f.names(where, r["from"], "from")
-        for s in sources:
-            if s not in state_names:
-                f.fail(where, f"unknown state {echo(s)} in from (states: {known(state_names)})")
-        target = r.get("to")
-        if target is not None and target not in state_names:
-            f.fail(where, f"unknown state {echo(target)} in to (states: {known(state_names)})")
-        reject = r.get("reject")
-        if reject is not None and ("to" in r or "do" in r):
-            f.fail(where, "a reject row has no 'to' and no 'do'")
-        scope = Scope(var_types, dict(events[event].params), base.defs, symbols, consts)
-        guard_text = r.get("guard")
-        guard: Expr = Lit(True)
-        if guard_text is not None:
-            guard = _bool_expr(f, where, f.text(where, guard_text, "guard"), scope)
-        stmts = _stmts(f, where, r.get("do", []), scope, var_types, state_var, effects)
-        rows.append(
-            Row(
-                id=rid, event=event, sources=sources, guard=guard, guard_text=guard_text,
-                target=target, reject=reject if reject is None else f.text(where, reject, "reject"),
-                effects=stmts, clauses=tags(where, r), doc=f.text(where, r.get("doc", ""), "doc"),
-            )
-        )  # fmt: skip
-
-    pair_rules: list[PairRule] = []
-    kinds: tuple[Literal["ignored"], Literal["rejected"]] = ("ignored", "rejected")
-    for kind in kinds:
-        for i, body in enumerate(_array(f, data, kind)):
-            where = f"{kind}[{i}]"
-            p = f.keys(where, body, ["on", "in", "why"], ["clauses"])
-            on = f.names(where, p["on"], "on")
-            for event_name in on:
-                if event_name not in events:
-                    f.fail(where, f"unknown event {echo(event_name)} (events: {known(events)})")
-            states_in = f.names(where, p["in"], "in")
-            for s in states_in:
-                if s not in state_names:
-                    f.fail(where, f"unknown state {echo(s)} in in (states: {known(state_names)})")
-            why = f.text(where, p["why"], "why")
-            pair_rules.append(PairRule(kind, i, on, states_in, why, tags(where, p)))
-
-    invariants: list[Invariant] = []
-    stable: list[Stability] = []
-    inv_seen: dict[str, int] = {}
-    for i, body in enumerate(_array(f, data, "invariants")):
-        raw_id = body.get("id") if isinstance(body, dict) else None
-        where = f"invariant {echo(raw_id)}" if _is_id(raw_id) else f"invariants[{i}]"
-        step_form = isinstance(body, dict) and "unchanged" in body
-        required = ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
-        inv = f.keys(where, body, required, ["clauses"])
-        iid = f.id(where, inv["id"])
-        if iid in inv_seen:
-            f.fail(
-                where, f"duplicate invariant id (invariants[{inv_seen[iid]}] and invariants[{i}])"
-            )
-        inv_seen[iid] = i
-        if step_form:
-            var = f.text(where, inv["unchanged"], "unchanged")
-            if var not in var_types or var == state_var:
-                f.fail(where, f"unknown variable {echo(var)} in unchanged")
-            text = f.text(where, inv["while"], "while")
-            stable.append(
-                Stability(
-                    iid,
-                    var,
-                    _bool_expr(f, where, text, base),
-                    text,
-                    f.text(where, inv["doc"], "doc"),
-                    tags(where, inv),
+    def _state_names(self, where: str, value: object, key: str) -> tuple[str, ...]:
+        names = self.f.names(where, value, key)
+        for s in names:
+            if s not in self.state_names:
+                self.f.fail(
+                    where, f"unknown state {echo(s)} in {key} (states: {known(self.state_names)})"
                 )
-            )
-            continue
-        text = f.text(where, inv["holds"], "holds")
-        invariants.append(
-            Invariant(
-                iid,
-                _bool_expr(f, where, text, base),
-                text,
-                f.text(where, inv["doc"], "doc"),
-                tags(where, inv),
-            )
-        )
+        return names
 
-    return Table(
-        file=f.display, name=f.ident("[machine]", f.text("[machine]", m["name"], "name")),
-        title=f.text("[machine]", m["title"], "title"),
-        doc=f.text("[machine]", m.get("doc", ""), "doc"),
-        state_var=state_var, states=tuple(states), initial=initial, types=types,
-        variables=tuple(variables), events=events, effects=effects, defs=defs, rows=tuple(rows),
-        pair_rules=tuple(pair_rules), invariants=tuple(invariants), stable=tuple(stable),
-    )  # fmt: skip
+    def _rows(self) -> tuple[Row, ...]:
+        f = self.f
+        rows: list[Row] = []
+        seen: dict[str, int] = {}
+        for i, body in enumerate(_array(f, self.data, "rows")):
+            raw_id = body.get("id") if isinstance(body, dict) else None
+            where = f"row {echo(raw_id)}" if _is_id(raw_id) else f"rows[{i}]"
+            r = f.keys(
+                where, body, ["id", "on", "from"], ["clauses", "guard", "to", "reject", "do", "doc"]
+            )
+            rid = f.id(where, r["id"])
+            if rid in seen:
+                f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])")
+            seen[rid] = i
+            event = f.text(where, r["on"], "on")
+            if event not in self.events:
+                f.fail(where, f"unknown event {echo(event)} (events: {known(self.events)})")
+            sources = self._state_names(where, r["from"], "from")
+            target = r.get("to")
+            if target is not None and target not in self.state_names:
+                f.fail(
+                    where, f"unknown state {echo(target)} in to (states: {known(self.state_names)})"
+                )
+            reject = r.get("reject")
+            if reject is not None and ("to" in r or "do" in r):
+                f.fail(where, "a reject row has no 'to' and no 'do'")
+            scope = self._scope(dict(self.events[event].params))
+            guard_text = r.get("guard")
+            guard: Expr = Lit(True)
+            if guard_text is not None:
+                guard = _bool_expr(f, where, f.text(where, guard_text, "guard"), scope)
+            stmts = _stmts(
+                f, where, r.get("do", []), scope, self.var_types, self.state_var, self.effects
+            )
+            rows.append(
+                Row(
+                    id=rid, event=event, sources=sources, guard=guard, guard_text=guard_text,
+                    target=target,
+                    reject=reject if reject is None else f.text(where, reject, "reject"),
+                    effects=stmts, clauses=self._tags(where, r),
+                    doc=f.text(where, r.get("doc", ""), "doc"),
+                )
+            )  # fmt: skip
+        return tuple(rows)
+
+    def _pair_rules(self) -> tuple[PairRule, ...]:
+        f = self.f
+        pair_rules: list[PairRule] = []
+        kinds: tuple[Literal["ignored"], Literal["rejected"]] = ("ignored", "rejected")
+        for kind in kinds:
+            for i, body in enumerate(_array(f, self.data, kind)):
+                where = f"{kind}[{i}]"
+                p = f.keys(where, body, ["on", "in", "why"], ["clauses"])
+                on = f.names(where, p["on"], "on")
+                for event_name in on:
+                    if event_name not in self.events:
+                        f.fail(
+                            where,
+                            f"unknown event {echo(event_name)} (events: {known(self.events)})",
+                        )
+                states_in = self._state_names(where, p["in"], "in")
+                why = f.text(where, p["why"], "why")
+                pair_rules.append(PairRule(kind, i, on, states_in, why, self._tags(where, p)))
+        return tuple(pair_rules)
+
+    def _invariants(self) -> tuple[tuple[Invariant, ...], tuple[Stability, ...]]:
+        f, base = self.f, self.base
+        invariants: list[Invariant] = []
+        stable: list[Stability] = []
+        seen: dict[str, int] = {}
+        for i, body in enumerate(_array(f, self.data, "invariants")):
+            raw_id = body.get("id") if isinstance(body, dict) else None
+            where = f"invariant {echo(raw_id)}" if _is_id(raw_id) else f"invariants[{i}]"
+            step_form = isinstance(body, dict) and "unchanged" in body
+            required = ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
+            inv = f.keys(where, body, required, ["clauses"])
+            iid = f.id(where, inv["id"])
+            if iid in seen:
+                f.fail(
+                    where, f"duplicate invariant id (invariants[{seen[iid]}] and invariants[{i}])"
+                )
+            seen[iid] = i
+            if step_form:
+                var = f.text(where, inv["unchanged"], "unchanged")
+                if var not in self.var_types or var == self.state_var:
+                    f.fail(where, f"unknown variable {echo(var)} in unchanged")
+                text = f.text(where, inv["while"], "while")
+                predicate = _bool_expr(f, where, text, base)
+                doc = f.text(where, inv["doc"], "doc")
+                stable.append(Stability(iid, var, predicate, text, doc, self._tags(where, inv)))
+                continue
+            text = f.text(where, inv["holds"], "holds")
+            predicate = _bool_expr(f, where, text, base)
+            doc = f.text(where, inv["doc"], "doc")
+            invariants.append(Invariant(iid, predicate, text, doc, self._tags(where, inv)))
+        return tuple(invariants), tuple(stable)
 
 
 def _constant(f: _File, name: str, value: object) -> int:
