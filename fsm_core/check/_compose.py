@@ -25,7 +25,7 @@ runs every step of every such kind the same way:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, Protocol
@@ -449,8 +449,3 @@ class _Run:
             nested = self.e.move(i, event, args, row, tuple(inside), "" if nested else at)
         assert nested is not None
         return nested
-
-
-def budgets(layout: Layout, events: Iterable[str]) -> Mapping[str, int]:
-    """Each budgeted event's slot, ``budget.EVENT`` in ``layout``."""
-    return {e: layout[f"budget.{e}"] for e in events}

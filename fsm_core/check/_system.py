@@ -8,7 +8,7 @@ from typing import Any
 
 from fsm_core.check._agent import agent_engine
 from fsm_core.check._codegen import compile_predicates, compile_successors
-from fsm_core.check._compose import Property, explorer_properties
+from fsm_core.check._compose import Composition, Property, explorer_properties
 from fsm_core.check._explore import System
 from fsm_core.check._model import Model
 from fsm_core.check._moves import Move
@@ -45,6 +45,6 @@ def build(model: Model) -> Built:
 
         system = System(model.name, m.initial, compiled.successors, moves, violated, quiescent)
         return Built(system, m.names, moves, explorer_properties(quiescent))
-    c = agent_engine(model) if model.kind == "agent" else tree_engine(model)
+    c: Composition = agent_engine(model) if model.kind == "agent" else tree_engine(model)
     system = System(model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent)
     return Built(system, c.layout.names, c.moves, c.properties())
