@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fsm_core.check._compose import Property
 from fsm_core.check._explore import (
     QUIESCENCE,
     Progress,
@@ -29,6 +30,8 @@ class Report:
     result: Result[Any]
     names: tuple[str, ...]
     moves: list[Move]
+    properties: tuple[Property, ...]
+    """The properties the model was checked against besides its table's own."""
     dead_rows: tuple[str, ...]
     violation: Violation[Any] | None
 
@@ -82,4 +85,4 @@ def check(
     taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive
-    return Report(model, result, built.names, built.moves, dead, violation)
+    return Report(model, result, built.names, built.moves, built.properties, dead, violation)

@@ -22,16 +22,9 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
-from fsm_core.check import DEADLOCK, QUIESCENCE, Report
-from fsm_core.check._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
+from fsm_core.check import Report
 from fsm_core.check._explore import Violation
 from fsm_core.check._moves import Move
-from fsm_core.check._tree import (
-    NOTICE_DELIVERED,
-    NOTICE_ONCE,
-    PARENT_LEAVES_AFTER_CHILDREN,
-    TEARDOWN_ONCE,
-)
 from fsm_core.table._expr import show
 
 __all__ = ["done_line", "format_trace", "summary_table", "to_itf", "to_json"]
@@ -40,19 +33,6 @@ ITF_FORMAT = "https://apalache-mc.org/docs/adr/015adr-trace.html"
 
 _ABSENT = "absent"
 """How a tree slot that holds no activation yet is shown in a text trace."""
-
-_PROPERTIES = {
-    DEADLOCK: "no step is possible and the state is not quiescent",
-    QUIESCENCE: "no quiescent state is reachable from this state",
-    NO_PARKED_WAKE: "an idle agent with no driver scheduled still owes a waking send its turn",
-    PRERUN_OPENS_NO_TURN: "the driver published running after a pre-run cancel",
-    PARENT_LEAVES_AFTER_CHILDREN: "a node left the registry while an admitted child is in it",
-    NOTICE_DELIVERED: "a parent refused its child's settlement notice",
-    TEARDOWN_ONCE: "a node's memoized close ran twice",
-    NOTICE_ONCE: "a node notified its parent twice",
-}
-"""What it means that a checker-level property broke (table invariants carry their own text)."""
-
 
 # --- text traces ----------------------------------------------------------------------------------
 
@@ -116,7 +96,7 @@ def _stopped_at(move: Move) -> str:
 
 
 def _property(report: Report, name: str) -> str:
-    """``name (what it says)``: the invariant's expression, or what a checker property means."""
+    """``name (what it says)``: the invariant's expression, or the property record's meaning."""
     base, _, _node = name.partition("@")
     table = report.model.machine.table
     for inv in table.invariants:
@@ -128,8 +108,10 @@ def _property(report: Report, name: str) -> str:
     effect, dot, kind = base.partition(".")
     if dot and kind == "requires" and effect in table.effects:
         return f"{name} ({effect} requires {table.effects[effect].requires_text})"
-    meaning = _PROPERTIES.get(name)
-    return f"{name} ({meaning})" if meaning else name
+    for p in report.properties:
+        if p.name == name:
+            return f"{name} ({p.meaning})"
+    return name
 
 
 def _flat(report: Report, state: Sequence[object]) -> list[tuple[str, str]]:

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fsm_core.check._agent import AgentSystem
+from fsm_core.check._agent import agent_engine
 from fsm_core.check._codegen import compile_predicates, compile_successors
+from fsm_core.check._compose import Composition, Property, explorer_properties
 from fsm_core.check._explore import System
 from fsm_core.check._modelfile import Model
 from fsm_core.check._moves import Move
-from fsm_core.check._tree import TreeSystem
+from fsm_core.check._tree import tree_engine
 
 
 @dataclass(frozen=True, slots=True)
 class Built:
-    """A model ready to explore: the system, the names of a state's positions, the moves."""
+    """A model ready to explore: the system, the names of a state's positions, the moves and
+    the properties it is checked against besides the table's own."""
 
     # A model's state is a tuple whose layout ``names`` describes; its element types vary
     # by kind (values for a table, node tuples for a tree), so the system is typed loosely.
     system: System[Any]
     names: tuple[str, ...]
     moves: list[Move]
+    properties: tuple[Property, ...]
 
 
 def build(model: Model) -> Built:
@@ -35,13 +39,12 @@ def build(model: Model) -> Built:
         ]
         violated = compile_predicates(m, {i.id: i.expr for i in m.table.invariants})
         quiet = compile_predicates(m, {"quiescent": m.table.defs["quiescent"].expr})
-        system = System(
-            model.name, m.initial, compiled.successors, moves, violated,
-            lambda s: quiet(s) is None,
-        )  # fmt: skip
-        return Built(system, m.names, moves)
-    if model.kind == "agent":
-        agent = AgentSystem(model)
-        return Built(agent.system, agent.names, agent.labels)
-    tree = TreeSystem(model)
-    return Built(tree.system, tree.names, tree.labels)
+
+        def quiescent(s: Sequence[Any]) -> bool:
+            return quiet(tuple(s)) is None
+
+        system = System(model.name, m.initial, compiled.successors, moves, violated, quiescent)
+        return Built(system, m.names, moves, explorer_properties(quiescent))
+    c: Composition = agent_engine(model) if model.kind == "agent" else tree_engine(model)
+    system = System(model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent)
+    return Built(system, c.layout.names, c.moves, c.properties())

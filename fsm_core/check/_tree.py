@@ -1,4 +1,8 @@
-"""A tree of activations, wired as seed 004 wires them.
+"""The activation-tree protocol: a tree of activations, wired as seed 004 wires them.
+
+Everything this composition adds to the table is declared here, and :mod:`._compose` runs
+it: the layout of node slots, budgets and ghosts, which effects fire which events on which
+node, and the tree's properties with their meanings.
 
 Nodes are named by path: ``a`` is the root, ``a.1`` .. ``a.W`` its children, ``a.1.1`` a
 grandchild, down to the model's ``depth``. A child slot is empty until its parent admits it.
@@ -34,11 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fsm_core.check._explore import System
-from fsm_core.check._moves import Labels, Move
+from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Notice, Property, Reaction
 from fsm_core.check._needs import Needs
-from fsm_core.table._expr import Value
-from fsm_core.table._machine import REFUSED, Perform
 
 if TYPE_CHECKING:  # the model loader imports this module for NEEDS, PROPERTIES, node_names
     from fsm_core.check._modelfile import Model
@@ -48,7 +49,15 @@ NOTICE_DELIVERED = "settlement_notice_delivered"
 TEARDOWN_ONCE = "teardown_runs_once"
 NOTICE_ONCE = "notice_sent_once"
 
-PROPERTIES = (PARENT_LEAVES_AFTER_CHILDREN, NOTICE_DELIVERED, TEARDOWN_ONCE, NOTICE_ONCE)
+MEANINGS = {
+    PARENT_LEAVES_AFTER_CHILDREN: "a node left the registry while an admitted child is in it",
+    NOTICE_DELIVERED: "a parent refused its child's settlement notice",
+    TEARDOWN_ONCE: "a node's memoized close ran twice",
+    NOTICE_ONCE: "a node notified its parent twice",
+}
+"""What it means that one of the tree's own properties broke."""
+
+PROPERTIES = tuple(MEANINGS)
 """The tree composition's own properties; the table's are named per node (``id@a.1``)."""
 
 NEEDS = Needs(
@@ -65,23 +74,7 @@ NEEDS = Needs(
 """What the wiring fires, passes and reads (the wired effects without parameters are only
 matched by name: a table without them wires nothing there)."""
 
-Node = tuple[Value, ...] | None
-TreeState = tuple[object, ...]
-"""(node slots..., budgets..., close counts..., notice counts...)."""
-
 _WIRED_ONLY = frozenset({"child_settled"})
-
-
-class _Stop(Exception):
-    """A property broke inside a step; the step ends where it broke."""
-
-    def __init__(self, prop: str) -> None:
-        super().__init__(prop)
-        self.prop = prop
-
-
-class _Refused(Exception):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,211 +122,155 @@ def node_names(depth: int, width: int) -> tuple[str, ...]:
     return _shape(depth, width).names
 
 
-class TreeSystem:
-    """Builds the explorer's view of an ``activation-tree`` model."""
+class TreeWiring:
+    """The activation-tree protocol as a :class:`~fsm_core.check._compose.Wiring`.
+
+    The state is one slot per node (its activation's state, None until admitted), then
+    ``budget.EVENT`` for each budgeted event and ``budget.failures``, then the ghosts
+    ``ghost.closes.NODE`` and ``ghost.notices.NODE`` (how often each node closed and
+    notified its parent) and ``ghost.broken``.
+    """
+
+    flat = False
+    reactions: frozenset[str] = frozenset()
+    listener_calls: tuple[tuple[str, Args], ...] = ()
+    max_reactions = 0
 
     def __init__(self, model: Model) -> None:
         self.model = model
         self.machine = m = model.machine
         self.shape = shape = _shape(model.depth, model.width)
-        self.size = n = len(shape.names)
-        self.budget_events = tuple(model.budgets)
-        self._budget = {e: n + i for i, e in enumerate(self.budget_events)}
-        self._failures = n + len(self.budget_events)
-        self._closes = self._failures + 1
-        self._notices = self._closes + n
-        self._broken = self._notices + n
+        self.instances = shape.names
+        self.layout = layout = Layout(
+            (
+                *shape.names,
+                *(f"budget.{e}" for e in model.budgets),
+                "budget.failures",
+                *(f"ghost.closes.{x}" for x in shape.names),
+                *(f"ghost.notices.{x}" for x in shape.names),
+                BROKEN,
+            )
+        )
+        self._slots = range(len(shape.names))  # first in the layout: instance i is slot i
+        self._budget = {e: layout[f"budget.{e}"] for e in model.budgets}
+        self._failures = layout["budget.failures"]
+        self._closes = tuple(layout[f"ghost.closes.{x}"] for x in shape.names)
+        self._notices = tuple(layout[f"ghost.notices.{x}"] for x in shape.names)
         self._resident = m.names.index("resident")
-        self._offered = [
-            (e, list(m.all_arguments(e))) for e in m.table.events if e not in _WIRED_ONLY
-        ]
-        self._params = {e: [p for p, _ in spec.params] for e, spec in m.table.events.items()}
-        self._labels = Labels()
-        self.labels = self._labels.moves
-        slots: list[object] = [tuple(m.initial)] + [None] * (n - 1)
-        initial: TreeState = (
-            *slots,
-            *(model.budgets[e] for e in self.budget_events),
-            model.failures,
-            *([0] * n),
-            *([0] * n),
-            "",
+        self.offered = tuple(
+            (e, tuple(m.all_arguments(e))) for e in m.table.events if e not in _WIRED_ONLY
         )
-        self.names: tuple[str, ...] = (
-            *shape.names,
-            *(f"budget.{e}" for e in self.budget_events),
-            "budget.failures",
-            *(f"ghost.closes.{x}" for x in shape.names),
-            *(f"ghost.notices.{x}" for x in shape.names),
-            "ghost.broken",
-        )
-        self.system: System[TreeState] = System(
-            model.name, initial, self.successors, self.labels, self.first_violated, self.quiescent
+        self.own: tuple[Property, ...] = (
+            Property(
+                PARENT_LEAVES_AFTER_CHILDREN,
+                "always",
+                MEANINGS[PARENT_LEAVES_AFTER_CHILDREN],
+                self._parent_leaves_after_children,
+            ),
+            Property(
+                NOTICE_DELIVERED,
+                "delivered",
+                MEANINGS[NOTICE_DELIVERED],
+                lambda _, at: at is None or at[0] != "child_settled",
+            ),
+            Property(
+                TEARDOWN_ONCE,
+                "always",
+                MEANINGS[TEARDOWN_ONCE],
+                lambda s, _: all(s[c] <= 1 for c in self._closes),
+            ),
+            Property(
+                NOTICE_ONCE,
+                "always",
+                MEANINGS[NOTICE_ONCE],
+                lambda s, _: all(s[c] <= 1 for c in self._notices),
+            ),
         )
 
-    # --- properties ----------------------------------------------------------------------------
+    def initial(self) -> tuple[Any, ...]:
+        n = len(self._slots)
+        budgets = (self.model.budgets[e] for e in self.model.budgets)
+        root: list[object] = [tuple(self.machine.initial)]
+        return (*root, *([None] * (n - 1)), *budgets, self.model.failures, *([0] * (2 * n)), "")
 
-    def first_violated(self, s: Sequence[Any]) -> str | None:
-        if s[self._broken]:
-            return str(s[self._broken])
-        for i in range(self.size):
-            node = s[i]
-            if node is None:
-                continue
-            assert isinstance(node, tuple)
-            bad = self.machine.violated(node)
-            if bad:
-                return f"{bad[0]}@{self.shape.names[i]}"
-            if not node[self._resident]:
-                for c in self.shape.children[i]:
-                    child = s[c]
-                    if isinstance(child, tuple) and child[self._resident]:
-                        return PARENT_LEAVES_AFTER_CHILDREN
-        for i in range(self.size):
-            if s[self._closes + i] > 1:
-                return TEARDOWN_ONCE
-            if s[self._notices + i] > 1:
-                return NOTICE_ONCE
+    # --- properties ------------------------------------------------------------------------------
+
+    def table_violated(self, state: Sequence[Any]) -> str | None:
+        for i in self._slots:
+            node = state[i]
+            if node is not None:
+                bad = self.machine.violated(node)
+                if bad:
+                    return f"{bad[0]}@{self.instances[i]}"
         return None
 
-    def quiescent(self, s: Sequence[object]) -> bool:
-        return all(
-            node is None or (isinstance(node, tuple) and self.machine.holds("quiescent", node))
-            for node in s[: self.size]
-        )
+    def _parent_leaves_after_children(self, s: Sequence[Any], _: Notice | None) -> bool:
+        """A node out of the registry has every admitted child out."""
+        for i in self._slots:
+            node = s[i]
+            if node is not None and not node[self._resident]:
+                for c in self.shape.children[i]:
+                    child = s[c]
+                    if child is not None and child[self._resident]:
+                        return False
+        return True
 
-    # --- successors ----------------------------------------------------------------------------
+    def quiescent(self, state: Sequence[Any]) -> bool:
+        return all(self._settled(state[i]) for i in self._slots if state[i] is not None)
 
-    def successors(self, s: TreeState) -> list[tuple[int, TreeState]]:
-        out: list[tuple[int, TreeState]] = []
-        for i in range(self.size):
-            if s[i] is None:
-                continue
-            for event, arguments in self._offered:
-                slot = self._budget.get(event)
-                if slot is not None and s[slot] == 0:
-                    continue
-                if event == "admit" and all(s[c] is not None for c in self.shape.children[i]):
-                    continue
-                for args in arguments:
-                    if event == "handle_disposed" and args[0] and s[self._failures] == 0:
-                        continue
-                    step = self._step(s, i, event, args)
-                    if step is not None:
-                        move, nxt = step
-                        out.append((self._labels.index(move), nxt))
-        return out
+    def _settled(self, node: tuple[Any, ...]) -> bool:
+        # The table's ``quiescent``: the activation reached ``settled``.
+        return self.machine.holds("quiescent", node)
 
-    def _step(
-        self, s: TreeState, node: int, event: str, args: tuple[Value, ...]
-    ) -> tuple[Move, TreeState] | None:
-        store: list[Any] = list(s)
-        nodes: dict[int, list[Value]] = {}
-        shape = self.shape
-        # The last state of each node a listener observed (the step's start until then).
-        observed: dict[int, Any] = {}
+    # --- environment -----------------------------------------------------------------------------
 
-        def live(i: int) -> list[Value]:
-            if i not in nodes:
-                current = store[i]
-                assert isinstance(current, tuple)
-                nodes[i] = list(current)
-            return nodes[i]
-
-        def flush() -> None:
-            for i, values in nodes.items():
-                store[i] = tuple(values)
-
-        def fire(i: int, ev: str, a: tuple[Value, ...]) -> Move:
-            values = live(i)
-            row = self.machine.lookup(values, ev, a)
-            if row is REFUSED:
-                raise _Refused
-            inside: list[tuple[str, Move]] = []
-            if row is not None:
-                self.machine.execute(row, values, a, performer(i, inside))
-            return Move(
-                ev,
-                tuple(zip(self._params[ev], a, strict=True)),
-                row.row.id if row is not None else None,
-                self.shape.names[i],
-                tuple(inside),
-            )
-
-        def performer(i: int, inside: list[tuple[str, Move]]) -> Perform:
-            def perform(name: str, values: tuple[Value, ...]) -> None:
-                node = nodes[i]
-                if self.machine.unmet(name, node, values):
-                    flush()
-                    store[self._broken] = f"{name}.requires@{shape.names[i]}"
-                    raise _Stop(store[self._broken])
-                if self.machine.table.effects[name].notifies:
-                    flush()
-                    before, observed[i] = observed.get(i, s[i]), tuple(node)
-                    unstable = self.machine.unstable(before, node)
-                    if unstable:
-                        store[self._broken] = f"{unstable[0]}@{shape.names[i]}"
-                        raise _Stop(store[self._broken])
-                    bad = self.first_violated(store)
-                    if bad is not None:
-                        raise _Stop(bad)
-                for target, ev, a in self._wire(store, i, name, values):
-                    try:
-                        nested = fire(target, ev, a)
-                    except _Refused:
-                        if ev == "child_settled":
-                            raise _Stop(NOTICE_DELIVERED) from None
-                        continue
-                    inside.append((f"{name}()", nested))
-
-            return perform
-
+    def charges(self, event: str, args: Args) -> tuple[int, ...]:
         slot = self._budget.get(event)
-        if slot is not None:
-            store[slot] = store[slot] - 1
+        spent = () if slot is None else (slot,)
         if event == "handle_disposed" and args[0]:
-            store[self._failures] = store[self._failures] - 1
-        try:
-            move = fire(node, event, args)
-        except _Refused:
-            return None
-        except _Stop as stop:
-            flush()
-            named = tuple(zip(self._params[event], args, strict=True))
-            stopped = Move(event, named, None, shape.names[node], (), stopped=stop.prop)
-            return stopped, tuple(store)
-        for i, values in nodes.items():
-            unstable = self.machine.unstable(observed.get(i, s[i]), values)
-            if unstable:
-                store[self._broken] = f"{unstable[0]}@{shape.names[i]}"
-        flush()
-        return move, tuple(store)
+            spent = (*spent, self._failures)
+        return spent
 
-    def _wire(
-        self, store: list[Any], i: int, effect: str, values: tuple[Value, ...]
-    ) -> list[tuple[int, str, tuple[Value, ...]]]:
-        """The events an effect of node ``i`` fires on other nodes (or on ``i`` itself)."""
-        shape = self.shape
-        if effect == "close_inbox":
-            store[self._closes + i] = store[self._closes + i] + 1
-        elif effect == "dispose_children":
+    def offers(self, state: Sequence[Any], instance: int, event: str) -> bool:
+        """``admit`` needs a free child slot; budgets are counted by :meth:`charges`."""
+        return event != "admit" or any(state[c] is None for c in self.shape.children[instance])
+
+    # --- wiring ----------------------------------------------------------------------------------
+
+    def before(self, store: list[Any], instance: int, event: str, args: Args) -> None:
+        return None
+
+    def after(self, store: list[Any], instance: int, event: str, args: Args) -> None:
+        return None
+
+    def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None:
+        return None
+
+    def wire(self, store: list[Any], instance: int, name: str, values: Args) -> Sequence[Reaction]:
+        """The events an effect of node ``instance`` fires on other nodes (or on itself),
+        counting closes and notices as it goes."""
+        shape, i = self.shape, instance
+        if name == "close_inbox":
+            store[self._closes[i]] += 1
+        elif name == "dispose_children":
             return [(c, "dispose", (False,)) for c in shape.children[i] if store[c] is not None]
-        elif effect == "request_dispose":
+        elif name == "request_dispose":
             return [(i, "dispose", (False,))]
-        elif effect == "dispose_in_maintenance":
+        elif name == "dispose_in_maintenance":
             return [(i, "dispose", (True,))]
-        elif effect == "admit_child":
+        elif name == "admit_child":
             free = next(c for c in shape.children[i] if store[c] is None)
             store[free] = tuple(self.machine.initial)
-        elif effect == "notify_parent":
-            store[self._notices + i] = store[self._notices + i] + 1
+        elif name == "notify_parent":
+            store[self._notices[i]] += 1
             p = shape.parent[i]
             if p is not None:
                 others = [c for c in shape.children[p] if c != i and store[c] is not None]
                 last = all(self._settled(store[c]) for c in others)
                 return [(p, "child_settled", (values[0], last))]
-        return []
+        return ()
 
-    def _settled(self, node: object) -> bool:
-        # The table's ``quiescent``: the activation reached ``settled``.
-        return isinstance(node, tuple) and self.machine.holds("quiescent", node)
+
+def tree_engine(model: Model) -> Engine:
+    """The composition of an ``activation-tree`` model, ready to explore."""
+    return Engine(model.name, TreeWiring(model))

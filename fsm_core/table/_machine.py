@@ -75,14 +75,30 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
-class _Op:
-    """A compiled statement. kind: 0 assign, 1 call, 2 block."""
+class _Assign:
+    """A compiled :class:`Assign`: the variable's position and its new value."""
 
-    kind: int
     index: int
-    name: str
-    fns: tuple[Evaluator, ...]
-    body: tuple[_Op, ...]
+    value: Evaluator
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A compiled :class:`Call`: the effect and its arguments, evaluated when reached."""
+
+    effect: str
+    args: tuple[Evaluator, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """A compiled :class:`Block`: its body runs iff ``when`` holds when it is reached."""
+
+    when: Evaluator
+    body: tuple[_Stmt, ...]
+
+
+_Stmt: TypeAlias = _Assign | _Call | _Block
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +106,7 @@ class CompiledRow:
     row: Row
     guard: Evaluator
     target: str | None
-    ops: tuple[_Op, ...]
+    ops: tuple[_Stmt, ...]
 
 
 class Machine:
@@ -138,19 +154,17 @@ class Machine:
                 for event in rule.events:
                     self._pairs[(state, event)] = (rule.kind, rule.why)
 
-    def _compile_stmt(self, stmt: Stmt, params: Mapping[str, int]) -> _Op:
+    def _compile_stmt(self, stmt: Stmt, params: Mapping[str, int]) -> _Stmt:
         def ev(e: Expr) -> Evaluator:
             return compile_expr(e, self._index, params, self.defs)
 
         match stmt:
             case Assign(var=v, value=value):
-                return _Op(0, self._index[v], v, (ev(value),), ())
+                return _Assign(self._index[v], ev(value))
             case Call(effect=name, args=args):
-                return _Op(1, -1, name, tuple(ev(a) for a in args), ())
+                return _Call(name, tuple(ev(a) for a in args))
             case Block(when=when, body=body):
-                return _Op(
-                    2, -1, "", (ev(when),), tuple(self._compile_stmt(b, params) for b in body)
-                )
+                return _Block(ev(when), tuple(self._compile_stmt(b, params) for b in body))
         raise AssertionError(stmt)
 
     # --- querying ---------------------------------------------------------------------------
@@ -316,14 +330,16 @@ class Machine:
 
 
 def _run(
-    ops: tuple[_Op, ...], store: MutableSequence[Value], args: Sequence[Value], perform: Perform
+    ops: tuple[_Stmt, ...], store: MutableSequence[Value], args: Sequence[Value], perform: Perform
 ) -> None:
+    # ``type(op) is`` rather than ``match``: this is the checker's innermost loop, and an
+    # identity test per statement costs less than a class pattern's isinstance and lookups.
     for op in ops:
-        if op.kind == 0:
-            store[op.index] = op.fns[0](store, args)
-        elif op.kind == 1:
-            perform(op.name, tuple(f(store, args) for f in op.fns))
-        elif op.fns[0](store, args):
+        if type(op) is _Assign:
+            store[op.index] = op.value(store, args)
+        elif type(op) is _Call:
+            perform(op.effect, tuple(f(store, args) for f in op.args))
+        elif type(op) is _Block and op.when(store, args):
             _run(op.body, store, args, perform)
 
 

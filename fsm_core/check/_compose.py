@@ -1,0 +1,451 @@
+"""One engine for every composed model kind: tables wired together and to an environment.
+
+A composition is shaped like stateright's ``Model``: it gives its :meth:`~Composition.initial`
+state, its labelled :meth:`~Composition.steps` in a deterministic order, and its
+:meth:`~Composition.properties`, each one :class:`Property` record. The explorer needs nothing
+else. A model kind that composes a table with others (``agent``, ``activation-tree``) declares
+only what is its own, as a :class:`Wiring`: its state :class:`Layout`, its ghosts, what the
+environment may call, which effects reach which events, and its properties. :class:`Engine`
+runs every step of every such kind the same way:
+
+- An *instance* is one copy of the table. A flat wiring (one agent) runs its instance on the
+  front of the composite state itself; a tree runs each node on the tuple in its slot.
+- An event is fired on an instance; its row runs effect by effect. At every effect the engine
+  proves the effect's ``requires`` contract. At a notifying effect, where a listener observes
+  the state, it also proves the table's step invariants, the wiring's ``notified``
+  properties, the invariants and the ``always`` properties.
+- After the checks, the effect's *reactions* run inside it, re-entrantly: first the wiring's
+  deterministic ones (a tree's ``dispose_children()`` disposes each child), then, at an effect
+  the model lists in ``reactions``, the listener call the current *plan* chooses. The engine
+  explores every plan up to ``max_reactions`` listener calls per step.
+- A broken contract, step invariant or ``notified``/``delivered`` property is recorded in the
+  ghost ``ghost.broken``; any broken property ends the step where it broke, and the move keeps
+  the calls in progress and the effect it stopped at, so the trace shows (and replays) it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal, Protocol
+
+from fsm_core.check._explore import DEADLOCK, QUIESCENCE
+from fsm_core.check._moves import Labels, Move
+from fsm_core.table._expr import Value, show
+from fsm_core.table._machine import REFUSED, Machine
+
+Args = tuple[Value, ...]
+Notice = tuple[str, Args]
+"""A notifying effect as a listener sees it: its name and its evaluated arguments."""
+
+Reaction = tuple[int, str, Args]
+"""An event fired inside an effect: (instance, event, arguments)."""
+
+PropertyKind = Literal["always", "notified", "delivered", "eventually", "deadlock-free"]
+
+BROKEN = "ghost.broken"
+"""The layout name of the slot where a broken contract or step property is recorded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Property:
+    """One property a model is proven against: what it is called, when it is checked, what it
+    means (the sentence a counterexample prints after its name) and how it is decided.
+
+    ``predicate(state, at)`` is True iff the property holds. By ``kind``:
+
+    - ``always``: in every state between steps (``at`` None) and at every notification
+      (``at`` the notifying effect);
+    - ``notified``: at every notification only, before the ``always`` properties;
+    - ``delivered``: when an event the wiring fires is refused, ``at`` being that event; a
+      refusal the property allows is skipped;
+    - ``eventually``: a state satisfying the predicate stays reachable from every state
+      (proven over the stored graph, so only for models small enough to keep it);
+    - ``deadlock-free``: a state with no successor satisfies the predicate.
+    """
+
+    name: str
+    kind: PropertyKind
+    meaning: str
+    predicate: Callable[[Sequence[Any], Notice | None], bool]
+
+
+def explorer_properties(quiescent: Callable[[Sequence[Any]], bool]) -> tuple[Property, ...]:
+    """The two properties every model has, decided by its ``quiescent`` states."""
+    return (
+        Property(
+            DEADLOCK,
+            "deadlock-free",
+            "no step is possible and the state is not quiescent",
+            lambda s, _: quiescent(s),
+        ),
+        Property(
+            QUIESCENCE,
+            "eventually",
+            "no quiescent state is reachable from this state",
+            lambda s, _: quiescent(s),
+        ),
+    )
+
+
+class Composition(Protocol):
+    """What the explorer checks: a model kind's states, steps and properties."""
+
+    name: str
+    layout: Layout
+    moves: list[Move]
+    """The labels :meth:`steps` returns, by index."""
+
+    def initial(self) -> tuple[Any, ...]: ...
+
+    def steps(self, state: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
+        """Every ``(label, next state)`` from ``state``, in a deterministic order."""
+        ...
+
+    def properties(self) -> tuple[Property, ...]: ...
+
+    def first_violated(self, state: Sequence[Any]) -> str | None:
+        """The first ``always`` property (or table invariant) ``state`` breaks, or None."""
+        ...
+
+    def quiescent(self, state: Sequence[Any]) -> bool: ...
+
+
+class Layout:
+    """The names of a composite state's positions: ``layout["budget.send"]`` is its index.
+
+    Names are unique; a tree node's slot is named by its path (``a.1``), the environment's
+    budgets ``budget.EVENT`` and the checker's bookkeeping ``ghost.NAME``.
+    """
+
+    __slots__ = ("_index", "names")
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names: tuple[str, ...] = tuple(names)
+        self._index = {n: i for i, n in enumerate(self.names)}
+        if len(self._index) != len(self.names):
+            raise ValueError(f"a layout names a position twice: {self.names}")
+
+    def __getitem__(self, name: str) -> int:
+        return self._index[name]
+
+    def get(self, name: str) -> int | None:
+        return self._index.get(name)
+
+
+class Wiring(Protocol):
+    """What a composed model kind declares; :class:`Engine` runs it.
+
+    The hooks mutate ``store``, the composite state of the step in progress (a flat wiring's
+    instance 0 is its front). ``before`` and ``after`` bracket every event a row handles;
+    ``effect`` runs as an effect is reached, before it is checked; ``wire`` runs after the
+    checks and returns the events the effect fires, in order.
+    """
+
+    machine: Machine
+    layout: Layout
+    flat: bool
+    """True iff the one instance runs on the front of the composite state; else instance i
+    lives as a tuple in slot i (None until it exists): the layout names instances first."""
+    instances: tuple[str, ...]
+    """Each instance's name, as moves and per-instance properties name it ("" for flat)."""
+    offered: tuple[tuple[str, tuple[Args, ...]], ...]
+    """The events fired on their own (the environment and the runtime's driver), with every
+    argument tuple, in the order steps are tried."""
+    listener_calls: tuple[tuple[str, Args], ...]
+    """What a listener may call inside a ``reactions`` effect, in the order plans try them."""
+    reactions: frozenset[str]
+    """The notifying effects inside which listeners may call."""
+    max_reactions: int
+    own: tuple[Property, ...]
+    """The wiring's own properties, checked in this order after the table's invariants."""
+
+    def initial(self) -> tuple[Any, ...]: ...
+
+    def charges(self, event: str, args: Args) -> tuple[int, ...]:
+        """The budget slots one call of ``event(args)`` spends; a call needs each above 0."""
+        ...
+
+    def offers(self, state: Sequence[Any], instance: int, event: str) -> bool:
+        """True iff ``event`` may be offered to ``instance`` here (budgets aside)."""
+        ...
+
+    def table_violated(self, state: Sequence[Any]) -> str | None:
+        """The first table invariant broken in ``state``, named as properties are."""
+        ...
+
+    def quiescent(self, state: Sequence[Any]) -> bool: ...
+
+    def before(self, store: list[Any], instance: int, event: str, args: Args) -> None: ...
+
+    def after(self, store: list[Any], instance: int, event: str, args: Args) -> None: ...
+
+    def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None: ...
+
+    def wire(
+        self, store: list[Any], instance: int, name: str, values: Args
+    ) -> Sequence[Reaction]: ...
+
+
+Choice = tuple[str, Args] | None
+"""What a listener does at one reaction point of a plan: nothing, or one call."""
+
+
+class _Stop(Exception):
+    """A property broke inside a step: end the step where it broke."""
+
+    def __init__(self, at: str) -> None:
+        super().__init__(at)
+        self.at = at  # the effect as a listener saw it, e.g. ``publish_status(idle)``
+
+
+class _Refused(Exception):
+    """The table rejects the event here, or no row is enabled."""
+
+
+class _Invalid(Exception):
+    """This plan asks a listener for something the budget or the table does not allow."""
+
+
+def _notice(name: str, values: Args) -> str:
+    return f"{name}({', '.join(show(v) for v in values)})"
+
+
+class Engine:
+    """A :class:`Composition` of a :class:`Wiring`: runs its steps and decides its properties."""
+
+    def __init__(self, name: str, wiring: Wiring) -> None:
+        self.name = name
+        self.wiring = w = wiring
+        self.machine = m = w.machine
+        self.layout = w.layout
+        self.broken = w.layout[BROKEN]
+        self.notifying = frozenset(n for n, e in m.table.effects.items() if e.notifies)
+        self._params = {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
+        self._always = tuple(p for p in w.own if p.kind == "always")
+        self.notified = tuple(p for p in w.own if p.kind == "notified")
+        self.delivered = tuple(p for p in w.own if p.kind == "delivered")
+        self._labels = Labels()
+        self.moves = self._labels.moves
+
+    def initial(self) -> tuple[Any, ...]:
+        return self.wiring.initial()
+
+    def properties(self) -> tuple[Property, ...]:
+        return (*self.wiring.own, *explorer_properties(self.quiescent))
+
+    def quiescent(self, state: Sequence[Any]) -> bool:
+        return self.wiring.quiescent(state)
+
+    def first_violated(self, state: Sequence[Any]) -> str | None:
+        broken = state[self.broken]
+        if broken:
+            return str(broken)
+        bad = self.wiring.table_violated(state)
+        if bad is not None:
+            return bad
+        for p in self._always:
+            if not p.predicate(state, None):
+                return p.name
+        return None
+
+    def steps(self, state: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
+        w = self.wiring
+        out: list[tuple[int, tuple[Any, ...]]] = []
+        instances = (0,) if w.flat else [i for i in range(len(w.instances)) if state[i] is not None]
+        for i in instances:
+            for event, arguments in w.offered:
+                if not w.offers(state, i, event):
+                    continue
+                for args in arguments:
+                    if any(state[slot] == 0 for slot in w.charges(event, args)):
+                        continue
+                    for move, nxt in self._runs(state, i, event, args):
+                        out.append((self._labels.index(move), nxt))
+        return out
+
+    def _runs(
+        self, state: tuple[Any, ...], instance: int, event: str, args: Args
+    ) -> list[tuple[Move, tuple[Any, ...]]]:
+        """Every way the step can go: one run per plan of listener calls."""
+        results: list[tuple[Move, tuple[Any, ...]]] = []
+        plans: list[tuple[Choice, ...]] = [()]
+        options = self.wiring.listener_calls
+        while plans:
+            plan = plans.pop()
+            run = _Run(self, state, plan)
+            try:
+                move = run.step(instance, event, args)
+            except _Invalid:
+                continue
+            except _Refused:
+                return []
+            results.append((move, tuple(run.store)))
+            if sum(c is not None for c in plan) >= self.wiring.max_reactions:
+                continue
+            for i in range(len(plan), run.points):
+                gap: tuple[Choice, ...] = (None,) * (i - len(plan))
+                plans.extend((*plan, *gap, option) for option in options)
+        return results
+
+    def move(
+        self,
+        instance: int,
+        event: str,
+        args: Args,
+        row: str | None,
+        inside: tuple[tuple[str, Move], ...],
+        stopped: str = "",
+    ) -> Move:
+        named = tuple(zip(self._params[event], args, strict=True))
+        return Move(event, named, row, self.wiring.instances[instance], inside, stopped)
+
+
+class _Run:
+    """One step in progress, under one plan of listener calls."""
+
+    def __init__(self, engine: Engine, state: tuple[Any, ...], plan: tuple[Choice, ...]) -> None:
+        self.e = engine
+        self.w = engine.wiring
+        self.start = state
+        self.store: list[Any] = list(state)
+        self.plan = plan
+        self.points = 0
+        """Reaction points reached so far: where a plan may place a listener call."""
+        self.nodes: dict[int, list[Value]] = {}
+        """A tree's instances touched by the step, as mutable copies of their slots."""
+        self.observed: dict[int, Sequence[Any]] = {}
+        """The last state of each instance a listener observed (the step's start until then)."""
+        # The calls in progress, the moves each one's reactions made, and the effects they
+        # re-entered through, so that a stopped step still shows (and replays) what led there.
+        self.calls: list[tuple[int, str, Args, str | None]] = []
+        self.frames: list[list[tuple[str, Move]]] = [[]]
+        self.entered: list[str] = []
+
+    def step(self, instance: int, event: str, args: Args) -> Move:
+        """Run ``event`` and everything inside it; raises :class:`_Refused` if not enabled."""
+        store = self.store
+        for slot in self.w.charges(event, args):
+            store[slot] -= 1
+        try:
+            move = self.fire(instance, event, args)
+        except _Stop as stop:
+            self.flush()
+            return self.fold(stop.at)
+        for i in (0,) if self.w.flat else tuple(self.nodes):
+            unstable = self.e.machine.unstable(self.before(i), self.live(i))
+            if unstable:
+                store[self.e.broken] = f"{unstable[0]}{self.suffix(i)}"
+        self.flush()
+        return move
+
+    # --- instances -------------------------------------------------------------------------------
+
+    def live(self, i: int) -> list[Any]:
+        if self.w.flat:
+            return self.store
+        node = self.nodes.get(i)
+        if node is None:
+            node = self.nodes[i] = list(self.store[i])
+        return node
+
+    def flush(self) -> None:
+        for i, values in self.nodes.items():
+            self.store[i] = tuple(values)
+
+    def before(self, i: int) -> Sequence[Any]:
+        observed = self.observed.get(i)
+        if observed is not None:
+            return observed
+        return self.start if self.w.flat else self.start[i]
+
+    def suffix(self, i: int) -> str:
+        name = self.w.instances[i]
+        return f"@{name}" if name else ""
+
+    # --- firing ----------------------------------------------------------------------------------
+
+    def fire(self, i: int, event: str, args: Args) -> Move:
+        m = self.e.machine
+        values = self.live(i)
+        row = m.lookup(values, event, args)
+        if row is REFUSED:
+            raise _Refused
+        row_id = row.row.id if row is not None else None
+        self.frames.append([])
+        self.calls.append((i, event, args, row_id))
+        if row is not None:
+            self.w.before(self.store, i, event, args)
+            m.execute(row, values, args, partial(self.perform, i))
+            self.w.after(self.store, i, event, args)
+        self.calls.pop()
+        return self.e.move(i, event, args, row_id, tuple(self.frames.pop()))
+
+    def perform(self, i: int, name: str, values: Args) -> None:
+        e, w, store = self.e, self.w, self.store
+        node = self.live(i)
+        w.effect(store, i, name, values)
+        if e.machine.unmet(name, node, values):
+            self.stop(f"{name}.requires{self.suffix(i)}", name, values)
+        if name in e.notifying:
+            self.flush()
+            before, self.observed[i] = self.before(i), tuple(node)
+            unstable = e.machine.unstable(before, node)
+            if unstable:
+                self.stop(f"{unstable[0]}{self.suffix(i)}", name, values)
+            for p in e.notified:
+                if not p.predicate(store, (name, values)):
+                    self.stop(p.name, name, values)
+            if e.first_violated(store) is not None:
+                raise _Stop(_notice(name, values))
+        for target, event, args in w.wire(store, i, name, values):
+            try:
+                self.react(name, values, target, event, args)
+            except _Refused:
+                for p in e.delivered:
+                    if not p.predicate(store, (event, args)):
+                        self.stop(p.name, name, values)
+        if name not in w.reactions:
+            return
+        choice = self.plan[self.points] if self.points < len(self.plan) else None
+        self.points += 1
+        if choice is None:
+            return
+        event, args = choice
+        for slot in w.charges(event, args):
+            if store[slot] == 0:
+                raise _Invalid
+            store[slot] -= 1
+        try:
+            self.react(name, values, i, event, args)
+        except _Refused:
+            raise _Invalid from None
+
+    def react(self, name: str, values: Args, target: int, event: str, args: Args) -> None:
+        """Fire ``event`` on ``target`` inside the effect ``name(values)``."""
+        effect = _notice(name, values)
+        self.entered.append(effect)
+        try:
+            nested = self.fire(target, event, args)
+        except _Refused:
+            self.entered.pop()
+            raise
+        self.entered.pop()
+        self.frames[-1].append((effect, nested))
+
+    def stop(self, prop: str, name: str, values: Args) -> None:
+        """Record ``prop`` as broken and end the step at the effect ``name(values)``."""
+        self.flush()
+        self.store[self.e.broken] = prop
+        raise _Stop(_notice(name, values))
+
+    def fold(self, at: str) -> Move:
+        """The calls in progress as one move, innermost first: the innermost stopped ``at``."""
+        nested: Move | None = None
+        for depth in range(len(self.calls) - 1, -1, -1):
+            i, event, args, row = self.calls[depth]
+            inside = self.frames[depth + 1] + ([(self.entered[depth], nested)] if nested else [])
+            nested = self.e.move(i, event, args, row, tuple(inside), "" if nested else at)
+        assert nested is not None
+        return nested
