@@ -33,14 +33,12 @@ accepted before disposal, and cleared when the work is claimed (``claim_inbox``,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from fsm_core.check._codegen import compile_predicates
 from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Notice, Property, Reaction
+from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
-
-if TYPE_CHECKING:  # the model loader imports this module for NEEDS and PROPERTIES
-    from fsm_core.check._modelfile import Model
 
 NO_PARKED_WAKE = "no_parked_wake"
 """The property name of decision 9's guarantee."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsm_core.check._compose import Property
+from fsm_core.check._config import Model
 from fsm_core.check._explore import (
     QUIESCENCE,
     Progress,
@@ -15,7 +16,6 @@ from fsm_core.check._explore import (
     trace_to,
     unreachable_quiescence,
 )
-from fsm_core.check._modelfile import Model
 from fsm_core.check._moves import Move
 from fsm_core.check._system import build
 

@@ -28,21 +28,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fsm_core._errors import SpecError, echo, known
 from fsm_core.check import _agent, _tree
+from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._explore import DEADLOCK, QUIESCENCE
 from fsm_core.check._needs import Needs
-from fsm_core.table import Machine
 from fsm_core.table._limits import DEFAULT_LIMITS
 from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
 from fsm_core.table._table import Table
 
-Kind = Literal["table", "agent", "activation-tree"]
-Verdict = Literal["ok", "violation"]
 _KINDS: tuple[Kind, ...] = ("table", "agent", "activation-tree")
 _NEEDS: dict[Kind, Needs] = {"agent": _agent.NEEDS, "activation-tree": _tree.NEEDS}
 _PROPERTIES: dict[Kind, tuple[str, ...]] = {
@@ -52,35 +50,6 @@ _PROPERTIES: dict[Kind, tuple[str, ...]] = {
 _USER_INTERNAL: dict[Kind, frozenset[str]] = {"agent": _agent.USER_INTERNAL}
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 """A model's name: it names the model in reports and its trace files (``PATH.<name>.json``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Expectation:
-    """The result a model recorded: a test and ``fsm-core check`` compare against it."""
-
-    states: int
-    transitions: int
-    depth: int
-    verdict: Verdict
-    property: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Model:
-    """A loaded model file, with its table compiled at the model's scale."""
-
-    name: str
-    file: str
-    doc: str
-    kind: Kind
-    tier: Literal["default", "bench"]
-    machine: Machine
-    budgets: Mapping[str, int] = field(default_factory=dict)
-    reactions: tuple[str, ...] = ()
-    depth: int = 0
-    width: int = 0
-    failures: int = 0
-    expect: Expectation | None = None
 
 
 def load_model(path: Path, display: str | None = None, *, specs: Path | None = None) -> Model:

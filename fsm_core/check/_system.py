@@ -9,8 +9,8 @@ from typing import Any
 from fsm_core.check._agent import agent_engine
 from fsm_core.check._codegen import compile_predicates, compile_successors
 from fsm_core.check._compose import Composition, Property, explorer_properties
+from fsm_core.check._config import Model
 from fsm_core.check._explore import System
-from fsm_core.check._modelfile import Model
 from fsm_core.check._moves import Move
 from fsm_core.check._tree import tree_engine
 

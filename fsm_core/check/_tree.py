@@ -36,13 +36,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Notice, Property, Reaction
+from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
-
-if TYPE_CHECKING:  # the model loader imports this module for NEEDS, PROPERTIES, node_names
-    from fsm_core.check._modelfile import Model
 
 PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
 NOTICE_DELIVERED = "settlement_notice_delivered"

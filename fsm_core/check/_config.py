@@ -1,0 +1,48 @@
+"""A loaded model: the bounded configuration a composition is built from and checked against.
+
+:mod:`fsm_core.check._modelfile` reads these from ``models/*.toml``; the compositions
+(:mod:`~fsm_core.check._agent`, :mod:`~fsm_core.check._tree`) read them, so this module
+imports neither and the two can import each other's declarations without a circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fsm_core.table import Machine
+
+__all__ = ["Expectation", "Kind", "Model", "Verdict"]
+
+Kind = Literal["table", "agent", "activation-tree"]
+Verdict = Literal["ok", "violation"]
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """The result a model recorded: a test and ``fsm-core check`` compare against it."""
+
+    states: int
+    transitions: int
+    depth: int
+    verdict: Verdict
+    property: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A loaded model file, with its table compiled at the model's scale."""
+
+    name: str
+    file: str
+    doc: str
+    kind: Kind
+    tier: Literal["default", "bench"]
+    machine: Machine
+    budgets: Mapping[str, int] = field(default_factory=dict)
+    reactions: tuple[str, ...] = ()
+    depth: int = 0
+    width: int = 0
+    failures: int = 0
+    expect: Expectation | None = None
