@@ -72,7 +72,17 @@ class _Core(Protocol):
 
 @final
 class Agent:
-    """An agent driven by the agent table. Create it with ``Runtime.create_agent``."""
+    """One agent as its users see it: give it work, cancel it, wait for it, read its state.
+
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+
+    A call changes the control state only by firing the table's event for it (``send``,
+    ``cancel``, ``maintenance_start`` then ``maintenance_finish``, and ``remove`` for
+    ``inbox.remove``) through the agent's private core; nothing else on an ``Agent`` fires
+    one. Handing it to a listener, as every payload does, grants exactly what a caller has.
+    ``phase``, ``status`` and ``table_state`` are read when you ask, never cached.
+    """
 
     __slots__ = ("_core",)
 

@@ -403,3 +403,25 @@ def test_a_table_argument_must_be_exactly_a_value_of_its_type() -> None:
         await bounded(rt.aclose())
 
     asyncio.run(main())
+
+
+def test_an_agent_only_originates_and_its_table_state_is_a_read_only_snapshot() -> None:
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel([Reply("done")]))
+        agent = (await rt.create_agent("a1")).agent
+        public = {name for name in dir(agent) if not name.startswith("_")}
+        assert public == {
+            *("id", "session", "inbox", "phase", "status", "table_state"),
+            *("send", "followup", "steer", "inject", "cancel", "when_idle", "run_maintenance"),
+        }
+        before = agent.table_state
+        with pytest.raises(TypeError):
+            before["phase"] = "running"  # type: ignore[index]
+        agent.followup(UserMessage("m1", "hi"))
+        assert (before["pending"], agent.table_state["pending"]) == (False, True)
+        assert repr(agent) == "<Agent a1 phase=idle holder=none latch=0 turn=0>"
+        await agent.when_idle()
+        assert repr(agent) == "<Agent a1 phase=idle holder=none latch=0 turn=1>"
+        await rt.aclose()
+
+    asyncio.run(main())
