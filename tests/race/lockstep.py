@@ -105,6 +105,8 @@ class Recorder:
         return bool(self._stack)
 
     def _record_fire(self, event: str, context: object = None, /, **kwargs: Value) -> list[Effect]:
+        # The fire's context (the message sent, the cause requested) is passed on, not recorded:
+        # the table never sees it, so the oracle's replay does not need it.
         parent = self.current
         node = Fire(event, dict(kwargs), -1 if parent is None else len(parent.effects) - 1)
         (self.roots if parent is None else parent.children).append(node)
