@@ -51,12 +51,14 @@ __all__ = ["HostedMachine"]
 
 @dataclass(slots=True)
 class _Frame:
-    """What one :meth:`HostedMachine.step` call saw: the row that ran and its effects.
+    """What one :meth:`HostedMachine.step` call saw: its context, the row that ran, its effects.
 
     ``claimed`` is True once the row's ``after`` callback has taken this frame; a nested
-    ``step`` pushes a frame of its own, so each call collects only its own row's effects.
+    ``step`` pushes a frame of its own, so each call collects only its own row's effects (and
+    :attr:`HostedMachine.context` answers with the innermost call's ``context``).
     """
 
+    context: object = None
     claimed: bool = False
     row: str | None = None
     effects: list[Effect] = field(default_factory=list)
@@ -145,6 +147,14 @@ class HostedMachine:
     outer row's later effects see what it changed (a ``{ when, do }`` block tests its condition
     when it is reached). The nested ``fire`` returns its own row's effects; they are *not* part
     of the outer call's list.
+
+    A caller may pass one positional ``context`` with an event: whatever the event is about
+    that the table does not model (the message a ``send`` enqueues, the cause a ``cancel``
+    requests). While that call's row runs, :attr:`context` returns it to ``perform``; a nested
+    ``fire`` has its own, and the outer one's is back once the nested call returns::
+
+        hosted.fire("send", message, wake=True, lane="next_turn")
+        # in perform, for enqueue(next_turn): hosted.context is message
     """
 
     def __init__(self, spec: Machine, perform: Callable[[Effect], None] | None = None) -> None:
@@ -208,6 +218,15 @@ class HostedMachine:
         """The whole state as ``{name: value}``, state variable first (a copy)."""
         return self.spec.describe(self._store)
 
+    @property
+    def context(self) -> object:
+        """The ``context`` of the innermost :meth:`fire` in progress; None outside any fire.
+
+        Read it from ``perform``: there the innermost call is the one whose row reached the
+        effect (a nested fire's frame is gone once it returns).
+        """
+        return self._frames[-1].context if self._frames else None
+
     def snapshot(self) -> State:
         """The whole state as a tuple in :attr:`Machine.names` order."""
         return tuple(self._store)
@@ -231,16 +250,19 @@ class HostedMachine:
 
     # --- firing ---------------------------------------------------------------------------------
 
-    def fire(self, event: str, **kwargs: Value) -> list[Effect]:
+    def fire(self, event: str, context: object = None, /, **kwargs: Value) -> list[Effect]:
         """Fire ``event`` and return the effects its row performed, in order.
+
+        ``context`` is what :attr:`context` returns while this call runs. It is positional so
+        that it never collides with an event parameter of the same name.
 
         Raises :class:`Rejected` when the table refuses the event here and :class:`NotEnabled`
         when no row is enabled; the state is then unchanged. An event the table ignores here
         returns ``[]``.
         """
-        return list(self.step(event, **kwargs).effects)
+        return list(self.step(event, context, **kwargs).effects)
 
-    def step(self, event: str, **kwargs: Value) -> Step:
+    def step(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """Fire ``event`` and describe the step as :meth:`Machine.fire_args` does.
 
         ``row`` is the row ``transitions`` chose (None when the table ignores the event here).
@@ -251,7 +273,7 @@ class HostedMachine:
         source = self.snapshot()
         # transitions knows an event once some state has a transition for it.
         trigger = self.machine.events.get(event)
-        frame = _Frame()
+        frame = _Frame(context)
         self._frames.append(frame)
         handled, refused = False, trigger is None
         try:

@@ -9,13 +9,17 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
+from fsm_core import Agent
 from fsm_core._paths import specs_dir
+from fsm_core.runtime._core import AgentCore
 
 __all__ = [
     "FSM_CORE",
     "NOTIFICATIONS",
     "copy_specs",
+    "core_of",
     "edit",
     "exactly",
     "head",
@@ -35,6 +39,14 @@ NOTIFICATIONS = (
     "step/end",
 )
 """Every notification an agent publishes on the runtime's bus (``EventBus.emit``)."""
+
+
+def core_of(agent: Agent) -> AgentCore:
+    """The private core behind ``agent``: its hosted machine, holder, handlers and driver.
+
+    Tests reach the plumbing through here only; the public :class:`Agent` does not expose it.
+    """
+    return cast(AgentCore, agent._core)
 
 
 def exactly(message: str) -> str:

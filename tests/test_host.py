@@ -281,3 +281,23 @@ def test_first_abort_wins_when_an_observer_cancels_again() -> None:
     # The observer's cancel aborted the holder first; the outer row's abort block is skipped.
     assert [str(e) for e in outer] == ["notify_cancel_requested(user)"]
     assert (hosted.values["holder"], hosted.values["reason"]) == ("aborted", "parent")
+
+
+def test_each_fire_hands_its_own_context_to_the_effects_of_its_row() -> None:
+    seen: list[tuple[str, object]] = []
+
+    def perform(effect: Effect) -> None:
+        seen.append((str(effect), hosted.context))
+        if effect.name == "enqueue" and hosted.context == "m1":
+            hosted.fire("send", "m2", wake=False, lane="next_turn")  # a listener sends again
+
+    hosted = HostedMachine(SPEC.machines["agent"], perform=perform)
+    hosted.fire("send", "m1", wake=True, lane="next_turn")
+    assert seen == [
+        ("enqueue(next_turn)", "m1"),
+        ("enqueue(next_turn)", "m2"),  # the nested fire's own context
+        ("schedule_driver()", "m1"),  # the outer one's is back once the nested fire returned
+    ]
+    assert hosted.context is None  # outside any fire
+    hosted.fire("cancel", cause="user", keep_inbox=False)  # no context: None while it runs
+    assert seen[-2:] == [("notify_cancel_requested(user)", None), ("clear_inbox()", None)]

@@ -10,7 +10,7 @@ Every name here is also exported from :mod:`fsm_core`; scripted models, tools an
 tests live in :mod:`fsm_core.testing`.
 """
 
-from fsm_core.runtime._agent import Agent, AgentHandle, Phase
+from fsm_core.runtime._agent import Agent, Phase, Status
 from fsm_core.runtime._causes import (
     DISPOSED,
     PARENT,
@@ -21,6 +21,7 @@ from fsm_core.runtime._causes import (
     ParentCause,
     UserCause,
 )
+from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
@@ -33,7 +34,6 @@ from fsm_core.runtime._payloads import (
     MessagesClaimed,
     PreStep,
     RequestError,
-    Status,
     StatusChanged,
     StepBoundary,
     ToolApproval,

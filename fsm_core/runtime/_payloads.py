@@ -7,6 +7,9 @@ Notifications (``EventBus.emit``): ``agent/status``, ``agent/cancel-requested``,
 ``async (payload, next)``): ``agent/pre-step``, ``agent/assemble``, ``agent/request-error``,
 ``agent/tool-approval``, ``agent/turn-stopping``, ``session/flush``.
 
+Carrying the :class:`Agent` itself is safe: the public agent originates (send, cancel, wait,
+read) and cannot fire a table event or load a state; that plumbing stays in its private core.
+
 ``turn/end`` and ``session/flush`` carry no signal: the holder is cleared before turn/end is
 published, so neither its observers nor the flush have any cancellation authority.
 """
@@ -15,18 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
+from fsm_core.runtime._agent import Agent, Status
 from fsm_core.runtime._causes import AgentCancelCause
 from fsm_core.runtime._inbox import Lane, UserMessage
 from fsm_core.runtime._llm import ToolCall
+from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
-
-if TYPE_CHECKING:
-    from fsm_core.runtime._agent import Agent
-    from fsm_core.runtime._session import Session
-
-Status = Literal["idle", "running"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fsm_core._errors import SpecError, UsageError, echo, known
-from fsm_core.runtime._agent import Agent, AgentHandle
+from fsm_core.runtime._agent import Agent
+from fsm_core.runtime._core import AgentCore, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._llm import ModelAdapter, Tool
 from fsm_core.runtime._session import Session
@@ -62,8 +63,15 @@ class Runtime:
             raise UsageError(f"an agent id is 1 to 200 printable characters, not {echo(agent_id)}")
         if agent_id in self._handles:
             raise UsageError(f"an agent named {echo(agent_id)} already exists")
-        agent = Agent(self, agent_id, self._table, session or Session())
-        handle = self._handles[agent_id] = AgentHandle(agent)
+        core = AgentCore(
+            agent_id,
+            self._table,
+            session or Session(),
+            seams=self,
+            track=self._track,
+            forget=self._forget,
+        )
+        handle = self._handles[agent_id] = AgentHandle(core)
         return handle
 
     async def aclose(self) -> None:
@@ -114,5 +122,5 @@ class Runtime:
         if not task.cancelled() and task.exception() is not None:
             log.error("a driver failed", exc_info=task.exception())
 
-    def _forget(self, agent: Agent) -> None:
-        self._handles.pop(agent.id, None)
+    def _forget(self, agent_id: str) -> None:
+        self._handles.pop(agent_id, None)

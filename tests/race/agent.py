@@ -57,7 +57,21 @@ from hypothesis.stateful import (
     rule,
 )
 
-from fsm_core import Rejected, State
+from fsm_core import (
+    CancelRequested,
+    Flush,
+    MessageDiscarded,
+    MessageInserted,
+    MessagesClaimed,
+    PreStep,
+    Rejected,
+    RequestError,
+    State,
+    StatusChanged,
+    StepBoundary,
+    TurnEnded,
+    TurnStarted,
+)
 from fsm_core.runtime import (
     Aborted,
     AbortSignal,
@@ -75,23 +89,10 @@ from fsm_core.runtime import (
     UserMessage,
 )
 from fsm_core.runtime._llm import Finish
-from fsm_core.runtime._payloads import (
-    CancelRequested,
-    Flush,
-    MessageDiscarded,
-    MessageInserted,
-    MessagesClaimed,
-    PreStep,
-    RequestError,
-    StatusChanged,
-    StepBoundary,
-    TurnEnded,
-    TurnStarted,
-)
 from fsm_core.runtime._session import OUTCOME_KINDS
 from fsm_core.table._expr import Value
 from fsm_core.testing import Gate
-from tests.helpers import NOTIFICATIONS
+from tests.helpers import NOTIFICATIONS, core_of
 from tests.race.bridge import LoopBridge
 from tests.race.lockstep import Fire, Oracle, Recorder
 
@@ -257,8 +258,8 @@ class AgentRaceMachine(RuleBasedStateMachine):
         create = self.rt.create_agent(f"a{self.agents}")
         self.handle: AgentHandle = self.bridge.loop.run_until_complete(create)
         self.agent: Agent = self.handle.agent
-        self.spec = self.agent.control.spec
-        self.recorder = Recorder(self.agent.control)
+        self.spec = core_of(self.agent).control.spec
+        self.recorder = Recorder(core_of(self.agent).control)
         self.oracle = Oracle(self.spec)
 
         # What the notifications said, kept to check the protocol over the whole run.
@@ -556,7 +557,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
         """The oracle, fed every table event the runtime fired, is in the runtime's state;
         every table invariant holds, here and at every notification."""
         self.oracle.follow(self.recorder.roots)
-        now = self.agent.control.snapshot()
+        now = core_of(self.agent).control.snapshot()
         assert self.oracle.state == now, (
             f"the runtime is in {self.spec.format_state(now)}, "
             f"the table in {self.spec.format_state(self.oracle.state)}"
@@ -625,7 +626,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
                 )
         if not self._quiescent():
             return
-        state = self.spec.format_state(self.agent.control.snapshot())
+        state = self.spec.format_state(core_of(self.agent).control.snapshot())
         assert self.in_seams == 0 and not self.held, f"a seam is still running in {state}"
         drivers = [t for t in self.rt._tasks if not t.done()]
         assert not drivers, f"a driver is still running in {state}"
@@ -720,7 +721,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
     def _wait_idle(self) -> None:
         async def wait() -> None:
             await self.agent.when_idle()
-            self.idle_seen.append((self.agent.control.snapshot(), self.turns_ended))
+            self.idle_seen.append((core_of(self.agent).control.snapshot(), self.turns_ended))
 
         self.waiters.append(self._spawn(wait(), "when_idle"))
 
@@ -763,9 +764,9 @@ class AgentRaceMachine(RuleBasedStateMachine):
 
     def _unseen_difference(self) -> str | None:
         """How what a user sees differs from the table's state, or None."""
-        values = self.agent.control.values
+        values = core_of(self.agent).control.values
         holder, reason = values["holder"], values["reason"]
-        controller = self.agent._controller
+        controller = core_of(self.agent)._controller
         if (controller is not None) != (holder != "none"):
             return f"holder={holder} but the agent {'has' if controller else 'has no'} controller"
         if controller is not None:
@@ -809,13 +810,13 @@ class AgentRaceMachine(RuleBasedStateMachine):
         return [m.id for m in (*inbox.next_turn, *inbox.next_step)]
 
     def _quiescent(self) -> bool:
-        return self.spec.holds("quiescent", self.agent.control.snapshot())
+        return self.spec.holds("quiescent", core_of(self.agent).control.snapshot())
 
     def _settled(self) -> bool:
         return self._quiescent() or bool(self.held)
 
     def _describe(self) -> str:
-        state = self.spec.format_state(self.agent.control.snapshot())
+        state = self.spec.format_state(core_of(self.agent).control.snapshot())
         closed = self.bridge.loop.is_closed()
         tasks = [] if closed else sorted(t.get_name() for t in self.bridge.pending())
         return f"{state}, gates held: {self.held}, tasks pending: {tasks}"

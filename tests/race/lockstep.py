@@ -7,11 +7,11 @@ inside a notification) becomes a child attached to that effect's ordinal. A node
 effects the runtime performed, whether the call was refused (``Rejected``, ``NotEnabled``), and
 for a root the runtime's state when it returned::
 
-    recorder = Recorder(agent.control)
-    oracle = Oracle(agent.control.spec)
+    recorder = Recorder(control)         # an agent's: its core's hosted machine
+    oracle = Oracle(control.spec)
     ...                                  # the runtime runs
     oracle.follow(recorder.roots)        # replay every new root; raises on the first mismatch
-    assert oracle.state == agent.control.snapshot()
+    assert oracle.state == control.snapshot()
 
 The :class:`Oracle` replays the same tree on the pure interpreter (``Machine.select`` and
 ``Machine.execute`` on a store of its own): the same rows, the same effects in the same order,
@@ -104,13 +104,15 @@ class Recorder:
     def busy(self) -> bool:
         return bool(self._stack)
 
-    def _record_fire(self, event: str, **kwargs: Value) -> list[Effect]:
+    def _record_fire(self, event: str, context: object = None, /, **kwargs: Value) -> list[Effect]:
+        # The fire's context (the message sent, the cause requested) is passed on, not recorded:
+        # the table never sees it, so the oracle's replay does not need it.
         parent = self.current
         node = Fire(event, dict(kwargs), -1 if parent is None else len(parent.effects) - 1)
         (self.roots if parent is None else parent.children).append(node)
         self._stack.append(node)
         try:
-            effects = self._fire(event, **kwargs)
+            effects = self._fire(event, context, **kwargs)
         except Rejected:
             node.outcome = "rejected"
             raise

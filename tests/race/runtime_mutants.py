@@ -71,7 +71,7 @@ __all__ = [
     "select",
 ]
 
-AGENT = "fsm_core.runtime._agent"
+CORE = "fsm_core.runtime._core"
 SIGNAL = "fsm_core.runtime._signal"
 
 
@@ -164,8 +164,8 @@ def check_edits(mutants: Iterable[RuntimeMutant]) -> None:
 # Each edit's text is matched in the target's dedented source: a method's ``def`` starts at column
 # 0, its body at 4.
 
-_CANCEL = f"{AGENT}:Agent.cancel"
-_FIRE_CANCEL = '        self._fire("cancel", cause=cause.kind, keep_inbox=keep_inbox)\n'
+_CANCEL = f"{CORE}:AgentCore.cancel"
+_FIRE_CANCEL = '    self._fire("cancel", cause, cause=cause.kind, keep_inbox=keep_inbox)\n'
 
 MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
@@ -177,9 +177,9 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
                 _CANCEL,
                 _FIRE_CANCEL,
                 _FIRE_CANCEL
-                + "        if self._controller is not None and self._controller.signal.aborted:\n"
-                "            self._controller = AbortController()\n"
-                "            self._controller.abort(cause)\n",
+                + "    if self._controller is not None and self._controller.signal.aborted:\n"
+                "        self._controller = AbortController()\n"
+                "        self._controller.abort(cause)\n",
             ),
         ),
     ),
@@ -189,7 +189,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "abort, so the work its observers queue escapes the clear.",
         (
             Edit(
-                f"{AGENT}:Agent._notify_cancel_requested",
+                f"{CORE}:AgentCore._notify_cancel_requested",
                 "    self.events.emit(\n",
                 "    asyncio.get_running_loop().call_soon(\n        self.events.emit,\n",
             ),
@@ -203,7 +203,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
             Edit(
                 _CANCEL,
                 _FIRE_CANCEL,
-                _FIRE_CANCEL + "        if not keep_inbox:\n            self._clear_inbox()\n",
+                _FIRE_CANCEL + "    if not keep_inbox:\n        self._clear_inbox()\n",
             ),
         ),
     ),
@@ -213,7 +213,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "a repeated clearing cancel keeps the latched post-abort work the table cleared.",
         (
             Edit(
-                f"{AGENT}:Agent._clear_inbox",
+                f"{CORE}:AgentCore._clear_inbox",
                 "    self._discard(self.inbox._clear())\n",
                 "    if self._controller is not None and self._controller.signal.aborted:\n"
                 "        return\n"
@@ -227,7 +227,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "cancel the table recorded as emptying the inbox.",
         (
             Edit(
-                f"{AGENT}:Agent._clear_inbox",
+                f"{CORE}:AgentCore._clear_inbox",
                 "    self._discard(self.inbox._clear())\n",
                 "    discarded = list(self.inbox.next_turn)\n"
                 '    self.inbox._lanes["next_turn"].clear()\n'
@@ -241,16 +241,16 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "turn/end observers still find a holder.",
         (
             Edit(
-                f"{AGENT}:Agent._release_holder",
+                f"{CORE}:AgentCore._release_holder",
                 "    self._controller = None\n",
                 "    self._retiring, self._controller = self._controller, None\n",
             ),
             Edit(
-                f"{AGENT}:Agent._publish_turn_end",
-                '    self.events.emit("turn/end", TurnEnded(self, self._turn, durable))\n',
+                f"{CORE}:AgentCore._publish_turn_end",
+                '    self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))\n',
                 '    self._controller = getattr(self, "_retiring", None)\n'
                 "    try:\n"
-                '        self.events.emit("turn/end", TurnEnded(self, self._turn, durable))\n'
+                '        self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))\n'
                 "    finally:\n"
                 "        self._controller = None\n",
             ),
@@ -262,7 +262,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "it, so the replacement turn runs under the aborted signal.",
         (
             Edit(
-                f"{AGENT}:Agent._release_holder",
+                f"{CORE}:AgentCore._release_holder",
                 "    self._controller = None\n",
                 '    if self.phase == "running" and self._controller is not None:\n'
                 "        if self._controller.signal.aborted:\n"
@@ -270,7 +270,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
                 "    self._controller = None\n",
             ),
             Edit(
-                f"{AGENT}:Agent._open_holder",
+                f"{CORE}:AgentCore._open_holder",
                 "    self._controller = AbortController()\n",
                 '    self._controller = getattr(self, "_spare", None) or AbortController()\n'
                 "    self._spare = None\n",
@@ -284,10 +284,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 _CANCEL,
-                "    self._cancelling.append(cause)\n",
-                '    if self.phase == "idle":\n'
-                "        return\n"
-                "    self._cancelling.append(cause)\n",
+                _FIRE_CANCEL,
+                '    if self.phase == "idle":\n        return\n' + _FIRE_CANCEL,
             ),
         ),
     ),
@@ -297,13 +295,16 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "idle (or the next turn) does not wait for the durability point.",
         (
             Edit(
-                f"{AGENT}:Agent._await_flush",
-                '        await self.events.waterfall("session/flush", '
-                "Flush(self, self.session), self._flush)\n",
-                "        self.runtime._track(\n"
+                f"{CORE}:AgentCore._await_flush",
+                "        await self.events.waterfall(\n"
+                '            "session/flush", Flush(self.agent, self.session), self._flush\n'
+                "        )\n",
+                "        self._track(\n"
                 "            asyncio.ensure_future(\n"
                 "                self.events.waterfall(\n"
-                '                    "session/flush", Flush(self, self.session), self._flush\n'
+                '                    "session/flush",\n'
+                "                    Flush(self.agent, self.session),\n"
+                "                    self._flush,\n"
                 "                )\n"
                 "            )\n"
                 "        )\n",
@@ -316,9 +317,9 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "to run: the latched replay's driver, or an idle listener's send.",
         (
             Edit(
-                f"{AGENT}:Agent._publish_status",
-                '    self.events.emit("agent/status", StatusChanged(self, self._status))\n',
-                '    self.events.emit("agent/status", StatusChanged(self, self._status))\n'
+                f"{CORE}:AgentCore._publish_status",
+                '    self.events.emit("agent/status", StatusChanged(self.agent, self._status))\n',
+                '    self.events.emit("agent/status", StatusChanged(self.agent, self._status))\n'
                 '    if status == "idle":\n'
                 "        self._settle_idle()\n",
             ),
@@ -330,7 +331,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "phase still idle) it returns at once, before the queued work runs.",
         (
             Edit(
-                f"{AGENT}:Agent.when_idle",
+                f"{CORE}:AgentCore.when_idle",
                 '    if self.control.spec.holds("quiescent", self.control.snapshot()):\n',
                 '    if self.phase in ("idle", "disposing", "disposed"):\n',
             ),
@@ -342,14 +343,14 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "so a turn a cancel has just aborted retires as aborted, not disposed.",
         (
             Edit(
-                f"{AGENT}:AgentHandle._begin",
-                "            self.agent._request_disposal()\n",
+                f"{CORE}:AgentHandle._begin",
+                "            self._core.request_disposal()\n",
                 "            pass\n",
             ),
             Edit(
-                f"{AGENT}:Agent._dispose",
+                f"{CORE}:AgentCore.dispose",
                 "    await self.when_idle()\n",
-                "    self._request_disposal()\n    await self.when_idle()\n",
+                "    self.request_disposal()\n    await self.when_idle()\n",
             ),
         ),
     ),
@@ -365,9 +366,10 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "meanwhile), so nothing replays it when the task finishes.",
         (
             Edit(
-                f"{AGENT}:Agent.send",
-                'self._fire("send", wake=wakeup, lane=target)',
-                'self._fire("send", wake=wakeup and self.phase != "maintenance", lane=target)',
+                f"{CORE}:AgentCore.send",
+                'self._fire("send", message, wake=wakeup, lane=target)',
+                'self._fire("send", message, wake=wakeup and self.phase != "maintenance", '
+                "lane=target)",
             ),
         ),
     ),
@@ -377,11 +379,11 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "no step boundary ever takes the steering sent to the running turn.",
         (
             Edit(
-                f"{AGENT}:Agent._run_turn",
+                f"{CORE}:AgentCore._run_turn",
                 "    step = 0\n",
                 "    step = 0\n    steering = self.inbox.next_step\n",
             ),
-            Edit(f"{AGENT}:Agent._run_turn", "if self.inbox.next_step:", "if steering:"),
+            Edit(f"{CORE}:AgentCore._run_turn", "if self.inbox.next_step:", "if steering:"),
         ),
     ),
     RuntimeMutant(
@@ -390,7 +392,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "steering itself, so the table believes work remains after the inbox emptied.",
         (
             Edit(
-                f"{AGENT}:Agent._run_turn",
+                f"{CORE}:AgentCore._run_turn",
                 'self._fire("take_steering", rest=bool(self.inbox.next_turn))',
                 'self._fire("take_steering", rest=self.inbox.pending)',
             ),
@@ -402,7 +404,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "lifecycle flag is never set, so a latched wake replays and teardown fails.",
         (
             Edit(
-                f"{AGENT}:Agent._request_disposal",
+                f"{CORE}:AgentCore.request_disposal",
                 '    self._fire("dispose")\n',
                 '    if self.phase != "cancelling":\n        self._fire("dispose")\n',
             ),
@@ -414,7 +416,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "last followup tells the table nothing is left while steering work waits.",
         (
             Edit(
-                f"{AGENT}:Agent._remove",
+                f"{CORE}:AgentCore._remove",
                 "    rest = any(m.id != message_id for m in queued)\n",
                 "    rest = any(m.id != message_id for m in self.inbox.next_turn)\n",
             ),
@@ -426,7 +428,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "longer balance.",
         (
             Edit(
-                f"{AGENT}:Agent._step",
+                f"{CORE}:AgentCore._step",
                 "    finally:\n"
                 '        self.session.append("step/end", {"turn": turn, "step": step})\n'
                 '        self.events.emit("step/end", boundary)\n',
@@ -443,7 +445,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "listener cancels before the claim it exits without claiming or converging.",
         (
             Edit(
-                f"{AGENT}:Agent._drive",
+                f"{CORE}:AgentCore._drive",
                 '        while self.phase in ("running", "cancelling") '
                 'and not self._value("turn"):\n',
                 '        while self.phase == "running" and not self._value("turn"):\n',

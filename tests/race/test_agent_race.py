@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.helpers import core_of
 from tests.race.agent import AgentRaceMachine
 
 STEPS = 100
@@ -167,7 +168,7 @@ def test_cancel_versus_dispose_with_an_uncooperative_seam_reaches_quiescence(
 
         state.open_gate(pick=0, fail=False)
         assert phase(state) == "disposed"
-        assert state.spec.holds("quiescent", state.agent.control.snapshot())
+        assert state.spec.holds("quiescent", core_of(state.agent).control.snapshot())
         # DESIGN.md decision 6: disposal beats the cause that won the signal's reason.
         assert outcomes(state) == ["disposed"]
         signal = state.turn_signals[1]

@@ -16,7 +16,7 @@ from hypothesis import Phase, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from fsm_core.runtime import Agent
+from fsm_core.runtime._core import AgentCore
 from tests.race.agent import AgentRaceMachine
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,10 +42,10 @@ def printed_program(printed: Sequence[object]) -> list[str]:
 def test_a_printed_failing_program_replays_to_the_same_assertion(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def abort_nothing(self: Agent, signal_reason: str) -> None:
+    def abort_nothing(self: AgentCore, signal_reason: str) -> None:
         """The planted bug: the holder's signal is never aborted."""
 
-    monkeypatch.setattr(Agent, "_abort_holder", abort_nothing)
+    monkeypatch.setattr(AgentCore, "_abort_holder", abort_nothing)
 
     reported: list[object] = []
     with with_reporter(reported.append), pytest.raises(AssertionError) as found:

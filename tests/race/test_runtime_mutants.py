@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from fsm_core.runtime import Runtime, UserMessage, _agent
+from fsm_core.runtime import Runtime, UserMessage, _core
 from fsm_core.testing import ScriptedModel
 from fsm_core.tools import _mutants
 from fsm_core.tools._mutants import MutantError, configure, run
@@ -86,12 +86,12 @@ def test_a_stale_edit_fails_loudly() -> None:
     stale = RuntimeMutant(
         "stale",
         "Gone.",
-        (Edit("fsm_core.runtime._agent:Agent.cancel", "self.gone()", "self.also_gone()"),),
+        (Edit("fsm_core.runtime._core:AgentCore.cancel", "self.gone()", "self.also_gone()"),),
     )
     with pytest.raises(
         MutantError,
         match=r"^mutant 'stale': its old text occurs 0 times in "
-        r"fsm_core\.runtime\._agent:Agent\.cancel, not exactly once; update the mutant to the "
+        r"fsm_core\.runtime\._core:AgentCore\.cancel, not exactly once; update the mutant to the "
         r"current runtime$",
     ):
         stale.compiled()
@@ -99,16 +99,16 @@ def test_a_stale_edit_fails_loudly() -> None:
 
 def test_a_mutant_is_on_only_inside_activated_and_only_in_this_process() -> None:
     mutant = BY_NAME["disposal_not_preceding_aborted"]
-    originals = (_agent.AgentHandle._begin, _agent.Agent._dispose, _agent.Agent.cancel)
+    originals = (_core.AgentHandle._begin, _core.AgentCore.dispose, _core.AgentCore.cancel)
     with activated(mutant):
-        assert _agent.AgentHandle._begin is not originals[0]
-        assert _agent.Agent._dispose is not originals[1]
-        assert _agent.Agent.cancel is originals[2]  # only the targets change
-        assert "_request_disposal" not in _source(_agent.AgentHandle._begin)
-    assert (_agent.AgentHandle._begin, _agent.Agent._dispose, _agent.Agent.cancel) == originals
+        assert _core.AgentHandle._begin is not originals[0]
+        assert _core.AgentCore.dispose is not originals[1]
+        assert _core.AgentCore.cancel is originals[2]  # only the targets change
+        assert "request_disposal" not in _source(_core.AgentHandle._begin)
+    assert (_core.AgentHandle._begin, _core.AgentCore.dispose, _core.AgentCore.cancel) == originals
     with pytest.raises(RuntimeError), activated(mutant):
         raise RuntimeError("the block failed")
-    assert _agent.AgentHandle._begin is originals[0]
+    assert _core.AgentHandle._begin is originals[0]
 
 
 def _source(function: object) -> str:

@@ -3,9 +3,9 @@
 Each test drives a real agent through the runtime and asserts what a user can observe:
 notifications on ``rt.events``, ``agent.phase`` and ``agent.status``, the durable session,
 the signals the seams received, and exceptions; where the protocol itself names a variable
-(the wake latch, the holder), also the table state ``agent.control`` holds, which a port must
-reproduce. Nothing sleeps: a test waits on a gate's
-``reached`` event, on ``when_idle()``, on a signal, or on the table event it needs.
+(the wake latch, the holder), also the table state ``agent.table_state`` reads, which a port
+must reproduce. Nothing sleeps: a test waits on a gate's ``reached`` event, on ``when_idle()``,
+on a signal, or on the table event it needs.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from fsm_core.runtime import (
 )
 from fsm_core.table import Effect
 from fsm_core.testing import Gate, ScriptedModel, Wait
-from tests.helpers import NOTIFICATIONS
+from tests.helpers import NOTIFICATIONS, core_of
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -94,15 +94,16 @@ class TableEvents:
     def __init__(self, agent: Agent) -> None:
         self.fired: list[str] = []
         self._events: dict[str, asyncio.Event] = {}
-        fire = agent.control.fire
+        control = core_of(agent).control
+        fire = control.fire
 
-        def spy(event: str, **kwargs: Any) -> list[Effect]:
-            effects = fire(event, **kwargs)
+        def spy(event: str, context: object = None, /, **kwargs: Any) -> list[Effect]:
+            effects = fire(event, context, **kwargs)
             self.fired.append(event)
             self._event(event).set()
             return effects
 
-        agent.control.fire = spy  # type: ignore[method-assign]
+        control.fire = spy  # type: ignore[method-assign]
 
     def _event(self, name: str) -> asyncio.Event:
         return self._events.setdefault(name, asyncio.Event())
@@ -402,7 +403,7 @@ def test_pre_run_cancel_opens_no_turn_and_publishes_no_status() -> None:
         s.agent.followup(m(1))
         s.agent.steer(m(2))
         s.agent.cancel()
-        assert s.agent.control.values["scheduled"]  # so when_idle() registers a waiter
+        assert s.agent.table_state["scheduled"]  # so when_idle() registers a waiter
 
         await s.agent.when_idle()
         assert s.seen.names() == [
@@ -415,7 +416,7 @@ def test_pre_run_cancel_opens_no_turn_and_publishes_no_status() -> None:
         assert s.model.requests == []
         assert [e.type for e in s.agent.session.events] == ["inbox/discarded"]
         assert (s.agent.phase, s.agent.status) == ("idle", "idle")
-        assert not s.agent.control.values["scheduled"]
+        assert not s.agent.table_state["scheduled"]
         await s.rt.aclose()
 
     run(scenario)
@@ -446,7 +447,7 @@ def test_a_running_listener_that_cancels_and_sends_a_replacement_gets_a_fresh_si
         def replace(payload: Any) -> None:
             if payload.status == "running" and not aborted:
                 # The aborted holder never reaches a seam: only the agent itself holds it.
-                controller = s.agent._controller
+                controller = core_of(s.agent)._controller
                 assert controller is not None
                 aborted.append(controller.signal)
                 s.agent.cancel()
@@ -484,7 +485,7 @@ def test_keep_inbox_cancel_parks_queued_work_until_a_later_wake() -> None:
         assert s.agent.inbox.next_turn == (m(2),)
         assert s.seen.claimed() == [["m1"]]
         assert s.seen.statuses() == ["running", "idle"]
-        assert not s.agent.control.values["scheduled"]
+        assert not s.agent.table_state["scheduled"]
 
         s.agent.followup(m(3))  # the later wake
         await s.agent.when_idle()
@@ -501,7 +502,7 @@ def test_a_wake_after_the_abort_is_latched_and_replayed() -> None:
         s, _ = await blocked_turn(Gate("model"), then=(Reply("replayed"),))
         s.agent.cancel(keep_inbox=True)
         s.agent.followup(m(2))  # after the abort
-        assert s.agent.control.values["latch"]
+        assert s.agent.table_state["latch"]
 
         await s.agent.when_idle()
         assert s.seen.claimed() == [["m1"], ["m2"]]
@@ -518,7 +519,7 @@ def test_removing_the_latched_message_suppresses_its_replay() -> None:
         s.agent.cancel()
         s.agent.followup(m(2))
         assert s.agent.inbox.remove("m2")
-        assert not s.agent.control.values["latch"]
+        assert not s.agent.table_state["latch"]
 
         await s.agent.when_idle()
         assert s.seen.discarded() == ["m2"]
@@ -546,7 +547,7 @@ def test_maintenance_latches_wakes_until_the_task_finishes() -> None:
         assert s.agent.phase == "maintenance"
 
         s.agent.followup(m(1))
-        assert s.agent.control.values["latch"]
+        assert s.agent.table_state["latch"]
         gate.open()
         await maintenance
         await s.agent.when_idle()
@@ -563,10 +564,10 @@ def test_a_clearing_cancel_clears_the_latch() -> None:
         s, _ = await blocked_turn(Gate("model"))
         s.agent.cancel(keep_inbox=True)
         s.agent.followup(m(2))
-        assert s.agent.control.values["latch"]
+        assert s.agent.table_state["latch"]
 
         s.agent.cancel()
-        assert not s.agent.control.values["latch"]
+        assert not s.agent.table_state["latch"]
         assert s.seen.discarded() == ["m2"]
         await s.agent.when_idle()
         assert s.seen.claimed() == [["m1"]]
@@ -585,7 +586,7 @@ def test_disposal_never_latches_and_a_disposed_agent_rejects_sends() -> None:
         await table.wait_for("dispose")
 
         s.agent.followup(m(2))  # accepted and parked, never latched
-        assert not s.agent.control.values["latch"]
+        assert not s.agent.table_state["latch"]
         gate.open()
         await disposal
         assert s.agent.phase == "disposed"
@@ -681,10 +682,10 @@ def test_aclose_waits_for_work_that_ignores_the_signal() -> None:
 def test_an_illegal_event_raises_instead_of_being_applied() -> None:
     async def scenario() -> None:
         s = await scene(ScriptedModel())
-        before = s.agent.control.snapshot()
+        before = core_of(s.agent).control.snapshot()
         with pytest.raises(Rejected, match=r"^no driver owns the agent$"):
-            s.agent.control.fire("claim")
-        assert s.agent.control.snapshot() == before
+            core_of(s.agent).control.fire("claim")
+        assert core_of(s.agent).control.snapshot() == before
         assert s.seen.log == []
         await s.rt.aclose()
 

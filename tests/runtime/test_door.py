@@ -20,6 +20,7 @@ import pytest
 from fsm_core import USER, Runtime, UsageError, UserMessage
 from fsm_core.runtime import Reply, Session, SessionError, ToolCall, UserCause
 from fsm_core.testing import Gate, ScriptedModel, ScriptedTool, Wait
+from tests.helpers import core_of
 from tests.runtime.test_faults import (
     Boom,
     assert_agrees,
@@ -30,7 +31,7 @@ from tests.runtime.test_faults import (
 
 
 def _quiet_table(agent: Any) -> dict[str, Any]:
-    return dict(agent.control.values)
+    return dict(agent.table_state)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def test_a_second_pending_message_with_an_id_already_pending_is_refused() -> Non
         assert [m.text for m in agent.inbox.next_turn] == ["first"]
         assert agent.inbox.next_step == ()
         agent.cancel()  # discards exactly the one pending message
-        assert not agent.inbox.pending and not agent.control.values["pending"]
+        assert not agent.inbox.pending and not agent.table_state["pending"]
         await bounded(agent.when_idle())
         discarded = [e.data["ids"] for e in agent.session.events if e.type == "inbox/discarded"]
         assert discarded == [("m1",)]
@@ -93,7 +94,7 @@ def test_a_waking_send_with_no_running_loop_is_refused_and_changes_nothing() -> 
         agent.followup(UserMessage("m1", "hi"))
     assert _quiet_table(agent) == before
     agent.inject(UserMessage("m1", "hi"))  # no wake, no loop needed
-    assert agent.control.values["pending"] and not agent.control.values["scheduled"]
+    assert agent.table_state["pending"] and not agent.table_state["scheduled"]
 
 
 def test_a_listener_base_exception_reaches_the_caller_after_the_row_completes() -> None:
@@ -107,8 +108,8 @@ def test_a_listener_base_exception_reaches_the_caller_after_the_row_completes() 
         with pytest.raises(Boom):
             agent.cancel(USER)
         # The row completed before the exception left: the holder is aborted with the cause.
-        assert agent.control.values["holder"] == "aborted"
-        assert agent.control.values["reason"] == "user"
+        assert agent.table_state["holder"] == "aborted"
+        assert agent.table_state["reason"] == "user"
         await bounded(agent.when_idle())
         outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
         assert outcomes == [{"kind": "aborted"}]
@@ -266,7 +267,7 @@ def test_objects_that_lie_about_equality_are_refused_at_the_door() -> None:
             UsageError, match=r"^agent a1: a message's id must be a str, not _Shifty$"
         ):
             agent.followup(UserMessage(_Shifty("m1"), "hi"))
-        assert not agent.inbox.pending and not agent.control.values["pending"]
+        assert not agent.inbox.pending and not agent.table_state["pending"]
         await bounded(rt.aclose())
 
     asyncio.run(main())
@@ -389,16 +390,38 @@ def test_a_table_argument_must_be_exactly_a_value_of_its_type() -> None:
     async def main() -> None:
         rt = Runtime(model=ScriptedModel())
         agent = (await rt.create_agent("a1")).agent
-        machine = agent.control.spec
+        machine = core_of(agent).control.spec
         with pytest.raises(ValueError, match=r"^agent\.send: wake=1 is not a value of bool$"):
             machine.fire(machine.initial, "send", wake=1, lane="next_turn")
         agent.inject(UserMessage("m1", "hi"))
-        before = dict(agent.control.values)
+        before = dict(agent.table_state)
         cause = UserCause()
         object.__setattr__(cause, "kind", _EqualToAll("user"))
         with pytest.raises(ValueError, match=r"^agent\.cancel: cause='user' is not a value"):
             agent.cancel(cause)
-        assert dict(agent.control.values) == before and agent.inbox.pending
+        assert dict(agent.table_state) == before and agent.inbox.pending
         await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_an_agent_only_originates_and_its_table_state_is_a_read_only_snapshot() -> None:
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel([Reply("done")]))
+        agent = (await rt.create_agent("a1")).agent
+        public = {name for name in dir(agent) if not name.startswith("_")}
+        assert public == {
+            *("id", "session", "inbox", "phase", "status", "table_state"),
+            *("send", "followup", "steer", "inject", "cancel", "when_idle", "run_maintenance"),
+        }
+        before = agent.table_state
+        with pytest.raises(TypeError):
+            before["phase"] = "running"  # type: ignore[index]
+        agent.followup(UserMessage("m1", "hi"))
+        assert (before["pending"], agent.table_state["pending"]) == (False, True)
+        assert repr(agent) == "<Agent a1 phase=idle holder=none latch=0 turn=0>"
+        await agent.when_idle()
+        assert repr(agent) == "<Agent a1 phase=idle holder=none latch=0 turn=1>"
+        await rt.aclose()
 
     asyncio.run(main())

@@ -23,6 +23,7 @@ import pytest
 from fsm_core import USER, Agent, AgentHandle, Runtime, UserMessage
 from fsm_core.runtime import AbortSignal, Reply, Request, Session, ToolCall
 from fsm_core.testing import Gate, ScriptedModel, Wait
+from tests.helpers import core_of
 
 T = TypeVar("T")
 
@@ -166,8 +167,9 @@ def _key(data: Any) -> object:
 
 def assert_agrees(agent: Agent) -> None:
     """What users see is the table's state: phase, published status, queued work."""
-    values = agent.control.values
-    assert agent.control.spec.holds("quiescent", agent.control.snapshot())
+    values = agent.table_state
+    control = core_of(agent).control
+    assert control.spec.holds("quiescent", control.snapshot())
     assert agent.status == "idle"
     assert values["holder"] == "none" and not values["turn"]
     assert agent.inbox.pending == values["pending"]

@@ -24,7 +24,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from fsm_core import Rejected
+from fsm_core import (
+    CancelRequested,
+    Flush,
+    Rejected,
+    RequestError,
+    StatusChanged,
+    TurnEnded,
+    TurnStarted,
+)
 from fsm_core.runtime import (
     DISPOSED,
     PARENT,
@@ -39,14 +47,6 @@ from fsm_core.runtime import (
     Session,
     ToolCall,
     UserMessage,
-)
-from fsm_core.runtime._payloads import (
-    CancelRequested,
-    Flush,
-    RequestError,
-    StatusChanged,
-    TurnEnded,
-    TurnStarted,
 )
 from fsm_core.runtime._session import OUTCOME_KINDS
 from fsm_core.testing import Fail, Gate, ScriptedModel, ScriptedTool, Wait
@@ -373,7 +373,7 @@ def test_the_holder_is_installed_before_running_is_published() -> None:
         seen: list[tuple[str, object]] = []
 
         def on_status(event: StatusChanged) -> None:
-            seen.append((event.status, event.agent.control.values["holder"]))
+            seen.append((event.status, event.agent.table_state["holder"]))
 
         rt.events.on("agent/status", on_status)
         agent.followup(UserMessage("m1", "hello"))
@@ -395,7 +395,7 @@ def test_a_turn_end_observer_cannot_cancel_the_finished_turn() -> None:
         requested: list[CancelRequested] = []
 
         def on_turn_end(event: TurnEnded) -> None:
-            seen.append((event.agent.status, event.agent.control.values["holder"]))
+            seen.append((event.agent.status, event.agent.table_state["holder"]))
             event.agent.cancel()
             event.agent.cancel(PARENT)
 
@@ -436,7 +436,7 @@ def test_a_blocked_flush_has_no_cancellation_authority_and_holds_back_the_next_t
 
         agent.followup(UserMessage("m1", "hello"))
         await flush.reached.wait()
-        assert (agent.status, agent.control.values["holder"]) == ("running", "none")
+        assert (agent.status, agent.table_state["holder"]) == ("running", "none")
         agent.cancel()
         agent.cancel(PARENT)
         agent.followup(UserMessage("m2", "and then"))

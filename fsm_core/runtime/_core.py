@@ -1,0 +1,660 @@
+"""The plumbing of one agent: its control state is the agent table, its work is the driver's.
+
+An :class:`AgentCore` owns what the public :class:`~fsm_core.Agent` only asks for: the
+:class:`~fsm_core.HostedMachine` of specs/agent.toml, the effect handlers, the driver task, the
+cancellation holder, and teardown. It creates its agent (``core.agent``) and is the only object
+that fires table events; the agent reaches it through the ``_Core`` protocol of ``_agent.py``.
+
+Every phase, holder, latch and marker change happens by firing an event of the table; the
+effects the table lists run here, in the table's order, as the row reaches them
+(:meth:`AgentCore._perform`). What an event is about that the table does not model (the
+message a ``send`` enqueues, the cause a ``cancel`` requests) travels with the fire itself, as
+its ``context``, and the handler reads it back from the innermost fire
+(:attr:`HostedMachine.context`): listeners re-enter, and each fire keeps its own.
+
+The driver (:meth:`AgentCore._drive`) only sequences: start, claim, run the turn's seams,
+retire, await the flush, converge; what each of those does to the control state is the table's
+decision, read back from the state.
+
+Cancellation is cooperative: the driver checks the signal around awaited seams but never
+abandons work. ``when_idle()`` and disposal wait for work that ignores the signal.
+
+Whatever escapes, the table converges, so ``when_idle()`` and disposal always return:
+
+- a seam that raises an ``Exception`` (``CancelledError`` included, unless the driver's own task
+  is being cancelled) ends the turn as ``error``; a notification listener's is contained;
+- a ``BaseException`` that is not contained (the driver task cancelled from outside,
+  ``KeyboardInterrupt``, ...) retires the open turn and *halts* the driver (the table's
+  ``halt`` rows), then propagates; queued work stays parked until a later wake;
+- a listener's uncontained ``BaseException`` inside a row is held until the row completes,
+  then raised to whoever fired the event, so no row ever stops half-way.
+
+Whoever owns agents (the :class:`~fsm_core.Runtime`, later seed 004's activation registry)
+uses one API: build an :class:`AgentCore` with the seams it lends (:class:`Seams`) and the
+``track``/``forget`` callables for its bookkeeping, wrap it in an :class:`AgentHandle`, and
+``dispose()`` that handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Protocol, cast, final, get_args
+
+from fsm_core._errors import FsmError, UsageError
+from fsm_core.host import HostedMachine
+from fsm_core.runtime._agent import Agent, Phase, Status
+from fsm_core.runtime._causes import (
+    DISPOSED,
+    PARENT,
+    USER,
+    AgentCancelCause,
+    Interruption,
+    ParentCause,
+    UserCause,
+    detach,
+)
+from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
+from fsm_core.runtime._llm import ModelAdapter, Reply, Request, Tool, ToolCall
+from fsm_core.runtime._payloads import (
+    AssembleContext,
+    CancelRequested,
+    Flush,
+    MessageDiscarded,
+    MessageInserted,
+    MessagesClaimed,
+    PreStep,
+    RequestError,
+    StatusChanged,
+    StepBoundary,
+    ToolApproval,
+    TurnEnded,
+    TurnStarted,
+    TurnStopping,
+)
+from fsm_core.runtime._scope import context_for
+from fsm_core.runtime._session import Session
+from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
+from fsm_core.runtime._teardown import persist
+from fsm_core.table import Effect, Machine
+from fsm_core.table._expr import Value
+
+__all__ = ["AgentCore", "AgentHandle", "Seams"]
+
+log = logging.getLogger("fsm_core.runtime")
+
+_INTERRUPTIONS: Mapping[str, Interruption] = {"user": USER, "parent": PARENT, "disposed": DISPOSED}
+_DURABLE_OUTCOME = {"max_tokens": "max-tokens"}
+_ENDINGS = {"stop": "completed", "max_tokens": "max_tokens", "blocked": "blocked"}
+
+
+async def _same(value: Any) -> Any:
+    return value
+
+
+def _raise_if_cancelling() -> None:
+    """Raise ``CancelledError`` iff the current task has a pending cancellation request.
+
+    Tells a seam that *raises* ``CancelledError`` (a fault, contained like any exception) from
+    the driver's own task being cancelled from outside, which must halt the driver even when
+    a seam swallowed the cancellation or turned it into another exception.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling() > 0:
+        raise asyncio.CancelledError
+
+
+def _said(message: UserMessage) -> Mapping[str, Any]:
+    return {"role": "user", "id": message.id, "text": message.text}
+
+
+def _check_literals(table: Machine) -> None:
+    """Raise :class:`FsmError` unless the runtime's literal types are the table's.
+
+    ``Phase``, ``Lane`` and ``Status`` type what the runtime reads back from the table; a table
+    that renamed a state or a value would otherwise reach the runtime as a string its types
+    say cannot occur.
+    """
+    spec = table.table
+
+    def values(name: str) -> Sequence[Value]:
+        return spec.types[name].values if name in spec.types else ()
+
+    pairs = (
+        ("Phase", get_args(Phase), "states are", spec.state_names),
+        ("Lane", get_args(Lane), "type lane is", values("lane")),
+        ("Status", get_args(Status), "type status is", values("status")),
+    )
+    for name, ours, where, theirs in pairs:
+        if set(ours) != set(theirs):
+            raise FsmError(
+                f"the runtime and {spec.file} disagree on {name}: the runtime's {name} is "
+                f"{sorted(ours)}, the table's {where} {sorted(theirs)}"
+            )
+
+
+class Seams(Protocol):
+    """What an agent's owner lends its core: the bus, the model and the tools, read live."""
+
+    @property
+    def events(self) -> EventBus: ...
+    @property
+    def model(self) -> ModelAdapter: ...
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+
+
+@final
+class AgentCore:
+    """One agent's plumbing; ``core.agent`` is its public face. Build one per agent.
+
+        core = AgentCore("a1", table, Session(), seams=rt, track=tasks.add, forget=names.pop)
+        handle = AgentHandle(core)      # handle.agent is core.agent
+
+    Raises :class:`FsmError` when the table and the runtime disagree on the effects to
+    perform or on the literal types the runtime reads back (``Phase``, ``Lane``, ``Status``).
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        table: Machine,
+        session: Session,
+        *,
+        seams: Seams,
+        track: Callable[[asyncio.Task[None]], None],
+        forget: Callable[[str], None],
+    ) -> None:
+        self.id = agent_id
+        self.session = session
+        self.seams = seams
+        self.events = seams.events
+        self._track = track
+        """Told of every driver task this core starts (the owner awaits them at close)."""
+        self._forget = forget
+        """Told this agent's id once its disposal finished."""
+        self.inbox = Inbox(self._remove)
+        self.control = HostedMachine(table, perform=self._perform)
+        self._handlers: dict[str, Callable[..., None]] = {
+            "enqueue": self._enqueue,
+            "schedule_driver": self._schedule_driver,
+            "notify_cancel_requested": self._notify_cancel_requested,
+            "clear_inbox": self._clear_inbox,
+            "abort_holder": self._abort_holder,
+            "open_holder": self._open_holder,
+            "release_holder": self._release_holder,
+            "publish_status": self._publish_status,
+            "claim_inbox": self._claim_inbox,
+            "claim_steering": self._claim_steering,
+            "publish_turn_start": self._publish_turn_start,
+            "publish_turn_end": self._publish_turn_end,
+            "flush_session": self._flush_session,
+            "settle_idle": self._settle_idle,
+            "finalize_disposal": self._finalize_disposal,
+        }
+        missing = set(table.table.effects) ^ set(self._handlers)
+        if missing:
+            raise FsmError(
+                f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}"
+            )
+        _check_literals(table)
+        # Invariant: _controller is set iff the table's holder is live or aborted.
+        self._controller: AbortController | None = None
+        self._status: Status = "idle"
+        session._attach(agent_id)
+        # Turns continue the session's numbering: a resumed log never repeats a turn number.
+        self._turn = max(
+            (cast(int, e.data["turn"]) for e in session.events if e.type == "turn/start"),
+            default=0,
+        )
+        self._claimed: list[UserMessage] = []
+        self._steering: list[UserMessage] = []
+        self._flush_owed = False
+        """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
+        driver that halted before settling it leaves it owed to the next driver."""
+        self._waiters: list[asyncio.Future[None]] = []
+        self.driver: asyncio.Task[None] | None = None
+        """The driver task last scheduled, if any."""
+        self._started = False
+        """True iff the driver task last scheduled has begun to run."""
+        self._firing = 0
+        """How many table events are being fired right now (listeners nest them)."""
+        self._held: BaseException | None = None
+        """A listener's uncontained BaseException, raised once the outermost row completes."""
+        self.agent = Agent(self)
+
+    # --- what the agent asks for: read access and one method per user call ------------------
+
+    @property
+    def phase(self) -> Phase:
+        return cast(Phase, self.control.state)  # _check_literals: the table's states
+
+    @property
+    def status(self) -> Status:
+        return self._status
+
+    @property
+    def turn(self) -> int:
+        """The number of the turn last claimed (0 before the first)."""
+        return self._turn
+
+    @property
+    def table_state(self) -> Mapping[str, Value]:
+        return MappingProxyType(self.control.values)
+
+    def send(self, message: UserMessage, target: Lane, wakeup: bool) -> None:
+        """Fire ``send``; the message is the fire's context, for ``enqueue``."""
+        self._fire("send", message, wake=wakeup, lane=target)
+
+    def cancel(self, cause: AgentCancelCause, keep_inbox: bool) -> None:
+        """Fire ``cancel``; the cause is the fire's context, for ``notify_cancel_requested``."""
+        self._fire("cancel", cause, cause=cause.kind, keep_inbox=keep_inbox)
+
+    async def when_idle(self) -> None:
+        if self.control.spec.holds("quiescent", self.control.snapshot()):
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[object]]) -> None:
+        self._fire("maintenance_start")
+        controller = self._controller
+        assert controller is not None
+        try:
+            await task(controller.signal)
+        finally:
+            self._fire("maintenance_finish")
+
+    # --- disposal ---------------------------------------------------------------------------
+
+    def request_disposal(self) -> None:
+        """Begin disposal inside the caller's call, as the seed's ``dispose()`` does before its
+        first await: a turn that a cancel has just aborted must not retire before the lifecycle
+        flag is set, or it would record ``aborted`` where decision 6 says ``disposed``."""
+        self._fire("dispose")
+
+    async def dispose(self) -> None:
+        """Teardown after the activity converged: write the whole log once more (teardown
+        work, not a turn's seam: no ``session/flush`` listener runs), then ``dispose_finish``.
+        A failed write is raised after disposal completed, so it reaches every caller of
+        ``dispose()`` and the agent is disposed either way."""
+        await self.when_idle()
+        try:
+            await self.session.flush()
+        finally:
+            self._fire("dispose_finish")
+
+    # --- the driver -------------------------------------------------------------------------
+
+    def _fire(self, event: str, context: object = None, /, **args: Value) -> None:
+        """Fire a table event with its ``context``; a listener's held BaseException is raised
+        after the row."""
+        self._firing += 1
+        try:
+            self.control.fire(event, context, **args)
+        except BaseException:
+            if self._firing == 1:
+                self._held = None  # the fire's own failure is the one to report
+            raise
+        finally:
+            self._firing -= 1
+        if self._firing == 0 and self._held is not None:
+            held, self._held = self._held, None
+            raise held
+
+    async def _drive(self) -> None:
+        """One driver: start, then turns until the table says the agent converged.
+
+        Whatever escapes (a cancelled task, a ``BaseException`` from a seam or a listener), the
+        driver retires the open turn and halts before it propagates, so the table converges.
+        """
+        self._started = True
+        try:
+            self._fire("start")
+            if self._flush_owed and self.phase in ("running", "cancelling"):
+                # A halted driver's last turn: its flush settles before the next claim (D7).
+                await self._await_flush()
+            while self.phase in ("running", "cancelling") and not self._value("turn"):
+                _raise_if_cancelling()
+                self._fire("claim")
+                if not self._value("turn"):
+                    continue  # a replacement got a fresh holder, or the claim converged
+                controller = self._controller
+                assert controller is not None
+                ending = await self._run_turn(controller.signal, self._turn)
+                self._fire("retire", end=ending)
+                if self._flush_owed:
+                    await self._await_flush()
+                _raise_if_cancelling()
+                self._fire("converge")
+        except BaseException:
+            self._halt()
+            raise
+
+    def _halt(self) -> None:
+        """Converge the table after an escape, with no await: retire the open turn, halt.
+
+        The retired turn's flush stays owed: the next driver settles it before its claim.
+        """
+        for event, args in (("retire", {"end": "error"}), ("halt", {})):
+            if self.phase not in ("running", "cancelling"):
+                return
+            if event == "retire" and not self._value("turn"):
+                continue
+            try:
+                self._fire(event, **args)
+            except BaseException:  # a listener's, held to the row's end: the first one wins
+                log.exception("agent %s: a listener raised while the driver halted", self.id)
+
+    async def _await_flush(self) -> None:
+        try:
+            await self.events.waterfall(
+                "session/flush", Flush(self.agent, self.session), self._flush
+            )
+        except (Exception, asyncio.CancelledError):
+            # The turn's outcome is already recorded; a failed flush is reported and must
+            # not strand the agent in running (when_idle() and dispose would never return).
+            # Disposal flushes the whole log again and raises if that fails too.
+            _raise_if_cancelling()
+            log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
+        self._flush_owed = False
+
+    async def _flush(self, payload: Flush) -> None:
+        await payload.session.flush()
+
+    async def _run_turn(self, signal: AbortSignal, turn: int) -> str:
+        """Run one turn's steps; return its own ending. The table classifies the outcome."""
+        context: list[Mapping[str, Any]] = [_said(m) for m in self._claimed]
+        step = 0
+        try:
+            while True:
+                step += 1
+                await self.events.waterfall(
+                    "agent/pre-step", PreStep(self.agent, signal, turn, step), _same
+                )
+                signal.raise_if_aborted()
+                if self.inbox.next_step:
+                    self._fire("take_steering", rest=bool(self.inbox.next_turn))
+                    context += [_said(m) for m in self._steering]
+                reply = await self._step(signal, turn, step, context)
+                if reply.finish != "tool_calls":
+                    break
+            ending = _ENDINGS[reply.finish]
+            await self.events.waterfall(
+                "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
+            )
+            return ending
+        except Aborted:
+            return "error"  # the table reads the aborted holder and records aborted/disposed
+        except (Exception, asyncio.CancelledError):
+            # The driver's own task is being cancelled (a seam may have turned the
+            # CancelledError into another exception): _drive retires the turn and halts.
+            _raise_if_cancelling()
+            log.exception("agent %s: turn %d failed", self.id, turn)
+            return "error"
+
+    async def _step(
+        self, signal: AbortSignal, turn: int, step: int, context: list[Mapping[str, Any]]
+    ) -> Reply:
+        boundary = StepBoundary(self.agent, signal, turn, step)
+        self.session.append("step/start", {"turn": turn, "step": step})
+        try:
+            self.events.emit("step/start", boundary)
+            assembled = await self.events.waterfall(
+                "agent/assemble", AssembleContext(self.agent, signal, tuple(context)), _same
+            )
+            signal.raise_if_aborted()
+            request = Request(self.id, turn, step, tuple(assembled.messages), self._tool_names())
+            reply = await self._request(request, signal)
+            signal.raise_if_aborted()
+            self.session.append(
+                "assistant/message", {"turn": turn, "step": step, "text": reply.text}
+            )
+            context.append({"role": "assistant", "text": reply.text})
+            for call in reply.tool_calls:
+                signal.raise_if_aborted()
+                context.append(await self._call_tool(signal, turn, step, call))
+            return reply
+        finally:
+            self.session.append("step/end", {"turn": turn, "step": step})
+            self.events.emit("step/end", boundary)
+
+    async def _request(self, request: Request, signal: AbortSignal) -> Reply:
+        attempt = 0
+        while True:
+            try:
+                return await self.seams.model.generate(request, signal)
+            except Aborted:
+                raise
+            except Exception as error:
+                attempt += 1
+                decision = await self.events.waterfall(
+                    "agent/request-error",
+                    RequestError(self.agent, signal, error, attempt),
+                    lambda _e: _same("fail"),
+                )
+                signal.raise_if_aborted()
+                if decision != "retry":
+                    raise
+
+    async def _call_tool(
+        self, signal: AbortSignal, turn: int, step: int, call: ToolCall
+    ) -> Mapping[str, Any]:
+        self.session.append(
+            "tool/call",
+            {"turn": turn, "step": step, "id": call.id, "name": call.name, "args": dict(call.args)},
+        )
+        # A failure is recorded as a short classification, never as an exception's text. Every
+        # tool/call gets its tool/result, even when the turn is interrupted during approval.
+        ok, result = False, "aborted"
+        try:
+            approved = await self.events.waterfall(
+                "agent/tool-approval",
+                ToolApproval(self.agent, signal, call),
+                lambda _a: _same(True),
+            )
+            signal.raise_if_aborted()
+            tool = self.seams.tools.get(call.name)
+            result = "refused" if not approved else "unknown-tool"
+            if approved and tool is not None:
+                result = "aborted"
+                try:
+                    result, ok = await tool.execute(call.args, signal), True
+                except Aborted:
+                    raise
+                except Exception:
+                    log.exception("agent %s: tool %s failed", self.id, call.name)
+                    result = "failed"
+        finally:
+            ok, result = self._record_result(turn, step, call, ok, result)
+        return {"role": "tool", "id": call.id, "ok": ok, "result": result}
+
+    def _record_result(
+        self, turn: int, step: int, call: ToolCall, ok: bool, result: Any
+    ) -> tuple[bool, Any]:
+        """Append the call's ``tool/result``; a result the log cannot hold (NaN, a set, an
+        object, an integer beyond JSON's safe range) is recorded as ``invalid-result``."""
+        data = {"turn": turn, "step": step, "id": call.id, "ok": ok, "result": result}
+        try:
+            self.session.append("tool/result", data)
+        except Exception:  # SessionError, or a result that raises while the log reads it
+            log.exception("agent %s: tool %s gave a result the log cannot hold", self.id, call.name)
+            ok, result = False, "invalid-result"
+            self.session.append("tool/result", {**data, "ok": ok, "result": result})
+        return ok, result
+
+    def _tool_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.seams.tools))
+
+    # --- effects: what the table's rows tell the runtime to do --------------------------------
+
+    def _perform(self, effect: Effect) -> None:
+        # The table's contract for this effect must hold as it runs; the loader and the checker
+        # prove it for the table, this catches a runtime that re-enters where the table does
+        # not say it may.
+        if self.control.spec.unmet(effect.name, self.control.snapshot(), effect.args):
+            requires = self.control.spec.table.effects[effect.name].requires_text
+            raise FsmError(
+                f"agent {self.id}: {effect} runs where its contract {requires!r} does not hold "
+                f"({self.control.spec.format_state(self.control.snapshot())})"
+            )
+        try:
+            self._handlers[effect.name](*effect.args)
+        except Exception:
+            raise  # a fault of the runtime itself, not of a listener
+        except BaseException as error:
+            # A notification's or an abort's listener raised what emit and the signal do not
+            # contain. The row must complete, so it waits for the outermost _fire to return.
+            self._held = self._held or error
+
+    def _value(self, name: str) -> Value:
+        return self.control.values[name]
+
+    def _enqueue(self, lane: str) -> None:
+        message = self.control.context  # only send's rows enqueue: the message being sent
+        assert isinstance(message, UserMessage)
+        self.inbox._insert(message, cast(Lane, lane))  # _check_literals: the table's lanes
+        self.events.emit("inbox/inserted", MessageInserted(self.agent, message, cast(Lane, lane)))
+
+    def _schedule_driver(self) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._drive(), name=f"driver {self.id}", context=context_for(self.agent)
+        )
+        self.driver = task
+        self._started = False
+        task.add_done_callback(self._driver_ended)
+        self._track(task)
+
+    def _driver_ended(self, task: asyncio.Task[None]) -> None:
+        """A driver task cancelled before its first step never ran ``_drive``: halt its
+        schedule, or the agent would wait for it forever."""
+        if task is self.driver and not self._started and self._value("scheduled"):
+            try:
+                self._fire("halt")
+            except BaseException:
+                log.exception("agent %s: a listener raised while the driver halted", self.id)
+
+    def _notify_cancel_requested(self, cause: str) -> None:
+        requested = self.control.context  # only cancel's rows notify: the cause requested
+        assert isinstance(requested, UserCause | ParentCause) and requested.kind == cause
+        self.events.emit(
+            "agent/cancel-requested",
+            CancelRequested(self.agent, cast(AgentCancelCause, detach(requested))),
+        )
+
+    def _clear_inbox(self) -> None:
+        self._discard(self.inbox._clear())
+
+    def _discard(self, messages: list[UserMessage]) -> None:
+        """Record the discarded messages (one durable event), then announce each."""
+        if messages:
+            self.session.append("inbox/discarded", {"ids": [m.id for m in messages]})
+        for message in messages:
+            self.events.emit("inbox/discarded", MessageDiscarded(self.agent, message))
+
+    def _abort_holder(self, signal_reason: str) -> None:
+        assert self._controller is not None
+        self._controller.abort(_INTERRUPTIONS[signal_reason])
+
+    def _open_holder(self) -> None:
+        self._controller = AbortController()
+
+    def _release_holder(self) -> None:
+        self._controller = None
+
+    def _publish_status(self, status: str) -> None:
+        self._status = cast(Status, status)
+        self.events.emit("agent/status", StatusChanged(self.agent, self._status))
+
+    def _claim_inbox(self) -> None:
+        # Not a notifying effect in the table: inbox/claimed is announced by
+        # publish_turn_start, so a listener that cancels re-enters where the table says it may.
+        self._claimed = self.inbox._clear()
+        self._turn += 1
+        self._record_claim(self._claimed)
+
+    def _claim_steering(self) -> None:
+        self._steering = self.inbox._claim_steering()
+        self._record_claim(self._steering)
+
+    def _record_claim(self, messages: list[UserMessage]) -> None:
+        """The durable claim by the open turn, then each claimed message's text."""
+        self.session.append("inbox/claimed", {"turn": self._turn, "ids": [m.id for m in messages]})
+        for message in messages:
+            self.session.append("user/message", {"id": message.id, "text": message.text})
+
+    def _publish_turn_start(self) -> None:
+        controller = self._controller
+        assert controller is not None
+        self.session.append("turn/start", {"turn": self._turn})
+        claimed = MessagesClaimed(self.agent, controller.signal, self._turn, tuple(self._claimed))
+        self.events.emit("inbox/claimed", claimed)
+        self.events.emit("turn/start", TurnStarted(self.agent, controller.signal, self._turn))
+
+    def _publish_turn_end(self, outcome: str) -> None:
+        durable = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
+        self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
+        self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))
+
+    def _flush_session(self) -> None:
+        """An effect cannot await: the driver owes the flush, and awaits it before converge."""
+        self._flush_owed = True
+
+    def _settle_idle(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _finalize_disposal(self) -> None:
+        self.session._detach()
+        self._forget(self.id)
+
+    def _remove(self, message_id: str) -> bool:
+        queued = (*self.inbox.next_turn, *self.inbox.next_step)
+        if all(m.id != message_id for m in queued):
+            return False
+        rest = any(m.id != message_id for m in queued)
+        self._fire("remove", rest=rest)  # refused on a disposed agent: nothing removed
+        message = self.inbox._take(message_id)
+        assert message is not None
+        self._discard([message])
+        return True
+
+
+class AgentHandle:
+    """Owns one agent's lifetime. ``dispose()`` is memoized: racing callers await one teardown."""
+
+    def __init__(self, core: AgentCore) -> None:
+        self.agent = core.agent
+        self._core = core
+        self._disposal: asyncio.Future[None] | None = None
+
+    async def dispose(self) -> None:
+        """Interrupt the agent's work, wait for it to settle, flush the log and finish.
+
+        Every caller awaits the same teardown; cancelling one caller does not cancel it. A
+        failed final flush is raised to every caller, after the agent is disposed.
+        """
+        disposal = self._begin()
+        if asyncio.current_task() is self._core.driver:
+            raise UsageError(
+                f"agent {self.agent.id}: its own turn cannot await its disposal, which waits "
+                "for that turn to end; the disposal has begun, return from the turn"
+            )
+        await asyncio.shield(disposal)
+
+    def _begin(self) -> asyncio.Future[None]:
+        """Request disposal now, inside the caller's call, and start the teardown once."""
+        if self._disposal is None:
+            try:
+                self._core.request_disposal()
+            finally:
+                # Even when a listener's BaseException escapes the request, the table is
+                # disposing now, and teardown must run.
+                self._disposal = persist(self._core.dispose, f"dispose {self.agent.id}")
+        return self._disposal
