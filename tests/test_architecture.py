@@ -19,11 +19,6 @@ import fsm_core
 
 PACKAGE = Path(fsm_core.__file__).parent
 
-PENDING_CYCLES = ("fsm_core.check",)
-"""Packages whose import cycle is being removed elsewhere (issue 10, item 1): their modules are
-left out of the cycle check until then. Drop an entry when its cycle is gone;
-:func:`test_each_pending_package_still_has_its_cycle` fails until you do."""
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -58,19 +53,10 @@ def imports(name: str, path: Path, known: Iterable[str]) -> set[str]:
     return out
 
 
-def graph(leave_out: Iterable[str] = ()) -> dict[str, set[str]]:
-    """The import graph of the package, without the modules of the ``leave_out`` packages."""
+def graph() -> dict[str, set[str]]:
+    """The import graph of the package: each module, and the package modules it imports."""
     found = modules()
-    skipped = tuple(leave_out)
-
-    def kept(module: str) -> bool:
-        return not any(module == p or module.startswith(f"{p}.") for p in skipped)
-
-    return {
-        name: {m for m in imports(name, path, found) if kept(m)}
-        for name, path in found.items()
-        if kept(name)
-    }
+    return {name: imports(name, path, found) for name, path in found.items()}
 
 
 def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:
@@ -109,19 +95,7 @@ def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle_among_the_package_modules() -> None:
-    assert cycles(graph(leave_out=PENDING_CYCLES)) == []
-
-
-def test_the_runtime_has_no_import_cycle_counting_type_checking_imports() -> None:
-    runtime = {m: e for m, e in graph().items() if m.startswith("fsm_core.runtime")}
-    assert cycles(runtime) == []
-
-
-def test_each_pending_package_still_has_its_cycle() -> None:
-    edges = graph()
-    for package in PENDING_CYCLES:
-        inside = [c for c in cycles(edges) if any(m.startswith(f"{package}.") for m in c)]
-        assert inside, f"{package} has no import cycle any more: drop it from PENDING_CYCLES"
+    assert cycles(graph()) == []
 
 
 def test_type_checking_imports_are_edges() -> None:
