@@ -173,6 +173,7 @@ def _stale(*edits: Edit) -> Mutant:
     ("edit", "fault"),
     [
         (Remove("cancel.gone", "x"), "no row 'cancel.gone'"),
+        (Remove("cancel.noop", "x"), "row 'cancel.noop' has no do"),
         (Remove("cancel.turn", "x := 1"), "row 'cancel.turn' has no do entry 'x := 1'"),
         (
             Insert("send.latched", "x := 1", after="gone()"),
