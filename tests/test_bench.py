@@ -132,9 +132,7 @@ def test_bench_exits_1_naming_the_scale_when_counts_disagree(
 def test_bench_checks_a_default_model_on_the_tables_of_specs(tmp_path: Path) -> None:
     """The child process that times a default model reads its table from ``--specs``."""
     specs = copy_specs(tmp_path)
-    mutant = BY_NAME["dispose_not_memoized"]
-    table = specs / mutant.table
-    table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+    BY_NAME["dispose_not_memoized"].plant(specs)
     assert _ours(models_dir() / "activation_tree.toml", None, specs).verdict == "violation"
 
 

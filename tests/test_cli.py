@@ -52,9 +52,7 @@ def test_specs_naming_a_file_exit_2_naming_the_flag(
 def last_wins_specs(tmp_path: Path) -> Path:
     """A copy of the shipped specs/ whose agent table has the ``last_wins_cause`` bug."""
     specs = copy_specs(tmp_path)
-    table = specs / "agent.toml"
-    mutant = BY_NAME["last_wins_cause"]
-    table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+    BY_NAME["last_wins_cause"].plant(specs)
     return specs
 
 
@@ -111,8 +109,10 @@ def test_mutants_copy_the_tables_from_specs(
     specs = last_wins_specs(tmp_path)
     r = run(capsys, "--specs", str(specs), "mutants", "--spec", "last_wins_cause")
     assert (r.code, r.out) == (2, "")
-    assert r.err.startswith(
-        "fsm-core: mutant 'last_wins_cause': its old text occurs 0 times in specs/agent.toml"
+    assert r.err == (
+        "fsm-core: mutant 'last_wins_cause': specs/agent.toml: row 'cancel.turn' has no do entry "
+        "{'when': 'holder == live', 'do': ['holder := aborted', 'reason := cause', "
+        "'abort_holder(cause)']}; update the mutant to the current table\n"
     )
 
 

@@ -10,14 +10,17 @@ its killer pinned in ``KILLED_BY``. A mutant the loader rejects (``load_killed``
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import re
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
+from fsm_core.table._load import read_toml
 from fsm_core.tools import _mutants
 from fsm_core.tools._mutants import (
     MUTANTS,
@@ -31,6 +34,19 @@ from fsm_core.tools._mutants import (
     run_mutants,
     run_unmutated,
 )
+from fsm_core.tools._row_edits import (
+    AddRow,
+    Block,
+    Edit,
+    Insert,
+    Move,
+    Remove,
+    Replace,
+    Set,
+    Unignore,
+    dump_toml,
+)
+from tests.helpers import copy_specs
 
 KILLED_BY = {
     "last_wins_cause": "reason_first_wins",
@@ -120,26 +136,92 @@ def test_the_catalogue_is_large_and_mostly_killed_by_the_checker() -> None:
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_each_edit_applies_exactly_once_to_the_current_tables(mutant: Mutant) -> None:
-    text = (specs_dir() / mutant.table).read_text(encoding="utf-8")
-    assert text.count(mutant.old) == 1
-    assert mutant.new != mutant.old
-    assert mutant.apply(text) == text.replace(mutant.old, mutant.new)
+def test_each_edit_applies_to_the_current_tables_and_writes_back(
+    mutant: Mutant, tmp_path: Path
+) -> None:
+    original = read_toml(specs_dir() / mutant.table, mutant.table)
+    data = copy.deepcopy(original)
+    mutant.apply(data)
+    assert data != original
+    specs = copy_specs(tmp_path)
+    mutant.plant(specs)
+    assert tomllib.loads((specs / mutant.table).read_text(encoding="utf-8")) == data
     assert mutant.doc.endswith(".")
     assert mutant.models
     for model in mutant.models:
         assert (models_dir() / f"{model}.toml").is_file()
 
 
-def test_a_stale_edit_fails_loudly() -> None:
-    stale = Mutant("stale", "agent.toml", 'id = "cancel.gone"', 'id = "x"', "Gone.", ("m",))
-    text = (specs_dir() / "agent.toml").read_text(encoding="utf-8")
+@pytest.mark.parametrize("table", ["agent.toml", "activation.toml", "clauses.toml"])
+def test_a_table_written_back_reads_as_the_same_data(table: str) -> None:
+    data = read_toml(specs_dir() / table, table)
+    text = dump_toml(data)
+    assert tomllib.loads(text) == data
+    assert list(tomllib.loads(text)) == list(data)  # the sections keep their order
+
+
+def test_written_strings_escape_what_toml_cannot_hold_as_itself() -> None:
+    data = {"odd key": ['"quoted" \\ back\nslash\x7f\x00', "é ✓ 😀"], "n": -3, "b": False}
+    assert tomllib.loads(dump_toml(data)) == data
+
+
+def _stale(*edits: Edit) -> Mutant:
+    return Mutant("stale", "agent.toml", edits, "Gone.", ("m",))
+
+
+@pytest.mark.parametrize(
+    ("edit", "fault"),
+    [
+        (Remove("cancel.gone", "x"), "no row 'cancel.gone'"),
+        (Remove("cancel.noop", "x"), "row 'cancel.noop' has no do"),
+        (Remove("cancel.turn", "x := 1"), "row 'cancel.turn' has no do entry 'x := 1'"),
+        (
+            Insert("send.latched", "x := 1", after="gone()"),
+            "row 'send.latched' has no do entry 'gone()'",
+        ),
+        (
+            Move("cancel.turn", "notify_cancel_requested(cause)", before="gone()"),
+            "row 'cancel.turn' has no do entry 'gone()'",
+        ),
+        (
+            Replace("cancel.discard", Block("gone", ()), "x := 1"),
+            "row 'cancel.discard' has no do entry {'when': 'gone', 'do': []}",
+        ),
+        (
+            Set("converge.replay", "guard", "latch", None),
+            "row 'converge.replay' has no guard 'latch'",
+        ),
+        (Set("cancel.turn", "to", "idle", "running"), "row 'cancel.turn' has no to 'idle'"),
+        (AddRow('id = "cancel.turn"'), "a row 'cancel.turn' exists already"),
+        (Unignore("send"), "0 [[ignored]] entries list 'send', not exactly one"),
+    ],
+)
+def test_a_stale_edit_fails_loudly_naming_the_mutant_table_and_row(edit: Edit, fault: str) -> None:
+    data = read_toml(specs_dir() / "agent.toml", "agent.toml")
+    with pytest.raises(MutantError) as e:
+        _stale(edit).apply(data)
+    assert str(e.value) == (
+        f"mutant 'stale': specs/agent.toml: {fault}; update the mutant to the current table"
+    )
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [Insert("remove", "x := 1"), Move("remove", "pending := rest", before="x", after="y")],
+)
+def test_a_position_is_before_or_after_an_entry(edit: Edit) -> None:
+    data = read_toml(specs_dir() / "agent.toml", "agent.toml")
+    with pytest.raises(TypeError, match=r"^give exactly one of before= and after=$"):
+        _stale(edit).apply(data)
+
+
+def test_an_entry_that_occurs_twice_is_stale_too() -> None:
+    twice = Insert("remove", "pending := rest", before="pending := rest")
+    data = read_toml(specs_dir() / "agent.toml", "agent.toml")
     with pytest.raises(
-        MutantError,
-        match=r"^mutant 'stale': its old text occurs 0 times in specs/agent\.toml, not exactly "
-        r"once; update the mutant to the current table$",
+        MutantError, match="row 'remove' has 2 do entries 'pending := rest', not one"
     ):
-        stale.apply(text)
+        _stale(twice, Remove("remove", "pending := rest")).apply(data)
 
 
 @pytest.mark.parametrize("model", sorted({n for m in MUTANTS for n in m.models}))
@@ -231,15 +313,15 @@ def test_command_refuses_a_kill_table_when_the_unmutated_tables_fail(
 def test_command_exits_2_on_a_stale_edit_before_checking_anything(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stale = Mutant("stale", "agent.toml", 'id = "cancel.gone"', 'id = "x"', "Gone.", ("m",))
+    stale = _stale(Remove("cancel.gone", "x"))
     monkeypatch.setattr(_mutants, "MUTANTS", (stale,))
     monkeypatch.setattr(_mutants, "BY_NAME", {"stale": stale})
     assert run(_args(["stale"])) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (
-        "fsm-core: mutant 'stale': its old text occurs 0 times in specs/agent.toml, not exactly "
-        "once; update the mutant to the current table\n"
+        "fsm-core: mutant 'stale': specs/agent.toml: no row 'cancel.gone'; update the mutant to "
+        "the current table\n"
     )
 
 

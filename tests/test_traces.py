@@ -1,6 +1,7 @@
 """A printed counterexample is real: it replays through the interpreter to the same violation.
 
-Each test plants a one-row bug in a copy of ``specs/``, lets the checker refute it, prints the
+Each test plants a one-row bug in a copy of ``specs/`` (a mutant of ``fsm-core mutants``'
+catalogue, or one of two more made with the same row edits), lets the checker refute it, prints the
 shortest trace with :func:`format_trace` (or writes it as ITF), parses what was printed, and
 replays it through the compiled table the way the runtime runs it: each step's event with its
 arguments, listeners re-entering inside the notifying effect the trace names. The replay must
@@ -31,7 +32,9 @@ from fsm_core.check._report import format_trace, to_itf
 from fsm_core.check._system import build
 from fsm_core.table import Effect, Machine, State
 from fsm_core.table._expr import Value
-from tests.helpers import copy_specs, edit, write_model
+from fsm_core.tools._mutants import AGENT, BY_NAME, Mutant
+from fsm_core.tools._row_edits import Remove
+from tests.helpers import copy_specs, write_model
 from tests.table_driver import TableDriver
 
 BUDGETS = "{ send = 2, cancel = 2, dispose = 1, maintenance_start = 1, remove = 1 }"
@@ -40,62 +43,44 @@ REACTIONS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Mutant:
-    """A one-row bug: ``old`` becomes ``new`` in ``specs/agent.toml``."""
-
-    old: str
-    new: str
-
-
-LATCH_AFTER_INSERTION = Mutant(
-    'do = ["latch := true", "pending := true", "enqueue(next_turn)"]',
-    'do = ["pending := true", "enqueue(next_turn)", "latch := true"]',
-)
+LATCH_AFTER_INSERTION = BY_NAME["latch_after_insertion"]
 """send.latched latches only after publishing the insertion: an inbox listener's dispose
 finds no latch to clear, then the row latches the wake under disposal."""
 
+# Two bugs of this file's own, outside the catalogue, planted with the same edits.
 MAINTENANCE_FORGETS_HOLDER = Mutant(
-    'do = ["holder := none", "reason := none", "latch := false", "release_holder()", '
-    '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
-    'do = ["latch := false", '
-    '{ when = "quiescent", do = ["settle_idle()"] }]\nclauses = ["S004.ready-in-maintenance"]',
+    "maintenance_forgets_holder",
+    "agent.toml",
+    (Remove("maintenance.finish.idle", "holder := none", "reason := none", "release_holder()"),),
+    "maintenance.finish.idle forgets the task's holder (and its reason): idle with a live one.",
+    AGENT,
 )
-"""maintenance.finish.idle forgets the task's holder (and its reason): idle with a live one."""
 
 REPLAY_KEEPS_LATCH = Mutant(
-    'do = ["latch := false", "scheduled := true", "publish_status(idle)", "schedule_driver()"]',
-    'do = ["scheduled := true", "publish_status(idle)", "schedule_driver()"]',
+    "replay_keeps_latch",
+    "agent.toml",
+    (Remove("converge.replay", "latch := false"),),
+    "converge.replay forgets to clear the latch: the idle status is published with it set.",
+    AGENT,
 )
-"""converge.replay forgets to clear the latch: the idle status is published with it set."""
 
-DISCARD_UNLATCHES_FIRST = Mutant(
-    'do = ["notify_cancel_requested(cause)", "pending := false", "latch := false", '
-    '"clear_inbox()"]',
-    'do = ["latch := false", "notify_cancel_requested(cause)", "pending := false", '
-    '"clear_inbox()"]',
-)
+DISCARD_UNLATCHES_FIRST = BY_NAME["clearing_cancel_keeps_latch"]
 """cancel.discard drops the latch before it notifies: a cancel-requested observer's wake
 latches again, and clear_inbox() runs with the latch set. From every valid state the row alone
 keeps clear_inbox's contract (the loader proves it); only a listener re-entering breaks it."""
 
-LAST_WINS_CAUSE = Mutant(
-    '  { when = "holder == live", do = ["holder := aborted", "reason := cause", '
-    '"abort_holder(cause)"] },\n]\nclauses = ["S000.cause-union"',
-    '  "holder := aborted", "reason := cause", "abort_holder(cause)",\n]\n'
-    'clauses = ["S000.cause-union"',
-)
+LAST_WINS_CAUSE = BY_NAME["last_wins_cause"]
 """cancel.turn aborts even when a cancel-requested observer's abort already won: the outer
 cause rewrites the reason of a holder that stays aborted (the step invariant
 reason_first_wins)."""
 
-PRERUN_LEAVES_NO_MARKER = Mutant('  "marker := true",\n]', '  "marker := false",\n]')
+PRERUN_LEAVES_NO_MARKER = BY_NAME["prerun_cancel_opens_turn"]
 """cancel.prerun leaves no marker: the scheduled driver opens a turn anyway (decision 1)."""
 
 
 def mutant_report(tmp_path: Path, mutant: Mutant, *, reactions: bool = True) -> Report:
     """Check one agent model (agent_races' environment) over a mutated copy of specs/."""
-    edit(copy_specs(tmp_path) / "agent.toml", mutant.old, mutant.new)
+    mutant.plant(copy_specs(tmp_path))
     listeners = f"reactions = {REACTIONS}\n" if reactions else ""
     model = write_model(
         tmp_path,
@@ -669,11 +654,7 @@ def test_a_model_that_holds_has_no_trace_to_print(tmp_path: Path) -> None:
 
 def test_a_tree_trace_names_each_node_and_its_slot(tmp_path: Path) -> None:
     """Tree states hold one activation per slot: shown as ``node.var``, ITF records in variants."""
-    edit(
-        copy_specs(tmp_path) / "activation.toml",
-        'on = "children_joined"\nfrom = ["joining"]\nguard = "not children"\n',
-        'on = "children_joined"\nfrom = ["joining"]\n',
-    )
+    BY_NAME["parent_leaves_before_children"].plant(copy_specs(tmp_path))
     path = write_model(
         tmp_path,
         "tree",

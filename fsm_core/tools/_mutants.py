@@ -1,9 +1,13 @@
 """Spec mutants: plausible one-row bugs in the tables, each of which some property must kill.
 
-A mutant is an exact textual edit of one table file (``old`` -> ``new``), a sentence saying
-what bug it plants, and the models it runs against. The edit is applied to a copy of
-``specs/`` and ``models/`` (kept as siblings, since model files name ``../specs/...``), the
-models are loaded from the copy and checked. The mutant is *killed* when a check finds a
+A mutant is a few structured edits of one table's parsed rows (:mod:`fsm_core.tools._row_edits`:
+set a row's ``guard`` or ``to``, insert, remove, replace or move entries of its ``do``, add a
+row), a sentence saying what bug it plants, and the models it runs against. The tables and
+``models/`` are copied (kept as siblings, since model files name ``../specs/...``), the edits
+are made on the mutated table as :mod:`tomllib` parses it and the result is written back over
+the copy as TOML, since models load their tables from files; the models are loaded from the
+copy and checked. :data:`MUTANTS` is the one catalogue: ``tests/test_traces.py`` replays
+counterexamples of some of these same mutants. The mutant is *killed* when a check finds a
 violation (its name and the length of its shortest counterexample go in the kill table), or
 when the loader rejects the mutated table (``load: <message>``).
 
@@ -19,11 +23,12 @@ contract the checker finds broken is named ``<effect>.requires`` (``...@<node>``
     for kill in run_mutants(["latch_set_on_disposed"]):
         print(kill.mutant, kill.killed, kill.property, kill.trace)
 
-An edit whose ``old`` text does not occur exactly once raises :class:`MutantError`: a table
-change that invalidates a mutant fails loudly instead of silently testing nothing. A survivor
-means a property is missing (or the mutant is equivalent); ``gap`` records the ones whose
-missing property is known and reported, so ``fsm-core mutants --spec`` still lists them as
-survivors and exits 1 until the property exists.
+An edit whose row, ``guard``, ``to`` or ``do`` entry is no longer in the table raises
+:class:`MutantError` naming the mutant, the table and the row: a table change that invalidates
+a mutant fails loudly instead of silently testing nothing. A survivor means a property is
+missing (or the mutant is equivalent); ``gap`` records the ones whose missing property is known
+and reported, so ``fsm-core mutants --spec`` still lists them as survivors and exits 1 until
+the property exists.
 
 ``fsm-core mutants --runtime`` is the same idea one layer down: plausible bugs in the runtime's
 own Python (effect handlers, event order, awaits, signals, waiters), each run against the race
@@ -49,13 +54,28 @@ from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from fsm_core._errors import FsmError, SpecError, echo
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import check, load_model
 from fsm_core.check._report import aligned
+from fsm_core.table._load import read_toml
+from fsm_core.tools._row_edits import (
+    AddRow,
+    Block,
+    Edit,
+    Insert,
+    Move,
+    Remove,
+    Replace,
+    Set,
+    StaleEdit,
+    Unignore,
+    apply_edits,
+    dump_toml,
+)
 
 AGENT = ("agent_races",)
 """The models an agent.toml mutant runs against."""
@@ -69,12 +89,11 @@ class MutantError(FsmError):
 
 @dataclass(frozen=True, slots=True)
 class Mutant:
-    """One planted bug: replace ``old`` by ``new`` in ``specs/<table>``, check ``models``."""
+    """One planted bug: make ``edits`` in ``specs/<table>``, check ``models``."""
 
     name: str
     table: str
-    old: str
-    new: str
+    edits: tuple[Edit, ...]
     doc: str
     models: tuple[str, ...]
     load_killed: bool = False
@@ -82,15 +101,23 @@ class Mutant:
     gap: str | None = None
     """Why this mutant survives: the missing property, reported but not yet written."""
 
-    def apply(self, text: str) -> str:
-        """``text`` with the edit made; raises :class:`MutantError` unless ``old`` occurs once."""
-        found = text.count(self.old)
-        if found != 1:
+    def apply(self, data: dict[str, Any]) -> None:
+        """Make the edits on the table's parsed ``data``; raises :class:`MutantError` when one
+        no longer applies."""
+        try:
+            apply_edits(self.edits, data)
+        except StaleEdit as e:
             raise MutantError(
-                f"mutant {self.name!r}: its old text occurs {found} times in specs/{self.table}, "
-                "not exactly once; update the mutant to the current table"
-            )
-        return text.replace(self.old, self.new)
+                f"mutant {self.name!r}: specs/{self.table}: {e}; update the mutant to the "
+                "current table"
+            ) from None
+
+    def plant(self, specs: Path) -> None:
+        """Rewrite ``specs/<table>`` (a copy of the tables) with the bug planted."""
+        table = specs / self.table
+        data = read_toml(table, f"specs/{self.table}")
+        self.apply(data)
+        table.write_text(dump_toml(data), encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +142,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "last_wins_cause",
         "agent.toml",
-        "  # A cancel-requested observer may have cancelled re-entrantly: the first abort wins.\n"
-        '  { when = "holder == live", do = ["holder := aborted", "reason := cause", '
-        '"abort_holder(cause)"] },\n',
-        '  "holder := aborted", "reason := cause", "abort_holder(cause)",\n',
+        (
+            Replace(
+                "cancel.turn",
+                Block(
+                    "holder == live",
+                    ("holder := aborted", "reason := cause", "abort_holder(cause)"),
+                ),
+                "holder := aborted",
+                "reason := cause",
+                "abort_holder(cause)",
+            ),
+        ),
         "cancel.turn aborts even when a cancel-requested observer's cancel already won, so the "
         "outer cause overwrites the reason.",
         AGENT,
@@ -126,18 +161,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "latch_set_on_disposed",
         "agent.toml",
-        'guard = "closing"\ndo = ["pending := true", "enqueue(next_turn)"]',
-        'guard = "closing"\ndo = ["latch := wake", "pending := true", "enqueue(next_turn)"]',
+        (Insert("send.disposing", "latch := wake", before="pending := true"),),
         "A waking send after disposal began latches, as it would while cancelling.",
         AGENT,
     ),
     Mutant(
         "holder_cleared_after_turn_end",
         "agent.toml",
-        'do = ["turn := false", "holder := none", "release_holder()", "publish_turn_end(end)", '
-        '"flush_session()"]',
-        'do = ["turn := false", "publish_turn_end(end)", "holder := none", "release_holder()", '
-        '"flush_session()"]',
+        (Move("retire.ended", "publish_turn_end(end)", before="holder := none"),),
         "retire.ended publishes turn/end before clearing the holder, so turn/end observers "
         "still hold cancellation authority.",
         AGENT,
@@ -146,10 +177,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "clearing_cancel_keeps_latch",
         "agent.toml",
-        'do = ["notify_cancel_requested(cause)", "pending := false", "latch := false", '
-        '"clear_inbox()"]',
-        'do = ["latch := false", "notify_cancel_requested(cause)", "pending := false", '
-        '"clear_inbox()"]',
+        (Move("cancel.discard", "latch := false", before="notify_cancel_requested(cause)"),),
         "cancel.discard drops the latch before it notifies, so it clears the inbox but leaves "
         "the latch a cancel-requested observer's wake set: a wake replays with no work.",
         AGENT,
@@ -157,9 +185,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "keep_inbox_parks_post_abort_wake",
         "agent.toml",
-        'do = ["latch := false", "scheduled := true", "publish_status(idle)", "schedule_driver()"]',
-        'do = ["latch := false", "publish_status(idle)", '
-        '{ when = "quiescent", do = ["settle_idle()"] }]',
+        (
+            Remove("converge.replay", "scheduled := true"),
+            Replace("converge.replay", "schedule_driver()", Block("quiescent", ("settle_idle()",))),
+        ),
         "Convergence after a keep_inbox cancel parks the latched post-abort wake with the "
         "pre-abort work instead of replaying it.",
         AGENT,
@@ -167,12 +196,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "replay_without_pending_check",
         "agent.toml",
-        'guard = "not turn and holder == none and not closing and latch and pending"\n'
-        'to = "idle"\n'
-        'do = ["latch := false", "scheduled := true"',
-        'guard = "not turn and holder == none and not closing and latch"\n'
-        'to = "idle"\n'
-        'do = ["latch := false", "scheduled := true"',
+        (
+            Set(
+                "converge.replay",
+                "guard",
+                "not turn and holder == none and not closing and latch and pending",
+                "not turn and holder == none and not closing and latch",
+            ),
+        ),
         "converge.replay replays on the latch alone, without checking that work is pending.",
         AGENT,
         load_killed=True,
@@ -180,22 +211,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "removal_keeps_latch",
         "agent.toml",
-        'do = ["pending := rest", "latch := latch and rest"]',
-        'do = ["pending := rest"]',
+        (Remove("remove", "latch := latch and rest"),),
         "Removing the last queued message leaves the latch set, so its replay is not suppressed.",
         AGENT,
     ),
     Mutant(
         "notify_after_clear",
         "agent.toml",
-        '  "notify_cancel_requested(cause)",\n'
-        '  { when = "not keep_inbox", do = ["pending := false", "latch := false", '
-        '"clear_inbox()"] },\n'
-        "  # A cancel-requested observer",
-        '  { when = "not keep_inbox", do = ["pending := false", "latch := false", '
-        '"clear_inbox()"] },\n'
-        '  "notify_cancel_requested(cause)",\n'
-        "  # A cancel-requested observer",
+        (
+            Move(
+                "cancel.turn",
+                Block("not keep_inbox", ("pending := false", "latch := false", "clear_inbox()")),
+                before="notify_cancel_requested(cause)",
+            ),
+        ),
         "cancel.turn clears the inbox before notifying, so work a cancel-requested observer "
         "queues escapes the clear.",
         AGENT,
@@ -203,16 +232,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "prerun_marker_carries_cause",
         "agent.toml",
-        '  "marker := true",\n]',
-        '  "marker := true", "reason := cause",\n]',
+        (Insert("cancel.prerun", "reason := cause", after="marker := true"),),
         "The pre-run cancel records its cause as the reason, though no holder exists.",
         AGENT,
     ),
     Mutant(
         "prerun_cancel_opens_turn",
         "agent.toml",
-        '  "marker := true",\n]',
-        '  "marker := false",\n]',
+        (Replace("cancel.prerun", "marker := true", "marker := false"),),
         "The pre-run cancel leaves no marker, so the scheduled driver still opens a turn for "
         "the work a keep_inbox cancel kept.",
         AGENT,
@@ -220,42 +247,47 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "maintenance_not_latching",
         "agent.toml",
-        'do = ["latch := true", "pending := true", "enqueue(next_turn)"]',
-        'do = [{ when = "phase == cancelling", do = ["latch := true"] }, "pending := true", '
-        '"enqueue(next_turn)"]',
+        (
+            Replace(
+                "send.latched", "latch := true", Block("phase == cancelling", ("latch := true",))
+            ),
+        ),
         "A waking send during maintenance only queues; nothing replays it when the task ends.",
         AGENT,
     ),
     Mutant(
         "disposal_replays_latched_wake",
         "agent.toml",
-        'guard = "holder != live"\ndo = ["closing := true", "latch := false"]',
-        'guard = "holder != live"\ndo = ["closing := true"]',
+        (Remove("dispose.converging", "latch := false"),),
         "Disposal of a converging activity keeps its latched wake for a replay.",
         AGENT,
     ),
     Mutant(
         "replacement_reuses_aborted_holder",
         "agent.toml",
-        'do = ["release_holder()", "holder := live", "reason := none", "latch := false", '
-        '"open_holder()"]',
-        'do = ["latch := false"]',
+        (
+            Remove(
+                "claim.replacement",
+                "release_holder()",
+                "holder := live",
+                "reason := none",
+                "open_holder()",
+            ),
+        ),
         "claim.replacement runs the replacement under the aborted holder instead of a fresh one.",
         AGENT,
     ),
     Mutant(
         "when_idle_settles_while_driver_scheduled",
         "agent.toml",
-        'do = ["publish_status(idle)", { when = "quiescent", do = ["settle_idle()"] }]',
-        'do = ["publish_status(idle)", "settle_idle()"]',
+        (Replace("converge.idle", Block("quiescent", ("settle_idle()",)), "settle_idle()"),),
         "converge.idle resolves when_idle() even when an idle listener's send scheduled a driver.",
         AGENT,
     ),
     Mutant(
         "running_before_holder",
         "agent.toml",
-        'do = ["scheduled := false", "holder := live", "open_holder()", "publish_status(running)"]',
-        'do = ["scheduled := false", "publish_status(running)", "holder := live", "open_holder()"]',
+        (Move("start.turn", "publish_status(running)", before="holder := live"),),
         "start.turn publishes running before installing the holder, so a running listener's "
         "cancel finds nothing to abort.",
         AGENT,
@@ -264,8 +296,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "latch_after_insertion",
         "agent.toml",
-        'do = ["latch := true", "pending := true", "enqueue(next_turn)"]',
-        'do = ["pending := true", "enqueue(next_turn)", "latch := true"]',
+        (Move("send.latched", "latch := true", after="enqueue(next_turn)"),),
         "send.latched latches only after publishing the insertion, so a disposal an inbox "
         "listener begins finds no latch to clear and the wake stays latched.",
         AGENT,
@@ -273,8 +304,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "replay_idle_before_scheduling",
         "agent.toml",
-        'do = ["latch := false", "scheduled := true", "publish_status(idle)", "schedule_driver()"]',
-        'do = ["latch := false", "publish_status(idle)", "scheduled := true", "schedule_driver()"]',
+        (Move("converge.replay", "publish_status(idle)", before="scheduled := true"),),
         "converge.replay publishes idle before it schedules the replay's driver, so an idle "
         "listener sees an idle agent with nothing scheduled still owing the latched wake.",
         AGENT,
@@ -283,41 +313,47 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "parent_leaves_before_children",
         "activation.toml",
-        'on = "children_joined"\nfrom = ["joining"]\nguard = "not children"\n',
-        'on = "children_joined"\nfrom = ["joining"]\n',
+        (Set("children.joined", "guard", "not children", None),),
         "children.joined fires before every owned child settled, so the parent converges first.",
         TREE,
     ),
     Mutant(
         "settlement_notice_dropped",
         "activation.toml",
-        'do = ["children := not last"]\n',
-        "do = []\n",
+        (Remove("child.settled", "children := not last"),),
         "A live parent accepts a child's settlement notice but forgets that the child settled.",
         TREE,
     ),
     Mutant(
         "dispose_not_memoized",
         "activation.toml",
-        '[[ignored]]\non = ["dispose", "drain", "drain_child"]\n',
-        '[[rows]]\nid = "dispose.again"\non = "dispose"\n'
-        'from = ["joining", "awaiting_idle", "flushing", "releasing", "settled"]\n'
-        'to = "joining"\n'
-        'do = ["flushed := final_state_flushed", "close_inbox()", "cancel_agent(parent)", '
-        '"dispose_children()"]\n'
-        'clauses = ["S004.memoized-close"]\n'
-        'doc = "A later dispose() runs finishDisposal again."\n\n'
-        '[[ignored]]\non = ["drain", "drain_child"]\n',
+        (
+            AddRow(
+                'id = "dispose.again"\n'
+                'on = "dispose"\n'
+                'from = ["joining", "awaiting_idle", "flushing", "releasing", "settled"]\n'
+                'to = "joining"\n'
+                'do = ["flushed := final_state_flushed", "close_inbox()", "cancel_agent(parent)", '
+                '"dispose_children()"]\n'
+                'clauses = ["S004.memoized-close"]\n'
+                'doc = "A later dispose() runs finishDisposal again."\n'
+            ),
+            Unignore("dispose"),
+        ),
         "dispose() is not memoized: every later caller starts finishDisposal again.",
         TREE,
     ),
     Mutant(
         "notify_after_ownership_release",
         "activation.toml",
-        '  "announced := true", "notify_parent(failure)",\n'
-        '  "owned := false", "release_ownership()",\n',
-        '  "owned := false", "release_ownership()",\n'
-        '  "announced := true", "notify_parent(failure)",\n',
+        (
+            Move(
+                "ledger.converge",
+                "owned := false",
+                "release_ownership()",
+                before="announced := true",
+            ),
+        ),
         "ledger.converge releases ownership (step 4) before notifying the parent (step 3).",
         TREE,
         load_killed=True,
@@ -325,12 +361,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "notify_before_leaving_registry",
         "activation.toml",
-        '  "resident := false", "leave_registry()",\n'
-        '  "slot := false", "release_slot()",\n'
-        '  "announced := true", "notify_parent(failure)",\n',
-        '  "announced := true", "notify_parent(failure)",\n'
-        '  "resident := false", "leave_registry()",\n'
-        '  "slot := false", "release_slot()",\n',
+        (
+            Move(
+                "ledger.converge",
+                "announced := true",
+                "notify_parent(failure)",
+                before="resident := false",
+            ),
+        ),
         "ledger.converge notifies the parent before leaving the registry and releasing the slot.",
         TREE,
         load_killed=True,
@@ -338,8 +376,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "handle_disposed_before_final_flush",
         "activation.toml",
-        'to = "flushing"\ndo = ["flush_final_state()"]',
-        'to = "releasing"\ndo = ["flush_final_state()"]',
+        (Set("idle.flush", "to", "flushing", "releasing"),),
         "idle.flush starts the final flush and moves on to releasing without awaiting it, so "
         "the handle's disposal can settle before the flush did.",
         TREE,
@@ -382,8 +419,7 @@ def run_mutant(mutant: Mutant, specs: Path | None = None) -> Kill:
     with tempfile.TemporaryDirectory(prefix="fsm-core-mutant-") as tmp:
         root = Path(tmp)
         _copy_tables(root, specs)
-        table = root / "specs" / mutant.table
-        table.write_text(mutant.apply(table.read_text(encoding="utf-8")), encoding="utf-8")
+        mutant.plant(root / "specs")
         return _check_models(root, mutant.name, mutant.models)
 
 
@@ -436,7 +472,7 @@ def _run_all(
     chosen: Sequence[Mutant], jobs: int | None, specs: Path | None, *, unmutated: bool
 ) -> tuple[Kill | None, list[Kill]]:
     for m in chosen:  # a stale edit fails here, before any process starts
-        m.apply(((specs or specs_dir()) / m.table).read_text(encoding="utf-8"))
+        m.apply(read_toml((specs or specs_dir()) / m.table, f"specs/{m.table}"))
     workers = max(1, min(jobs or _DEFAULT_JOBS, len(chosen) + unmutated))
     mutate = functools.partial(run_mutant, specs=specs)
     if workers == 1:
