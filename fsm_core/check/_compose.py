@@ -136,7 +136,8 @@ class Wiring(Protocol):
         ...
 
     def table_violated(self, state: Sequence[Any]) -> str | None:
-        """The first table invariant broken in ``state``, named as properties are."""
+        """The first table invariant broken in ``state``, by the name of its record in
+        :func:`~fsm_core.check._property.table_properties` (``id@node`` on a tree's node)."""
         ...
 
     def quiescent(self, state: Sequence[Any]) -> bool: ...

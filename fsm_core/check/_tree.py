@@ -105,11 +105,6 @@ def tree_size(depth: int, width: int, limit: int) -> int:
     return total
 
 
-def node_names(depth: int, width: int) -> tuple[str, ...]:
-    """Every node's name, root first: ``a``, ``a.1``, ..., as traces and properties name them."""
-    return _shape(depth, width).names
-
-
 class TreeWiring:
     """The activation-tree protocol as a :class:`~fsm_core.check._compose.Wiring`.
 
