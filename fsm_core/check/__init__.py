@@ -17,10 +17,10 @@ reports the rows no step ever took: a dead row is a finding about the table or t
 """
 
 from fsm_core.check._check import Report, check
-from fsm_core.check._compose import Property
-from fsm_core.check._explore import DEADLOCK, QUIESCENCE, Progress, Result, Violation
+from fsm_core.check._explore import Progress, Result, Violation
 from fsm_core.check._modelfile import Expectation, Model, load_model, load_models
 from fsm_core.check._moves import Move
+from fsm_core.check._property import DEADLOCK, QUIESCENCE, Property
 
 __all__ = [
     "DEADLOCK",

@@ -36,9 +36,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from fsm_core.check._codegen import compile_predicates
-from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Notice, Property, Reaction
+from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
+from fsm_core.check._property import Notice, Property
 
 NO_PARKED_WAKE = "no_parked_wake"
 """The property name of decision 9's guarantee."""
@@ -48,15 +49,6 @@ PRERUN_OPENS_NO_TURN = "prerun_cancel_opens_no_turn"
 
 OWED, PRERUN = "ghost.owed", "ghost.prerun"
 """The layout names of decision 9's and decision 1's ghosts."""
-
-MEANINGS = {
-    NO_PARKED_WAKE: "an idle agent with no driver scheduled still owes a waking send its turn",
-    PRERUN_OPENS_NO_TURN: "the driver published running after a pre-run cancel",
-}
-"""What it means that one of the agent's own properties broke."""
-
-PROPERTIES = tuple(MEANINGS)
-"""The agent composition's own properties, besides the table's and the explorer's."""
 
 NEEDS = Needs(
     variables=("closing", "scheduled"),
@@ -126,11 +118,16 @@ class AgentWiring:
             _Predicates, compile_predicates(m, {"quiescent": m.table.defs["quiescent"].expr})
         )
         self.own: tuple[Property, ...] = (
-            Property(NO_PARKED_WAKE, "always", MEANINGS[NO_PARKED_WAKE], self._no_parked_wake),
+            Property(
+                NO_PARKED_WAKE,
+                "always",
+                "an idle agent with no driver scheduled still owes a waking send its turn",
+                self._no_parked_wake,
+            ),
             Property(
                 PRERUN_OPENS_NO_TURN,
                 "notified",
-                MEANINGS[PRERUN_OPENS_NO_TURN],
+                "the driver published running after a pre-run cancel",
                 self._prerun_opens_no_turn,
             ),
         )

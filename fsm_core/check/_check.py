@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fsm_core.check._compose import Property
 from fsm_core.check._config import Model
 from fsm_core.check._explore import (
-    QUIESCENCE,
     Progress,
     Result,
     Violation,
@@ -17,6 +15,7 @@ from fsm_core.check._explore import (
     unreachable_quiescence,
 )
 from fsm_core.check._moves import Move
+from fsm_core.check._property import Property
 from fsm_core.check._system import build
 
 __all__ = ["Report", "check"]
@@ -31,7 +30,7 @@ class Report:
     names: tuple[str, ...]
     moves: list[Move]
     properties: tuple[Property, ...]
-    """The properties the model was checked against besides its table's own."""
+    """Every property the model was checked against, the table's own included."""
     dead_rows: tuple[str, ...]
     violation: Violation[Any] | None
 
@@ -81,7 +80,8 @@ def check(
         stuck = unreachable_quiescence(result.graph, built.system.quiescent)
         if stuck:
             # In BFS order, so the first has a shortest trace.
-            violation = Violation(QUIESCENCE, trace_to(result.parent, stuck[0]))
+            eventually = next(p.name for p in built.properties if p.kind == "eventually")
+            violation = Violation(eventually, trace_to(result.parent, stuck[0]))
     taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive

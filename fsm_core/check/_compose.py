@@ -25,68 +25,29 @@ runs every step of every such kind the same way:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from fsm_core.check._explore import DEADLOCK, QUIESCENCE
 from fsm_core.check._moves import Labels, Move
+from fsm_core.check._property import (
+    Property,
+    at_node,
+    explorer_properties,
+    predicates,
+    requires_name,
+    table_properties,
+)
 from fsm_core.table._expr import Value, show
 from fsm_core.table._machine import REFUSED, Machine
 
 Args = tuple[Value, ...]
-Notice = tuple[str, Args]
-"""A notifying effect as a listener sees it: its name and its evaluated arguments."""
 
 Reaction = tuple[int, str, Args]
 """An event fired inside an effect: (instance, event, arguments)."""
 
-PropertyKind = Literal["always", "notified", "delivered", "eventually", "deadlock-free"]
-
 BROKEN = "ghost.broken"
 """The layout name of the slot where a broken contract or step property is recorded."""
-
-
-@dataclass(frozen=True, slots=True)
-class Property:
-    """One property a model is proven against: what it is called, when it is checked, what it
-    means (the sentence a counterexample prints after its name) and how it is decided.
-
-    ``predicate(state, at)`` is True iff the property holds. By ``kind``:
-
-    - ``always``: in every state between steps (``at`` None) and at every notification
-      (``at`` the notifying effect);
-    - ``notified``: at every notification only, before the ``always`` properties;
-    - ``delivered``: when an event the wiring fires is refused, ``at`` being that event; a
-      refusal the property allows is skipped;
-    - ``eventually``: a state satisfying the predicate stays reachable from every state
-      (proven over the stored graph, so only for models small enough to keep it);
-    - ``deadlock-free``: a state with no successor satisfies the predicate.
-    """
-
-    name: str
-    kind: PropertyKind
-    meaning: str
-    predicate: Callable[[Sequence[Any], Notice | None], bool]
-
-
-def explorer_properties(quiescent: Callable[[Sequence[Any]], bool]) -> tuple[Property, ...]:
-    """The two properties every model has, decided by its ``quiescent`` states."""
-    return (
-        Property(
-            DEADLOCK,
-            "deadlock-free",
-            "no step is possible and the state is not quiescent",
-            lambda s, _: quiescent(s),
-        ),
-        Property(
-            QUIESCENCE,
-            "eventually",
-            "no quiescent state is reachable from this state",
-            lambda s, _: quiescent(s),
-        ),
-    )
 
 
 class Composition(Protocol):
@@ -103,10 +64,13 @@ class Composition(Protocol):
         """Every ``(label, next state)`` from ``state``, in a deterministic order."""
         ...
 
-    def properties(self) -> tuple[Property, ...]: ...
+    def properties(self) -> tuple[Property, ...]:
+        """Every property the model can report broken, the table's own included."""
+        ...
 
     def first_violated(self, state: Sequence[Any]) -> str | None:
-        """The first ``always`` property (or table invariant) ``state`` breaks, or None."""
+        """The first property ``state`` breaks between steps (a table invariant, an ``always``
+        property, or what the step that reached it recorded broken), or None."""
         ...
 
     def quiescent(self, state: Sequence[Any]) -> bool: ...
@@ -172,7 +136,8 @@ class Wiring(Protocol):
         ...
 
     def table_violated(self, state: Sequence[Any]) -> str | None:
-        """The first table invariant broken in ``state``, named as properties are."""
+        """The first table invariant broken in ``state``, by the name of its record in
+        :func:`~fsm_core.check._property.table_properties` (``id@node`` on a tree's node)."""
         ...
 
     def quiescent(self, state: Sequence[Any]) -> bool: ...
@@ -223,9 +188,9 @@ class Engine:
         self.broken = w.layout[BROKEN]
         self.notifying = frozenset(n for n, e in m.table.effects.items() if e.notifies)
         self._params = {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
-        self._always = tuple(p for p in w.own if p.kind == "always")
-        self.notified = tuple(p for p in w.own if p.kind == "notified")
-        self.delivered = tuple(p for p in w.own if p.kind == "delivered")
+        self._always = predicates(w.own, "always")
+        self.notified = predicates(w.own, "notified")
+        self.delivered = predicates(w.own, "delivered")
         self._labels = Labels()
         self.moves = self._labels.moves
 
@@ -233,7 +198,9 @@ class Engine:
         return self.wiring.initial()
 
     def properties(self) -> tuple[Property, ...]:
-        return (*self.wiring.own, *explorer_properties(self.quiescent))
+        w = self.wiring
+        own = table_properties(self.machine.table, w.instances)
+        return (*own, *w.own, *explorer_properties(self.quiescent))
 
     def quiescent(self, state: Sequence[Any]) -> bool:
         return self.wiring.quiescent(state)
@@ -245,9 +212,9 @@ class Engine:
         bad = self.wiring.table_violated(state)
         if bad is not None:
             return bad
-        for p in self._always:
-            if not p.predicate(state, None):
-                return p.name
+        for prop, holds in self._always:
+            if not holds(state, None):
+                return prop
         return None
 
     def steps(self, state: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
@@ -336,7 +303,7 @@ class _Run:
         for i in (0,) if self.w.flat else tuple(self.nodes):
             unstable = self.e.machine.unstable(self.before(i), self.live(i))
             if unstable:
-                store[self.e.broken] = f"{unstable[0]}{self.suffix(i)}"
+                store[self.e.broken] = self.named(unstable[0], i)
         self.flush()
         return move
 
@@ -360,9 +327,9 @@ class _Run:
             return observed
         return self.start if self.w.flat else self.start[i]
 
-    def suffix(self, i: int) -> str:
-        name = self.w.instances[i]
-        return f"@{name}" if name else ""
+    def named(self, prop: str, i: int) -> str:
+        """The table property ``prop`` as broken on instance ``i``."""
+        return at_node(prop, self.w.instances[i])
 
     # --- firing ----------------------------------------------------------------------------------
 
@@ -387,25 +354,25 @@ class _Run:
         node = self.live(i)
         w.effect(store, i, name, values)
         if e.machine.unmet(name, node, values):
-            self.stop(f"{name}.requires{self.suffix(i)}", name, values)
+            self.stop(self.named(requires_name(name), i), name, values)
         if name in e.notifying:
             self.flush()
             before, self.observed[i] = self.before(i), tuple(node)
             unstable = e.machine.unstable(before, node)
             if unstable:
-                self.stop(f"{unstable[0]}{self.suffix(i)}", name, values)
-            for p in e.notified:
-                if not p.predicate(store, (name, values)):
-                    self.stop(p.name, name, values)
+                self.stop(self.named(unstable[0], i), name, values)
+            for prop, holds in e.notified:
+                if not holds(store, (name, values)):
+                    self.stop(prop, name, values)
             if e.first_violated(store) is not None:
                 raise _Stop(_notice(name, values))
         for target, event, args in w.wire(store, i, name, values):
             try:
                 self.react(name, values, target, event, args)
             except _Refused:
-                for p in e.delivered:
-                    if not p.predicate(store, (event, args)):
-                        self.stop(p.name, name, values)
+                for prop, holds in e.delivered:
+                    if not holds(store, (event, args)):
+                        self.stop(prop, name, values)
         if name not in w.reactions:
             return
         choice = self.plan[self.points] if self.points < len(self.plan) else None

@@ -3,7 +3,8 @@
 BFS visits states in order of distance from the initial state, so the first violation found
 has a shortest trace; the price is memory (one dict entry per state, about 250 bytes in
 CPython) rather than DFS's stack. Every state is checked when it is taken from the frontier:
-the invariants first, then deadlock (no successor outside a quiescent state).
+the invariants first, then deadlock (no successor outside a quiescent state), under the name the
+model's ``deadlock-free`` property record gives it.
 
 Verdicts keep "not found" apart from "cannot happen": :attr:`Result.complete` is False when a
 state limit stopped the search early, and then a clean result proves nothing.
@@ -18,19 +19,14 @@ from typing import Generic, TypeVar
 
 S = TypeVar("S", bound=Hashable)
 
-DEADLOCK = "deadlock"
-"""The property name of a state with no successor that is not quiescent."""
-
-QUIESCENCE = "quiescence_reachable"
-"""The property name of "from every reachable state a quiescent state is reachable"."""
-
 
 @dataclass(frozen=True, slots=True)
 class System(Generic[S]):
     """What the explorer needs to know about a model, and nothing else.
 
     ``successors(s)`` returns ``(label, next)`` pairs, labels being indices into ``labels``;
-    ``first_violated(s)`` names the first invariant ``s`` breaks, or None.
+    ``first_violated(s)`` names the first invariant ``s`` breaks, or None; a state with no
+    successor that is not ``quiescent`` breaks the property named ``deadlock``.
     """
 
     name: str
@@ -39,6 +35,7 @@ class System(Generic[S]):
     labels: Sequence[object]
     first_violated: Callable[[S], str | None]
     quiescent: Callable[[S], bool]
+    deadlock: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +88,7 @@ def explore(
     succ = system.successors
     violated = system.first_violated
     quiescent = system.quiescent
+    deadlock = system.deadlock
     init = system.initial
     labels = system.labels
     parent: dict[S, tuple[S, int] | None] = {init: None}
@@ -108,7 +106,7 @@ def explore(
             bad = violated(s)
             nexts = succ(s) if bad is None else ()
             if bad is None and not nexts and not quiescent(s):
-                bad = DEADLOCK
+                bad = deadlock
             if bad is not None:
                 return _stop(system, parent, s, bad, transitions, depth, start, taken, graph)
             transitions += len(nexts)

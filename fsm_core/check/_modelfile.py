@@ -35,18 +35,20 @@ from typing import Any
 from fsm_core._errors import SpecError, echo, known
 from fsm_core.check import _agent, _tree
 from fsm_core.check._config import Expectation, Kind, Model
-from fsm_core.check._explore import DEADLOCK, QUIESCENCE
 from fsm_core.check._needs import Needs
+from fsm_core.check._property import Property
+from fsm_core.check._system import declared
 from fsm_core.table._limits import DEFAULT_LIMITS
 from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
-from fsm_core.table._table import Table
 
 _KINDS: tuple[Kind, ...] = ("table", "agent", "activation-tree")
 _NEEDS: dict[Kind, Needs] = {"agent": _agent.NEEDS, "activation-tree": _tree.NEEDS}
-_PROPERTIES: dict[Kind, tuple[str, ...]] = {
-    "agent": _agent.PROPERTIES,
-    "activation-tree": _tree.PROPERTIES,
+_TABLE_FORMS: dict[Kind, str] = {
+    "table": "the table's invariants",
+    "agent": "the table's invariants and step invariants, EFFECT.requires",
+    "activation-tree": "INVARIANT@NODE and EFFECT.requires@NODE for a node of its tree",
 }
+"""How a refusal names the table's properties a kind checks, instead of listing each."""
 _USER_INTERNAL: dict[Kind, frozenset[str]] = {"agent": _agent.USER_INTERNAL}
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 """A model's name: it names the model in reports and its trace files (``PATH.<name>.json``)."""
@@ -160,31 +162,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     elif "tree" in data:
         f.fail("[tree]", f"a model of kind {echo(kind)} has no tree (kind 'activation-tree' has)")
 
-    expect = None
-    if "expect" in data:
-        e = f.keys(
-            "[expect]", data["expect"], ["states", "transitions", "depth", "verdict"], ["property"]
-        )
-        nums = _ints(f, "[expect]", {k: e[k] for k in ("states", "transitions", "depth")})
-        verdict = e["verdict"]
-        if verdict not in ("ok", "violation"):
-            f.fail("[expect]", f"verdict must be 'ok' or 'violation', not {echo(verdict)}")
-        prop = e.get("property")
-        if verdict == "ok" and prop is not None:
-            f.fail("[expect]", "a property is expected to break only with verdict = 'violation'")
-        if verdict == "violation":
-            if prop is None:
-                f.fail("[expect]", "verdict = 'violation' names the property that breaks")
-            prop = f.text("[expect]", prop, "property")
-            if not _breakable(prop, kind, t, depth, width):
-                f.fail(
-                    "[expect]",
-                    f"a model of kind {echo(kind)} has no property {echo(prop)} (it checks "
-                    f"{_property_forms(kind)})",
-                )
-        expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop)
-
-    return Model(
+    model = Model(
         name=name,
         file=f.display,
         doc=" ".join(f.text("[model]", m.get("doc", ""), "doc").split()),
@@ -196,8 +174,32 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         depth=depth,
         width=width,
         failures=failures,
-        expect=expect,
     )
+    if "expect" not in data:
+        return model
+    e = f.keys(
+        "[expect]", data["expect"], ["states", "transitions", "depth", "verdict"], ["property"]
+    )
+    nums = _ints(f, "[expect]", {k: e[k] for k in ("states", "transitions", "depth")})
+    verdict = e["verdict"]
+    if verdict not in ("ok", "violation"):
+        f.fail("[expect]", f"verdict must be 'ok' or 'violation', not {echo(verdict)}")
+    prop = e.get("property")
+    if verdict == "ok" and prop is not None:
+        f.fail("[expect]", "a property is expected to break only with verdict = 'violation'")
+    if verdict == "violation":
+        if prop is None:
+            f.fail("[expect]", "verdict = 'violation' names the property that breaks")
+        prop = f.text("[expect]", prop, "property")
+        records = declared(model)
+        if all(p.name != prop for p in records):
+            f.fail(
+                "[expect]",
+                f"a model of kind {echo(kind)} has no property {echo(prop)} (it checks "
+                f"{_property_forms(kind, records)})",
+            )
+    expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop)
+    return replace(model, expect=expect)
 
 
 def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:
@@ -210,30 +212,13 @@ def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:
     ]
 
 
-def _breakable(prop: str, kind: Kind, t: Table, depth: int, width: int) -> bool:
-    """True iff a check of a ``kind`` model over ``t`` can report ``prop`` as violated."""
-    if prop in (DEADLOCK, QUIESCENCE) or prop in _PROPERTIES.get(kind, ()):
-        return True
-    invariants = {i.id for i in t.invariants}
-    if kind == "table":  # the table's rows run atomically: no contract is checked inside one
-        return prop in invariants
-    contracts = invariants | {s.id for s in t.stable}
-    contracts |= {f"{name}.requires" for name, e in t.effects.items() if e.requires is not None}
-    if kind == "agent":
-        return prop in contracts
-    base, at, node = prop.rpartition("@")
-    return bool(at) and base in contracts and node in _tree.node_names(depth, width)
-
-
-def _property_forms(kind: Kind) -> str:
-    """What a ``kind`` model checks, as :func:`_breakable` knows it."""
-    common = known((DEADLOCK, QUIESCENCE))
-    if kind == "table":
-        return f"the table's invariants, {common}"
-    own = known(_PROPERTIES[kind])
-    if kind == "agent":
-        return f"the table's invariants and step invariants, EFFECT.requires, {own}, {common}"
-    return f"INVARIANT@NODE and EFFECT.requires@NODE for a node of its tree, {own}, {common}"
+def _property_forms(kind: Kind, records: tuple[Property, ...]) -> str:
+    """What a ``kind`` model checks: the table's properties by form, then the others by name."""
+    table = ("invariant", "step", "requires")
+    explorer = ("eventually", "deadlock-free")
+    own = [p.name for p in records if p.kind not in (*table, *explorer)]
+    common = known(p.name for p in records if p.kind in explorer)
+    return ", ".join([_TABLE_FORMS[kind], *([known(own)] if own else []), common])
 
 
 def _ints(f: _File, where: str, table: Mapping[str, Any]) -> dict[str, int]:

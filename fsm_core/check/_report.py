@@ -96,22 +96,10 @@ def _stopped_at(move: Move) -> str:
 
 
 def _property(report: Report, name: str) -> str:
-    """``name (what it says)``: the invariant's expression, or the property record's meaning."""
-    base, _, _node = name.partition("@")
-    table = report.model.machine.table
-    for inv in table.invariants:
-        if inv.id == base:
-            return f"{name} ({inv.text})"
-    for stable in table.stable:
-        if stable.id == base:
-            return f"{name} ({stable.var} unchanged while {stable.text})"
-    effect, dot, kind = base.partition(".")
-    if dot and kind == "requires" and effect in table.effects:
-        return f"{name} ({effect} requires {table.effects[effect].requires_text})"
-    for p in report.properties:
-        if p.name == name:
-            return f"{name} ({p.meaning})"
-    return name
+    """``name (what it says)``: the statement of the property record of that name (every
+    property a check reports has one)."""
+    record = next(p for p in report.properties if p.name == name)
+    return f"{name} ({record.statement})"
 
 
 def _flat(report: Report, state: Sequence[object]) -> list[tuple[str, str]]:

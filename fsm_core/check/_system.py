@@ -1,24 +1,31 @@
-"""Turn a model into what the explorer needs: a :class:`System` plus names for its states."""
+"""Turn a model into what the explorer needs: its :class:`Composition`, as a :class:`System`
+plus names for its states.
+
+Every kind is a composition: ``table`` is :class:`TableComposition`, ``agent`` and
+``activation-tree`` are the :class:`~fsm_core.check._compose.Engine` of their wiring.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fsm_core.check._agent import agent_engine
 from fsm_core.check._codegen import compile_predicates, compile_successors
-from fsm_core.check._compose import Composition, Property, explorer_properties
+from fsm_core.check._compose import Composition, Layout
 from fsm_core.check._config import Model
 from fsm_core.check._explore import System
 from fsm_core.check._moves import Move
+from fsm_core.check._property import Property, explorer_properties, table_properties
 from fsm_core.check._tree import tree_engine
+from fsm_core.table._machine import Machine
 
 
 @dataclass(frozen=True, slots=True)
 class Built:
     """A model ready to explore: the system, the names of a state's positions, the moves and
-    the properties it is checked against besides the table's own."""
+    every property it is checked against."""
 
     # A model's state is a tuple whose layout ``names`` describes; its element types vary
     # by kind (values for a table, node tuples for a tree), so the system is typed loosely.
@@ -28,23 +35,77 @@ class Built:
     properties: tuple[Property, ...]
 
 
-def build(model: Model) -> Built:
-    m = model.machine
-    if model.kind == "table":
+class TableComposition:
+    """The ``table`` kind: one table on its own, every event always offered, each row one
+    atomic step (so no contract or step invariant is checked inside a row).
+
+    The state is the table's variables. :meth:`steps` is the successor function the code
+    generator compiles from the rows and :meth:`first_violated` one compiled pass over every
+    invariant: the benchmark models' speed is theirs, and the engine's listener machinery,
+    which a table on its own has no use for, is never entered.
+    """
+
+    def __init__(self, model: Model) -> None:
+        m = model.machine
+        self.name = model.name
+        self.layout = Layout(m.names)
+        self._initial = m.initial
         compiled = compile_successors(m)
         params = {e: [p for p, _ in spec.params] for e, spec in m.table.events.items()}
-        moves = [
+        self.moves = [
             Move(event, tuple(zip(params[event], args, strict=True)), row)
             for event, row, args in compiled.labels
         ]
-        violated = compile_predicates(m, {i.id: i.expr for i in m.table.invariants})
-        quiet = compile_predicates(m, {"quiescent": m.table.defs["quiescent"].expr})
+        self.steps = compiled.successors
+        # The generated code unpacks a state's positions, so any sequence of them will do.
+        self.first_violated = cast(
+            Callable[[Sequence[Any]], str | None],
+            compile_predicates(m, {i.id: i.expr for i in m.table.invariants}),
+        )
+        self.quiescent = _quiescence(m)
+        self._properties = table_kind_properties(m, self.quiescent)
 
-        def quiescent(s: Sequence[Any]) -> bool:
-            return quiet(tuple(s)) is None
+    def initial(self) -> tuple[Any, ...]:
+        return self._initial
 
-        system = System(model.name, m.initial, compiled.successors, moves, violated, quiescent)
-        return Built(system, m.names, moves, explorer_properties(quiescent))
-    c: Composition = agent_engine(model) if model.kind == "agent" else tree_engine(model)
-    system = System(model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent)
-    return Built(system, c.layout.names, c.moves, c.properties())
+    def properties(self) -> tuple[Property, ...]:
+        return self._properties
+
+
+def _quiescence(machine: Machine) -> Callable[[Sequence[Any]], bool]:
+    """The table's ``quiescent`` definition, compiled."""
+    quiet = compile_predicates(machine, {"quiescent": machine.table.defs["quiescent"].expr})
+    return lambda s: quiet(tuple(s)) is None
+
+
+def table_kind_properties(
+    machine: Machine, quiescent: Callable[[Sequence[Any]], bool]
+) -> tuple[Property, ...]:
+    """A ``table`` model's properties: the table's invariants, then the explorer's."""
+    own = table_properties(machine.table, ("",), contracts=False)
+    return (*own, *explorer_properties(quiescent))
+
+
+def compose(model: Model) -> Composition:
+    """The composition of ``model``'s kind."""
+    if model.kind == "table":
+        return TableComposition(model)
+    return agent_engine(model) if model.kind == "agent" else tree_engine(model)
+
+
+def declared(model: Model) -> tuple[Property, ...]:
+    """Every property a check of ``model`` can report, without compiling a table's successors
+    (the model loader validates ``[expect] property`` against these)."""
+    if model.kind == "table":
+        return table_kind_properties(model.machine, _quiescence(model.machine))
+    return compose(model).properties()
+
+
+def build(model: Model) -> Built:
+    c = compose(model)
+    properties = c.properties()
+    deadlock = next(p.name for p in properties if p.kind == "deadlock-free")
+    system = System(
+        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock
+    )
+    return Built(system, c.layout.names, c.moves, properties)

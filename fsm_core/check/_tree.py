@@ -38,25 +38,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Notice, Property, Reaction
+from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
+from fsm_core.check._property import Notice, Property, at_node
 
 PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
 NOTICE_DELIVERED = "settlement_notice_delivered"
 TEARDOWN_ONCE = "teardown_runs_once"
 NOTICE_ONCE = "notice_sent_once"
-
-MEANINGS = {
-    PARENT_LEAVES_AFTER_CHILDREN: "a node left the registry while an admitted child is in it",
-    NOTICE_DELIVERED: "a parent refused its child's settlement notice",
-    TEARDOWN_ONCE: "a node's memoized close ran twice",
-    NOTICE_ONCE: "a node notified its parent twice",
-}
-"""What it means that one of the tree's own properties broke."""
-
-PROPERTIES = tuple(MEANINGS)
-"""The tree composition's own properties; the table's are named per node (``id@a.1``)."""
 
 NEEDS = Needs(
     variables=("resident",),
@@ -115,11 +105,6 @@ def tree_size(depth: int, width: int, limit: int) -> int:
     return total
 
 
-def node_names(depth: int, width: int) -> tuple[str, ...]:
-    """Every node's name, root first: ``a``, ``a.1``, ..., as traces and properties name them."""
-    return _shape(depth, width).names
-
-
 class TreeWiring:
     """The activation-tree protocol as a :class:`~fsm_core.check._compose.Wiring`.
 
@@ -162,25 +147,25 @@ class TreeWiring:
             Property(
                 PARENT_LEAVES_AFTER_CHILDREN,
                 "always",
-                MEANINGS[PARENT_LEAVES_AFTER_CHILDREN],
+                "a node left the registry while an admitted child is in it",
                 self._parent_leaves_after_children,
             ),
             Property(
                 NOTICE_DELIVERED,
                 "delivered",
-                MEANINGS[NOTICE_DELIVERED],
+                "a parent refused its child's settlement notice",
                 lambda _, at: at is None or at[0] != "child_settled",
             ),
             Property(
                 TEARDOWN_ONCE,
                 "always",
-                MEANINGS[TEARDOWN_ONCE],
+                "a node's memoized close ran twice",
                 lambda s, _: all(s[c] <= 1 for c in self._closes),
             ),
             Property(
                 NOTICE_ONCE,
                 "always",
-                MEANINGS[NOTICE_ONCE],
+                "a node notified its parent twice",
                 lambda s, _: all(s[c] <= 1 for c in self._notices),
             ),
         )
@@ -199,7 +184,7 @@ class TreeWiring:
             if node is not None:
                 bad = self.machine.violated(node)
                 if bad:
-                    return f"{bad[0]}@{self.instances[i]}"
+                    return at_node(bad[0], self.instances[i])
         return None
 
     def _parent_leaves_after_children(self, s: Sequence[Any], _: Notice | None) -> bool:

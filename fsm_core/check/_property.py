@@ -1,0 +1,147 @@
+"""What a model is proven against: one :class:`Property` record per property the checker reports.
+
+Every name a counterexample can end in is a record here: the table's invariants, step
+invariants and effect contracts (:func:`table_properties`), a composition's own properties,
+and the two every model has (:func:`explorer_properties`). The report prints a record's
+statement after its name, and the model loader accepts ``[expect] property`` iff a record of
+the model's kind bears that name: neither derives a property from the table on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fsm_core.table._expr import Value
+from fsm_core.table._table import Table
+
+Notice = tuple[str, tuple[Value, ...]]
+"""A notifying effect as a listener sees it: its name and its evaluated arguments."""
+
+PropertyKind = Literal[
+    "invariant",
+    "step",
+    "requires",
+    "always",
+    "notified",
+    "delivered",
+    "eventually",
+    "deadlock-free",
+]
+
+Predicate = Callable[[Sequence[Any], Notice | None], bool]
+
+DEADLOCK = "deadlock"
+"""The property name of a state with no successor that is not quiescent."""
+
+QUIESCENCE = "quiescence_reachable"
+"""The property name of "from every reachable state a quiescent state is reachable"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Property:
+    """One property a model is proven against: what it is called, when it is checked, what it
+    means, and how it is decided.
+
+    ``predicate(state, at)`` is True iff the property holds. By ``kind``:
+
+    - ``invariant``, ``step``, ``requires``: the table's invariants, step invariants and
+      effect contracts. They have no predicate: the engine decides them in its compiled passes
+      (every invariant of a state at once, a notification's stable variables, an effect's
+      contract as it runs) and reports the broken one by this record's name;
+    - ``always``: in every state between steps (``at`` None) and at every notification
+      (``at`` the notifying effect);
+    - ``notified``: at every notification only, before the ``always`` properties;
+    - ``delivered``: when an event the wiring fires is refused, ``at`` being that event; a
+      refusal the property allows is skipped;
+    - ``eventually``: a state satisfying the predicate stays reachable from every state
+      (proven over the stored graph, so only for models small enough to keep it);
+    - ``deadlock-free``: a state with no successor satisfies the predicate.
+    """
+
+    name: str
+    kind: PropertyKind
+    meaning: str
+    """Why the property matters, in a sentence (a table property's ``doc``)."""
+    predicate: Predicate | None = None
+    formula: str = ""
+    """The property as the table states it (an invariant's expression), if it is the table's."""
+
+    @property
+    def statement(self) -> str:
+        """What a counterexample prints after the name: the formula, else the meaning."""
+        return self.formula or self.meaning
+
+
+def predicates(
+    properties: Sequence[Property], kind: PropertyKind
+) -> tuple[tuple[str, Predicate], ...]:
+    """The ``kind`` properties among ``properties``, as ``(name, predicate)`` pairs in order:
+    what an engine evaluates (only the table's own kinds have no predicate)."""
+    out: list[tuple[str, Predicate]] = []
+    for p in properties:
+        if p.kind == kind:
+            if p.predicate is None:
+                raise ValueError(f"property {p.name} of kind {kind} has no predicate")
+            out.append((p.name, p.predicate))
+    return tuple(out)
+
+
+def at_node(name: str, node: str) -> str:
+    """A table property's name on one instance: ``name@node``, or ``name`` for a flat model."""
+    return f"{name}@{node}" if node else name
+
+
+def requires_name(effect: str) -> str:
+    """The name of an effect's ``requires`` contract."""
+    return f"{effect}.requires"
+
+
+def table_properties(
+    table: Table, instances: Sequence[str], *, contracts: bool = True
+) -> tuple[Property, ...]:
+    """The table's properties on each of ``instances`` (``("",)`` for one flat instance): its
+    invariants, then, with ``contracts`` (when the checker looks inside rows), its step
+    invariants and its effects' ``requires`` contracts."""
+    own: list[Property] = [
+        Property(i.id, "invariant", i.doc or i.text, formula=i.text) for i in table.invariants
+    ]
+    if contracts:
+        own += [
+            Property(s.id, "step", s.doc, formula=f"{s.var} unchanged while {s.text}")
+            for s in table.stable
+        ]
+        own += [
+            Property(
+                requires_name(n),
+                "requires",
+                e.doc,
+                formula=f"{n} requires {e.requires_text}",
+            )
+            for n, e in table.effects.items()
+            if e.requires is not None
+        ]
+    return tuple(
+        Property(at_node(p.name, node), p.kind, p.meaning, formula=p.formula)
+        for node in instances
+        for p in own
+    )
+
+
+def explorer_properties(quiescent: Callable[[Sequence[Any]], bool]) -> tuple[Property, ...]:
+    """The two properties every model has, decided by its ``quiescent`` states."""
+    return (
+        Property(
+            DEADLOCK,
+            "deadlock-free",
+            "no step is possible and the state is not quiescent",
+            lambda s, _: quiescent(s),
+        ),
+        Property(
+            QUIESCENCE,
+            "eventually",
+            "no quiescent state is reachable from this state",
+            lambda s, _: quiescent(s),
+        ),
+    )
