@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from fsm_core.check import Report, check, load_model
+from fsm_core.check import DEADLOCK, Report, check, load_model
 from fsm_core.check._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
 from fsm_core.check._report import format_trace, to_itf
 from fsm_core.check._system import build
@@ -586,7 +586,7 @@ def violations_within(report: Report, steps: int) -> list[str]:
             bad = system.first_violated(s)
             nexts = system.successors(s) if bad is None else ()
             if bad is None and not nexts and not system.quiescent(s):
-                bad = "deadlock"
+                bad = DEADLOCK
             if bad is not None:
                 found.append(bad)
             following |= {t for _, t in nexts} - seen
