@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal, Protocol, final
+from typing import Literal, Protocol, TypeVar, final
 
 from fsm_core._errors import UsageError, echo
 from fsm_core.runtime._causes import USER, AgentCancelCause
@@ -35,6 +35,9 @@ from fsm_core.runtime._signal import AbortSignal
 from fsm_core.table._expr import Value
 
 __all__ = ["Agent", "Phase", "Status"]
+
+T = TypeVar("T")
+"""What a maintenance task returns."""
 
 Phase = Literal["idle", "running", "cancelling", "maintenance", "disposing", "disposed"]
 """The agent table's states; the core refuses a table whose states differ."""
@@ -67,7 +70,7 @@ class _Core(Protocol):
     def send(self, message: UserMessage, target: Lane, wakeup: bool) -> None: ...
     def cancel(self, cause: AgentCancelCause, keep_inbox: bool) -> None: ...
     async def when_idle(self) -> None: ...
-    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[object]]) -> None: ...
+    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T: ...
 
 
 @final
@@ -190,12 +193,15 @@ class Agent:
         """Return once nothing runs or is about to run (work ignoring its signal included)."""
         await self._core.when_idle()
 
-    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[object]]) -> None:
-        """Run ``task(signal)`` owning the idle agent; wakes meanwhile are latched.
+    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T:
+        """Run ``task(signal)`` owning the idle agent, and return (or raise) what it did.
 
-        Raises :class:`~fsm_core.Rejected` unless the agent is idle with no driver scheduled.
+        Wakes that arrive meanwhile are latched. When this returns or raises, the maintenance
+        has finished: the agent is idle again (or disposing, if disposal interrupted it), and a
+        latched wake's driver is scheduled. Raises :class:`~fsm_core.Rejected`, running nothing,
+        unless the agent is idle with no driver scheduled.
         """
-        await self._core.run_maintenance(task)
+        return await self._core.run_maintenance(task)
 
     def __repr__(self) -> str:
         v = self.table_state

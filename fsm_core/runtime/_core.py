@@ -41,7 +41,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Protocol, cast, final, get_args
+from typing import Any, Protocol, TypeVar, cast, final, get_args
 
 from fsm_core._errors import FsmError, UsageError
 from fsm_core.host import HostedMachine
@@ -83,6 +83,9 @@ from fsm_core.table import Effect, Machine
 from fsm_core.table._expr import Value
 
 __all__ = ["AgentCore", "AgentHandle", "Seams"]
+
+T = TypeVar("T")
+"""What a maintenance task returns."""
 
 log = logging.getLogger("fsm_core.runtime")
 
@@ -260,12 +263,12 @@ class AgentCore:
         self._waiters.append(waiter)
         await waiter
 
-    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[object]]) -> None:
+    async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T:
         self._fire("maintenance_start")
         controller = self._controller
         assert controller is not None
         try:
-            await task(controller.signal)
+            return await task(controller.signal)
         finally:
             self._fire("maintenance_finish")
 

@@ -923,6 +923,29 @@ def test_maintenance_gets_a_live_signal_while_it_owns_the_idle_agent() -> None:
     run(scenario())
 
 
+def test_maintenance_returns_or_raises_what_its_task_did_once_the_agent_is_idle_again() -> None:
+    """As the original's ``runMaintenance``: the job's own result, after the agent is idle."""
+
+    async def scenario() -> None:
+        rt = Runtime(model=ScriptedModel())
+        agent = (await rt.create_agent("a1")).agent
+
+        async def compact(signal: AbortSignal) -> dict[str, int]:
+            return {"compacted": 3}
+
+        async def broken(signal: AbortSignal) -> None:
+            raise LookupError("index missing")
+
+        assert await agent.run_maintenance(compact) == {"compacted": 3}
+        assert agent.phase == "idle"
+        with pytest.raises(LookupError, match=r"^index missing$"):
+            await agent.run_maintenance(broken)
+        assert agent.phase == "idle"
+        await rt.aclose()
+
+    run(scenario())
+
+
 def test_cancel_aborts_maintenance() -> None:
     async def scenario() -> None:
         rt = Runtime(model=ScriptedModel())
