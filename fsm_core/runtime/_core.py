@@ -38,6 +38,7 @@ uses one API: build an :class:`AgentCore` with the seams it lends (:class:`Seams
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -419,8 +420,15 @@ class AgentCore:
             )
             context.append({"role": "assistant", "text": reply.text})
             for call in reply.tool_calls:
-                signal.raise_if_aborted()
-                context.append(await self._call_tool(signal, turn, step, call))
+                if signal.aborted:
+                    # As the original: the log shows every call the model asked for, each
+                    # answered; those after the abort never reach their tool.
+                    self._record_call(turn, step, call)
+                    self._record_result(turn, step, call, False, "aborted")
+                    continue
+                with contextlib.suppress(Aborted):  # re-raised below, once all are answered
+                    context.append(await self._call_tool(signal, turn, step, call))
+            signal.raise_if_aborted()
             return reply
         finally:
             self.session.append("step/end", {"turn": turn, "step": step})
@@ -447,10 +455,7 @@ class AgentCore:
     async def _call_tool(
         self, signal: AbortSignal, turn: int, step: int, call: ToolCall
     ) -> Mapping[str, Any]:
-        self.session.append(
-            "tool/call",
-            {"turn": turn, "step": step, "id": call.id, "name": call.name, "args": dict(call.args)},
-        )
+        self._record_call(turn, step, call)
         # A failure is recorded as a short classification, never as an exception's text. Every
         # tool/call gets its tool/result, even when the turn is interrupted during approval.
         ok, result = False, "aborted"
@@ -475,6 +480,12 @@ class AgentCore:
         finally:
             ok, result = self._record_result(turn, step, call, ok, result)
         return {"role": "tool", "id": call.id, "ok": ok, "result": result}
+
+    def _record_call(self, turn: int, step: int, call: ToolCall) -> None:
+        self.session.append(
+            "tool/call",
+            {"turn": turn, "step": step, "id": call.id, "name": call.name, "args": dict(call.args)},
+        )
 
     def _record_result(
         self, turn: int, step: int, call: ToolCall, ok: bool, result: Any

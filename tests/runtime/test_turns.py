@@ -363,6 +363,45 @@ def test_a_tool_call_interrupted_during_approval_is_answered_aborted() -> None:
     run(scenario())
 
 
+def test_a_cancel_inside_a_tool_batch_answers_every_call_and_runs_none_after_it() -> None:
+    """As the original: the log keeps every call the model asked for, each answered; the
+    tools after the abort never execute."""
+
+    async def scenario() -> None:
+        gate = Gate("first tool")
+        calls = tuple(ToolCall(f"c{i}", "probe", {"n": i}) for i in (1, 2, 3))
+        tool = ScriptedTool("probe", [Wait(gate, "late"), "two", "three"])
+        rt = Runtime(
+            model=ScriptedModel([Reply("three lookups", calls, finish="tool_calls")]),
+            tools=[tool],
+        )
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "look it up thrice"))
+        await gate.reached.wait()
+
+        agent.cancel()
+        await agent.when_idle()
+
+        tools = [r for r in records(agent.session) if r["type"].startswith("tool/")]
+        assert [(r["type"], r["data"]["id"]) for r in tools] == [
+            ("tool/call", "c1"),
+            ("tool/result", "c1"),
+            ("tool/call", "c2"),
+            ("tool/result", "c2"),
+            ("tool/call", "c3"),
+            ("tool/result", "c3"),
+        ]
+        results = [(r["data"]["ok"], r["data"]["result"]) for r in tools[1::2]]
+        assert results == [(False, "aborted")] * 3
+        assert [args for args, _signal in tool.calls] == [{"n": 1}]  # only the first ran
+        ends = [r["data"]["outcome"] for r in records(agent.session) if r["type"] == "turn/end"]
+        assert ends == [{"kind": "aborted"}]
+        assert_durable_log_clean(agent.session)
+        await rt.aclose()
+
+    run(scenario())
+
+
 # --- the holder's lifetime: installed before running, gone before turn/end ----------------------
 
 
