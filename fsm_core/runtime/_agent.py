@@ -69,7 +69,7 @@ class _Core(Protocol):
 
     def send(self, message: UserMessage, target: Lane, wakeup: bool) -> None: ...
     def cancel(self, cause: AgentCancelCause, keep_inbox: bool) -> None: ...
-    async def when_idle(self) -> None: ...
+    def when_idle(self) -> Awaitable[None]: ...
     async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T: ...
 
 
@@ -189,9 +189,11 @@ class Agent:
             raise UsageError(f"agent {self.id}: keep_inbox must be a bool, not {echo(keep_inbox)}")
         self._core.cancel(cause, keep_inbox)
 
-    async def when_idle(self) -> None:
-        """Return once nothing runs or is about to run (work ignoring its signal included)."""
-        await self._core.when_idle()
+    def when_idle(self) -> Awaitable[None]:
+        """An awaitable that resolves once nothing runs or is about to run (work ignoring its
+        signal included), registered inside this call: a synchronous listener may ask for it.
+        Awaiting it from the agent's own turn raises :class:`~fsm_core.UsageError`."""
+        return self._core.when_idle()
 
     async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T:
         """Run ``task(signal)`` owning the idle agent, and return (or raise) what it did.

@@ -79,7 +79,7 @@ from fsm_core.runtime._payloads import (
 from fsm_core.runtime._scope import context_for
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
-from fsm_core.runtime._teardown import persist
+from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import Effect, Machine
 from fsm_core.table._expr import Value
 
@@ -257,12 +257,25 @@ class AgentCore:
         """Fire ``cancel``; the cause is the fire's context, for ``notify_cancel_requested``."""
         self._fire("cancel", cause, cause=cause.kind, keep_inbox=keep_inbox)
 
-    async def when_idle(self) -> None:
-        if self.control.spec.holds("quiescent", self.control.snapshot()):
-            return
+    def when_idle(self) -> Pending:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        await waiter
+        if self.control.spec.holds("quiescent", self.control.snapshot()):
+            waiter.set_result(None)
+        else:
+            self._waiters.append(waiter)
+        return Pending(waiter, self._refuse_own_turn("when_idle()", "return from the turn"))
+
+    def _refuse_own_turn(self, call: str, instead: str) -> Callable[[], None]:
+        """A guard that refuses awaiting ``call`` from this agent's own driver task."""
+
+        def refuse() -> None:
+            if asyncio.current_task() is self.driver:
+                raise UsageError(
+                    f"agent {self.id}: its own turn cannot await {call}, which waits for that "
+                    f"turn to end; {instead}"
+                )
+
+        return refuse
 
     async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T:
         self._fire("maintenance_start")
@@ -648,19 +661,19 @@ class AgentHandle:
         self._core = core
         self._disposal: asyncio.Future[None] | None = None
 
-    async def dispose(self) -> None:
-        """Interrupt the agent's work, wait for it to settle, flush the log and finish.
+    def dispose(self) -> Pending:
+        """Interrupt the agent's work inside this call; await the result for it to settle,
+        the log to be flushed and disposal to finish.
 
         Every caller awaits the same teardown; cancelling one caller does not cancel it. A
-        failed final flush is raised to every caller, after the agent is disposed.
+        failed final flush is raised to every caller, after the agent is disposed. A
+        synchronous listener may call it to begin disposal in-line and never await it.
         """
-        disposal = self._begin()
-        if asyncio.current_task() is self._core.driver:
-            raise UsageError(
-                f"agent {self.agent.id}: its own turn cannot await its disposal, which waits "
-                "for that turn to end; the disposal has begun, return from the turn"
-            )
-        await asyncio.shield(disposal)
+        disposal = asyncio.shield(self._begin())
+        refuse = self._core._refuse_own_turn(
+            "its disposal", "the disposal has begun, return from the turn"
+        )
+        return Pending(disposal, refuse)
 
     def _begin(self) -> asyncio.Future[None]:
         """Request disposal now, inside the caller's call, and start the teardown once."""

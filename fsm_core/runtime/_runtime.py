@@ -13,7 +13,7 @@ from fsm_core.runtime._core import AgentCore, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._llm import ModelAdapter, Tool
 from fsm_core.runtime._session import Session
-from fsm_core.runtime._teardown import persist
+from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import load_spec
 
 __all__ = ["Runtime"]
@@ -74,12 +74,14 @@ class Runtime:
         handle = self._handles[agent_id] = AgentHandle(core)
         return handle
 
-    async def aclose(self) -> None:
-        """Stop admitting, dispose every agent, then wait for every driver this runtime started.
+    def aclose(self) -> Pending:
+        """Stop admitting and begin disposing every agent, inside this call; await the result
+        for every driver this runtime started to have settled.
 
         Memoized: every caller awaits the same close, and cancelling a caller does not cancel
         it. Agents that failed to dispose (a failed final flush) are raised together, as an
-        ``BaseExceptionGroup``, once everything has settled.
+        ``BaseExceptionGroup``, once everything has settled. Awaiting it from an agent's own
+        turn raises :class:`~fsm_core.UsageError` (it would wait for that turn).
         """
         if self._closing is None:
             # Every agent's disposal begins inside this call, before any await, so no agent
@@ -96,12 +98,14 @@ class Runtime:
             self._closing = persist(lambda: self._close(disposals), "aclose")
             if escaped is not None:
                 raise escaped
+        return Pending(asyncio.shield(self._closing), self._refuse_own_turn)
+
+    def _refuse_own_turn(self) -> None:
         if asyncio.current_task() in self._tasks:
             raise UsageError(
                 "an agent's own turn cannot await aclose(), which waits for that turn to end; "
                 "the close has begun, return from the turn"
             )
-        await asyncio.shield(self._closing)
 
     async def _close(self, disposals: list[asyncio.Future[None]]) -> None:
         # asyncio.wait, unlike gather, never cancels what it waits for.

@@ -1,19 +1,46 @@
-"""Teardown that outlives whoever cancels it.
+"""Teardown that outlives whoever cancels it, and awaitables for work begun inside a call.
 
 ``dispose()`` and ``aclose()`` run their work in a task so that every caller awaits the same
 teardown. A shutdown that cancels every task (``asyncio.run`` ending, a supervisor) would
 cancel that task too, possibly before its first step, and the agent would stay disposing for
 good. :func:`persist` runs the work again whenever its task ends cancelled; the work is
 written to be repeatable (it waits for settled work, then finishes once).
+
+``dispose()``, ``aclose()`` and ``when_idle()`` are plain methods, not coroutines: the seeds'
+disposal begins *inside* the call, so a synchronous listener can begin it (or register for
+idle) in-line and await the :class:`Pending` it gets back later, or never.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, final
 
-__all__ = ["persist"]
+__all__ = ["Pending", "persist"]
+
+
+@final
+class Pending:
+    """Work that began when it was asked for; await it for the outcome.
+
+    ``refuse`` runs when it is awaited and raises where awaiting would wait for itself (an
+    agent's own turn awaiting its own disposal or idle).
+    """
+
+    __slots__ = ("_future", "_refuse")
+
+    def __init__(self, future: asyncio.Future[None], refuse: Callable[[], None]) -> None:
+        self._future = future
+        self._refuse = refuse
+
+    def done(self) -> bool:
+        """True iff the work has settled (awaiting returns or raises at once)."""
+        return self._future.done()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        self._refuse()
+        return self._future.__await__()
 
 
 def persist(work: Callable[[], Coroutine[Any, Any, None]], name: str) -> asyncio.Future[None]:

@@ -582,7 +582,7 @@ def test_disposal_never_latches_and_a_disposed_agent_rejects_sends() -> None:
         gate = Gate("model")
         s, _ = await blocked_turn(gate, cooperate=False)
         table = TableEvents(s.agent)
-        disposal = asyncio.create_task(s.handle.dispose())
+        disposal = asyncio.ensure_future(s.handle.dispose())
         await table.wait_for("dispose")
 
         s.agent.followup(m(2))  # accepted and parked, never latched
@@ -613,8 +613,8 @@ def test_cancel_and_dispose_in_either_order_wait_for_the_work_and_end_disposed(f
         table = TableEvents(s.agent)
         if first == "cancel":
             s.agent.cancel()
-        idle = asyncio.create_task(s.agent.when_idle())
-        disposal = asyncio.create_task(s.handle.dispose())
+        idle = asyncio.ensure_future(s.agent.when_idle())
+        disposal = asyncio.ensure_future(s.handle.dispose())
         await table.wait_for("dispose")
         if first == "dispose":
             s.agent.cancel()
@@ -640,8 +640,8 @@ def test_handle_dispose_is_memoized() -> None:
         gate = Gate("model")
         s, _ = await blocked_turn(gate, cooperate=False)
         table = TableEvents(s.agent)
-        first = asyncio.create_task(s.handle.dispose())
-        second = asyncio.create_task(s.handle.dispose())
+        first = asyncio.ensure_future(s.handle.dispose())
+        second = asyncio.ensure_future(s.handle.dispose())
         await table.wait_for("dispose")
         gate.open()
         await asyncio.gather(first, second)
@@ -661,7 +661,7 @@ def test_aclose_waits_for_work_that_ignores_the_signal() -> None:
         gate = Gate("model")
         s, signal = await blocked_turn(gate, cooperate=False)
         table = TableEvents(s.agent)
-        closing = asyncio.create_task(s.rt.aclose())
+        closing = asyncio.ensure_future(s.rt.aclose())
         await table.wait_for("dispose")
         assert signal.reason == DISPOSED
         assert not closing.done()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fsm_core import USER, Runtime, UsageError, UserMessage
+from fsm_core import USER, Runtime, StatusChanged, UsageError, UserMessage
 from fsm_core.runtime import Reply, Session, SessionError, ToolCall, UserCause
 from fsm_core.testing import Gate, ScriptedModel, ScriptedTool, Wait
 from tests.helpers import core_of
@@ -122,7 +122,7 @@ def test_aclose_stops_admitting_and_waits_for_work_that_ignores_its_signal() -> 
     async def main() -> None:
         rt, handle, gate, signal = await blocked_in_model()
         agent = handle.agent
-        closing = asyncio.create_task(rt.aclose())
+        closing = asyncio.ensure_future(rt.aclose())
         await bounded(signal.wait())  # aclose() began: it disposed the agent
         with pytest.raises(
             UsageError, match=r"^the runtime is closing; agent 'a2' was not created$"
@@ -140,7 +140,7 @@ def test_aclose_stops_admitting_and_waits_for_work_that_ignores_its_signal() -> 
 def test_a_cancelled_dispose_caller_does_not_cancel_the_teardown() -> None:
     async def main() -> None:
         rt, handle, gate, signal = await blocked_in_model()
-        impatient = asyncio.create_task(handle.dispose())
+        impatient = asyncio.ensure_future(handle.dispose())
         await bounded(signal.wait())  # the caller began the teardown
         impatient.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -423,5 +423,37 @@ def test_an_agent_only_originates_and_its_table_state_is_a_read_only_snapshot() 
         await agent.when_idle()
         assert repr(agent) == "<Agent a1 phase=idle holder=none latch=0 turn=1>"
         await rt.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_synchronous_listener_begins_disposal_and_registers_for_idle_in_line() -> None:
+    """dispose(), aclose() and when_idle() act inside the call, as the seeds' disposal does;
+    the awaitable they return can be awaited later, or never."""
+
+    async def main() -> None:
+        rt = Runtime(model=ScriptedModel([Reply("never sent")]))
+        handle = await rt.create_agent("a1")
+        seen: list[tuple[str, object]] = []
+        pending: list[Any] = []
+        registered = asyncio.Event()
+
+        def on_status(event: StatusChanged) -> None:
+            if event.status == "running":
+                pending.append(handle.dispose())  # not awaited: disposal begins right here
+                seen.append((handle.agent.phase, handle.agent.table_state["closing"]))
+                pending.append(handle.agent.when_idle())
+                registered.set()
+
+        rt.events.on("agent/status", on_status)
+        handle.agent.followup(UserMessage("m1", "hi"))
+        await bounded(registered.wait())
+        assert seen == [("cancelling", True)]
+        for awaitable in pending:
+            await bounded(awaitable)
+        assert handle.agent.phase == "disposed"
+        outcomes = [e.data["outcome"] for e in handle.agent.session.events if e.type == "turn/end"]
+        assert outcomes == []  # disposal began before the claim: no turn opened
+        await bounded(rt.aclose())
 
     asyncio.run(main())
