@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -89,7 +89,7 @@ from fsm_core.runtime import (
     UserMessage,
 )
 from fsm_core.runtime._llm import Finish
-from fsm_core.runtime._session import ERROR_CODES, OUTCOME_KINDS
+from fsm_core.runtime._session import ERROR_CODES, OUTCOME_KINDS, ErrorCode
 from fsm_core.table._expr import Value
 from fsm_core.testing import Gate
 from tests.helpers import NOTIFICATIONS, core_of
@@ -130,6 +130,8 @@ CauseKind = Literal["user", "parent"]
 CAUSES: tuple[CauseKind, ...] = ("user", "parent")
 
 _DURABLE = {"max_tokens": "max-tokens"}
+_TURN_FAILED = "agent %s: turn %d failed"
+"""What the runtime logs, with the exception, when a turn's own work fails."""
 _FINISH: Mapping[str, Finish] = {"stop": "stop", "max_tokens": "max_tokens", "blocked": "blocked"}
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -182,11 +184,18 @@ class _ErrorLog(logging.Handler):
     def __init__(self, problems: list[str]) -> None:
         super().__init__(logging.ERROR)
         self.problems = problems
+        self.turn_codes: dict[int, ErrorCode] = {}
+        """The error code each failed turn must record, by turn: the class of the seam whose
+        planted failure ended it. A turn that ends in error without one halted."""
 
     def emit(self, record: logging.LogRecord) -> None:
         error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, SeamFailure) and record.msg == _TURN_FAILED:
+            turn = cast(tuple[str, int], record.args)[1]
+            self.turn_codes[turn] = "model-failed" if error.seam == "model" else "seam-failed"
+            return
         if isinstance(error, SeamFailure) and record.msg != "a driver failed":
-            return  # a turn, tool or flush that failed because a rule failed its gate
+            return  # a tool or flush that failed because a rule failed its gate
         if isinstance(error, SeamEscape) and record.msg == "a driver failed":
             return  # the driver halted because a rule made its gate escape
         kind = "" if error is None else f" ({type(error).__name__}: {error})"
@@ -1054,10 +1063,14 @@ class AgentRaceMachine(RuleBasedStateMachine):
                     f"{where} outcome {outcome} is not exactly {{'kind': ...}} (or, for an "
                     "error, {'kind', 'step', 'code'})"
                 )
+                code = self._errors.turn_codes.pop(self.log_turn, "halted")
                 if outcome["kind"] == "error":
                     assert outcome["step"] == self.log_last_step, (
                         f"{where} outcome {outcome} names a step other than the turn's last "
                         f"step/start ({self.log_last_step})"
+                    )
+                    assert outcome["code"] == code, (
+                        f"{where} outcome {outcome} where the turn's failure says {code!r}"
                     )
                 self.log_last_step = 0
                 self.log_turns_ended, self.log_turn = self.log_turn, 0
