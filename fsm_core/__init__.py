@@ -30,6 +30,7 @@ from fsm_core.export import spec_to_json, spec_to_text
 from fsm_core.host import HostedMachine
 from fsm_core.runtime import (
     DISPOSED,
+    ERROR_CODES,
     EVENT_SHAPES,
     OUTCOME_KINDS,
     PARENT,
@@ -43,6 +44,7 @@ from fsm_core.runtime import (
     AssembleContext,
     CancelRequested,
     Disposed,
+    ErrorCode,
     EventBus,
     EventType,
     Finish,
@@ -92,6 +94,7 @@ from fsm_core.table import (
 
 __all__ = [
     "DISPOSED",
+    "ERROR_CODES",
     "EVENT_SHAPES",
     "OUTCOME_KINDS",
     "PARENT",
@@ -107,6 +110,7 @@ __all__ = [
     "Clause",
     "Disposed",
     "Effect",
+    "ErrorCode",
     "EventBus",
     "EventType",
     "Finish",

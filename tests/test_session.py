@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from fsm_core import FsmError
 from fsm_core.runtime._causes import PARENT, USER
 from fsm_core.runtime._session import (
+    ERROR_CODES,
     EVENT_SHAPES,
     OUTCOME_KINDS,
     EventType,
@@ -91,12 +92,26 @@ def test_the_shape_table_declares_every_event_type_and_nothing_else() -> None:
 
 
 @pytest.mark.parametrize(
-    "kind", ["completed", "max-tokens", "error", "aborted", "disposed", "blocked"]
+    "outcome",
+    [
+        {"kind": "completed"},
+        {"kind": "max-tokens"},
+        {"kind": "error", "step": 2, "code": "model-failed"},
+        {"kind": "aborted"},
+        {"kind": "disposed"},
+        {"kind": "blocked"},
+    ],
+    ids=lambda outcome: outcome["kind"],
 )
-def test_each_durable_outcome_of_design_decision_6_is_recorded(kind: str) -> None:
+def test_each_durable_outcome_of_design_decision_6_is_recorded(outcome: dict[str, Any]) -> None:
     session = Session()
-    session.append("turn/end", {"turn": 1, "outcome": {"kind": kind}})
-    assert Session.from_jsonl(session.to_jsonl()).events[-1].data["outcome"] == {"kind": kind}
+    session.append("turn/end", {"turn": 1, "outcome": outcome})
+    assert Session.from_jsonl(session.to_jsonl()).events[-1].data["outcome"] == outcome
+    assert Session.seed(session.events).events[-1].data["outcome"] == outcome
+
+
+def test_the_error_codes_are_a_closed_set_of_classifications() -> None:
+    assert ERROR_CODES == ("model-failed", "invalid-reply", "seam-failed", "halted")
 
 
 def test_session_error_is_an_fsm_error() -> None:
@@ -258,6 +273,109 @@ def test_a_user_or_parent_cause_cannot_be_recorded(data: dict[str, Any], message
     with pytest.raises(SessionError, match=exactly(f"<session>: event 0: {message}")):
         session.append("turn/end", data)
     assert len(session.events) == 0
+
+
+# --- the error outcome: where and what class of failure, never the exception --------------------
+
+ERROR_FORM = '{"kind": "error", "step": ..., "code": ...}'
+NO_TEXT = (
+    "(a durable error records its step and a classification, never an exception's text or stack)"
+)
+
+
+def test_an_error_outcome_records_its_step_and_code_in_one_compact_line() -> None:
+    session = Session()
+    outcome = {"kind": "error", "step": 0, "code": "halted"}
+    end = session.append("turn/end", {"turn": 1, "outcome": outcome})
+
+    assert end.data["outcome"] == outcome
+    assert session.to_jsonl() == (
+        '{"data":{"outcome":{"code":"halted","kind":"error","step":0},"turn":1},"seq":0,'
+        '"type":"turn/end"}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "message"),
+    [
+        pytest.param(
+            {"kind": "error"},
+            f"field 'outcome' must be exactly {ERROR_FORM}, but has no 'step', 'code'",
+            id="legacy-bare-error",
+        ),
+        pytest.param(
+            {"kind": "error", "step": 1},
+            f"field 'outcome' must be exactly {ERROR_FORM}, but has no 'code'",
+            id="no-code",
+        ),
+        pytest.param(
+            {"kind": "error", "step": 1, "code": "model-failed", "message": "boom"},
+            f"field 'outcome' must be exactly {ERROR_FORM}, but also has 'message' {NO_TEXT}",
+            id="text-beside-code",
+        ),
+        pytest.param(
+            {"kind": "error", "step": 1, "code": "model-failed", "stack": [], "error": {}},
+            f"field 'outcome' must be exactly {ERROR_FORM}, but also has 'error', 'stack' "
+            f"{NO_TEXT}",
+            id="stack-and-error-object",
+        ),
+        pytest.param(
+            {"kind": "error", "step": 1, "code": "RuntimeError: model down"},
+            "field 'outcome.code' is 'RuntimeError: model down', not one of: model-failed, "
+            "invalid-reply, seam-failed, halted",
+            id="exception-text-as-code",
+        ),
+        pytest.param(
+            {"kind": "error", "step": 1, "code": ["model-failed"]},
+            "field 'outcome.code' must be a string, found array",
+            id="code-not-a-string",
+        ),
+        pytest.param(
+            {"kind": "error", "step": "1", "code": "seam-failed"},
+            "field 'outcome.step' must be an integer, found string",
+            id="step-a-string",
+        ),
+        pytest.param(
+            {"kind": "error", "step": True, "code": "seam-failed"},
+            "field 'outcome.step' must be an integer, found boolean",
+            id="step-a-boolean",
+        ),
+        pytest.param(
+            {"kind": "error", "step": -1, "code": "seam-failed"},
+            "field 'outcome.step' is -1; a step number is 0 or more",
+            id="step-negative",
+        ),
+        pytest.param(
+            {"kind": "error", "step": 2**53, "code": "seam-failed"},
+            "field 'outcome.step' is an integer beyond +-(2**53 - 1), which not every JSON "
+            "reader holds exactly",
+            id="step-unsafe",
+        ),
+        pytest.param(
+            {"kind": "aborted", "step": 1, "code": "halted"},
+            f"field 'outcome' must be exactly {{\"kind\": ...}}, but also has 'code', 'step' "
+            f"{NO_CAUSE}",
+            id="error-fields-on-aborted",
+        ),
+        pytest.param(
+            {"kind": "completed", "step": 3},
+            f"field 'outcome' must be exactly {{\"kind\": ...}}, but also has 'step' {NO_CAUSE}",
+            id="step-on-completed",
+        ),
+    ],
+)
+def test_an_error_outcome_is_exactly_kind_step_and_a_known_code(
+    outcome: dict[str, Any], message: str
+) -> None:
+    """Append, load and seed refuse the same forms with the same fault."""
+    data = {"turn": 1, "outcome": outcome}
+    record = {"seq": 0, "type": "turn/end", "data": data}
+    with pytest.raises(SessionError, match=exactly(f"<session>: event 0: turn/end: {message}")):
+        Session().append("turn/end", data)
+    with pytest.raises(SessionError, match=exactly(f"session.jsonl: line 1: turn/end: {message}")):
+        load(record)
+    with pytest.raises(SessionError, match=exactly(f"<seed>: event 0: turn/end: {message}")):
+        Session.seed([record])
 
 
 def test_no_runtime_object_can_reach_the_log() -> None:
@@ -682,7 +800,14 @@ FIELDS: dict[FieldType, st.SearchStrategy[object]] = {
     "[str]": st.lists(st.text(max_size=4), max_size=3),
     "object": st.dictionaries(st.text(max_size=4), json_values, max_size=3),
     "json": json_values,
-    "outcome": st.sampled_from(OUTCOME_KINDS).map(lambda kind: {"kind": kind}),
+    "outcome": st.sampled_from([k for k in OUTCOME_KINDS if k != "error"]).map(
+        lambda kind: {"kind": kind}
+    )
+    | st.builds(
+        lambda step, code: {"kind": "error", "step": step, "code": code},
+        st.integers(min_value=0, max_value=2**53 - 1),
+        st.sampled_from(ERROR_CODES),
+    ),
 }
 
 

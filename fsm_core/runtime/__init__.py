@@ -44,8 +44,10 @@ from fsm_core.runtime._payloads import (
 from fsm_core.runtime._runtime import Runtime
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import (
+    ERROR_CODES,
     EVENT_SHAPES,
     OUTCOME_KINDS,
+    ErrorCode,
     EventType,
     OutcomeKind,
     Session,
@@ -56,6 +58,7 @@ from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 
 __all__ = [
     "DISPOSED",
+    "ERROR_CODES",
     "EVENT_SHAPES",
     "OUTCOME_KINDS",
     "PARENT",
@@ -69,6 +72,7 @@ __all__ = [
     "AssembleContext",
     "CancelRequested",
     "Disposed",
+    "ErrorCode",
     "EventBus",
     "EventType",
     "Finish",

@@ -59,7 +59,7 @@ from fsm_core.runtime._causes import (
 )
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
-from fsm_core.runtime._llm import ModelAdapter, Reply, Request, Tool, ToolCall
+from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
     CancelRequested,
@@ -77,7 +77,7 @@ from fsm_core.runtime._payloads import (
     TurnStopping,
 )
 from fsm_core.runtime._scope import context_for
-from fsm_core.runtime._session import Session
+from fsm_core.runtime._session import ErrorCode, Session, SessionError
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import Effect, Machine
@@ -93,6 +93,30 @@ log = logging.getLogger("fsm_core.runtime")
 _INTERRUPTIONS: Mapping[str, Interruption] = {"user": USER, "parent": PARENT, "disposed": DISPOSED}
 _DURABLE_OUTCOME = {"max_tokens": "max-tokens"}
 _ENDINGS = {"stop": "completed", "max_tokens": "max_tokens", "blocked": "blocked"}
+_FINISHES: tuple[Finish, ...] = get_args(Finish)
+
+
+class _InvalidReply(Exception):
+    """The model answered with a reply the turn cannot use (durable code ``invalid-reply``)."""
+
+
+def _usable(reply: object) -> Reply:
+    """``reply`` if the turn can use it: a :class:`Reply` of the declared field types."""
+    if not (
+        isinstance(reply, Reply)
+        and isinstance(reply.text, str)
+        and reply.finish in _FINISHES
+        and isinstance(reply.tool_calls, tuple | list)
+        and all(
+            isinstance(call, ToolCall)
+            and isinstance(call.id, str)
+            and isinstance(call.name, str)
+            and isinstance(call.args, Mapping)
+            for call in reply.tool_calls
+        )
+    ):
+        raise _InvalidReply(f"the model answered {type(reply).__name__}, not a usable Reply")
+    return reply
 
 
 async def _same(value: Any) -> Any:
@@ -216,6 +240,12 @@ class AgentCore:
         )
         self._claimed: list[UserMessage] = []
         self._steering: list[UserMessage] = []
+        self._error_code: ErrorCode | None = None
+        """How the turn's own work failed, set where ``_run_turn`` classifies the failure and
+        consumed by ``publish_turn_end``; None there means the driver halted (``halted``)."""
+        self._model_error: BaseException | None = None
+        """The model's exception that no ``agent/request-error`` listener retried, so the
+        classification can tell it (``model-failed``) from a seam's."""
         self._flush_owed = False
         """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
         driver that halted before settling it leaves it owed to the next driver."""
@@ -405,14 +435,27 @@ class AgentCore:
                 "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
             )
             return ending
-        except Aborted:
-            return "error"  # the table reads the aborted holder and records aborted/disposed
-        except (Exception, asyncio.CancelledError):
+        except Aborted as error:
+            # The table reads the aborted holder and records aborted/disposed; the code counts
+            # only for an Aborted some seam raised while the turn's own signal was not aborted.
+            self._error_code = self._classify(error)
+            return "error"
+        except (Exception, asyncio.CancelledError) as error:
             # The driver's own task is being cancelled (a seam may have turned the
             # CancelledError into another exception): _drive retires the turn and halts.
             _raise_if_cancelling()
             log.exception("agent %s: turn %d failed", self.id, turn)
+            self._error_code = self._classify(error)
             return "error"
+
+    def _classify(self, error: BaseException) -> ErrorCode:
+        """The durable class of the failure that ended the turn (see ``ErrorCode``)."""
+        model_error, self._model_error = self._model_error, None
+        if error is model_error:
+            return "model-failed"
+        if isinstance(error, _InvalidReply | SessionError):
+            return "invalid-reply"  # the only content the turn records unchecked is the reply's
+        return "seam-failed"
 
     async def _step(
         self, signal: AbortSignal, turn: int, step: int, context: list[Mapping[str, Any]]
@@ -451,7 +494,7 @@ class AgentCore:
         attempt = 0
         while True:
             try:
-                return await self.seams.model.generate(request, signal)
+                reply = await self.seams.model.generate(request, signal)
             except Aborted:
                 raise
             except Exception as error:
@@ -463,7 +506,10 @@ class AgentCore:
                 )
                 signal.raise_if_aborted()
                 if decision != "retry":
+                    self._model_error = error  # if it ends the turn: model-failed
                     raise
+                continue
+            return _usable(reply)
 
     async def _call_tool(
         self, signal: AbortSignal, turn: int, step: int, call: ToolCall
@@ -623,9 +669,22 @@ class AgentCore:
         self.events.emit("turn/start", TurnStarted(self.agent, controller.signal, self._turn))
 
     def _publish_turn_end(self, outcome: str) -> None:
-        durable = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
+        durable: dict[str, str | int] = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
+        code, self._error_code, self._model_error = self._error_code or "halted", None, None
+        if outcome == "error":
+            # A class of failure and where, never the exception (seed 000: durable-clean).
+            durable |= {"step": self._last_step(), "code": code}
         self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
         self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))
+
+    def _last_step(self) -> int:
+        """The number of the open turn's last ``step/start`` in the log, 0 if it opened none."""
+        for event in reversed(self.session.events):
+            if event.type in ("turn/start", "turn/end"):
+                break
+            if event.type == "step/start" and event.data["turn"] == self._turn:
+                return cast(int, event.data["step"])
+        return 0
 
     def _flush_session(self) -> None:
         """An effect cannot await: the driver owes the flush, and awaits it before converge."""

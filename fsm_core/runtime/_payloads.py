@@ -72,7 +72,7 @@ class TurnStarted:
 class TurnEnded:
     agent: Agent
     turn: int
-    outcome: Mapping[str, str]
+    outcome: Mapping[str, str | int]
 
 
 @dataclass(frozen=True, slots=True)

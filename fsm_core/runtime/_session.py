@@ -16,6 +16,15 @@ exactly ``{"kind": "aborted"}``: the outcome says what happened to the turn, not
 carries it; neither is durable). Loading rejects the legacy records that kept a reason beside
 ``kind``, so replay cannot bring caller-owned cancellation detail back.
 
+A failed turn ends with ``{"kind": "error", "step": N, "code": C}``: ``step`` is the number of
+the turn's last ``step/start`` (0 when it failed before opening one) and ``code`` one of
+:data:`ERROR_CODES`, a class of failure, never an exception's text, type or stack. Every other
+outcome is exactly ``{"kind": ...}``. The bare legacy ``{"kind": "error"}`` is rejected too:
+loading yields exactly the shapes the runtime writes.
+
+``specs/session.schema.json`` is the same format as a JSON Schema (draft 2020-12), for ports
+that validate their logs; a test keeps it and :data:`EVENT_SHAPES` in agreement.
+
 Loading and seeding are all or nothing: the first fault rejects the whole input with a
 :class:`SessionError` naming the source and the line (or index), and no session exists.
 """
@@ -37,9 +46,11 @@ from typing import Any, Final, Literal, NoReturn, TypeAlias, final, get_args, ov
 from fsm_core._errors import FsmError, UsageError, echo
 
 __all__ = [
+    "ERROR_CODES",
     "EVENT_SHAPES",
     "JSON",
     "OUTCOME_KINDS",
+    "ErrorCode",
     "EventType",
     "FieldType",
     "OutcomeKind",
@@ -72,11 +83,31 @@ OutcomeKind = Literal["completed", "max-tokens", "error", "aborted", "disposed",
 
 OUTCOME_KINDS: Final[tuple[OutcomeKind, ...]] = get_args(OutcomeKind)
 
+ErrorCode = Literal["model-failed", "invalid-reply", "seam-failed", "halted"]
+"""Why a turn ended in ``error``: the class of failure, never the exception itself.
+
+- ``model-failed``: the model adapter raised and no ``agent/request-error`` listener retried;
+- ``invalid-reply``: the model answered with a reply the turn cannot use or the log cannot hold
+  (not a :class:`~fsm_core.runtime.Reply`, an unknown ``finish``, text that is not a string, a
+  malformed tool call);
+- ``seam-failed``: anything else raised inside the turn, which is a waterfall listener
+  (``agent/pre-step``, ``agent/assemble``, ``agent/request-error``, ``agent/tool-approval``,
+  ``agent/turn-stopping``), an ``asyncio.CancelledError`` one raised included;
+- ``halted``: the driver halted with the turn open: its task was cancelled from outside, or a
+  ``BaseException`` that is not an ``Exception`` escaped (``KeyboardInterrupt``, a listener's).
+
+A failing tool does not end its turn (its ``tool/result`` records the failure), and a
+notification listener's exception is contained, so neither has a code.
+"""
+
+ERROR_CODES: Final[tuple[ErrorCode, ...]] = get_args(ErrorCode)
+
 FieldType = Literal["int", "str", "bool", "[str]", "object", "json", "outcome"]
 """The JSON type of one data field.
 
 ``object`` is any JSON object, ``json`` any JSON value, and ``outcome`` exactly
-``{"kind": OutcomeKind}`` with no other key.
+``{"kind": OutcomeKind}`` with no other key, except that an ``error`` outcome is exactly
+``{"kind": "error", "step": int >= 0, "code": ErrorCode}``.
 """
 
 _SHAPES: dict[EventType, dict[str, FieldType]] = {
@@ -108,6 +139,9 @@ _EXPECTED: Final[Mapping[FieldType, str]] = {
     "json": "a JSON value",
     "outcome": 'an outcome {"kind": ...}',
 }
+_ERROR_KEYS: Final = ("kind", "step", "code")
+_ERROR_FORM: Final = '{"kind": "error", "step": ..., "code": ...}'
+
 
 # A failed tool's result names a class of failure ("aborted", "tool-error", "invalid-args"),
 # never an exception's text, type name or stack.
@@ -258,22 +292,52 @@ def _check_field(name: str, field_type: FieldType, value: object) -> JSON:
         case "outcome":
             if not isinstance(value, Mapping):
                 wrong()
-            extra = sorted((repr(key) for key in value if key != "kind"), key=str)
-            if extra:
-                raise _Fault(
-                    f'field {echo(name)} must be exactly {{"kind": ...}}, but also has '
-                    f"{', '.join(extra)} (a durable outcome never records who cancelled or why)"
-                )
-            if "kind" not in value:
-                raise _Fault(f"field {echo(name)} has no 'kind'")
-            kind = value["kind"]
-            if not isinstance(kind, str):
-                raise _Fault(f"field '{name}.kind' must be a string, found {_kind(kind)}")
-            if kind not in OUTCOME_KINDS:
-                raise _Fault(
-                    f"field '{name}.kind' is {echo(kind)}, not one of: {', '.join(OUTCOME_KINDS)}"
-                )
-            return MappingProxyType({"kind": str.__str__(kind)})
+            return _check_outcome(name, value)
+
+
+def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
+    """An outcome: exactly ``{"kind"}``, or for ``error`` exactly ``{"kind", "step", "code"}``."""
+    kind = value.get("kind")
+    if kind == "error":
+        extra = sorted((repr(key) for key in value if key not in _ERROR_KEYS), key=str)
+        if extra:
+            raise _Fault(
+                f"field {echo(name)} must be exactly {_ERROR_FORM}, but also has "
+                f"{', '.join(extra)} (a durable error records its step and a classification, "
+                "never an exception's text or stack)"
+            )
+        missing = [key for key in _ERROR_KEYS if key not in value]
+        if missing:
+            raise _Fault(
+                f"field {echo(name)} must be exactly {_ERROR_FORM}, but has no "
+                f"{', '.join(repr(key) for key in missing)}"
+            )
+        step, code = value["step"], value["code"]
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise _Fault(f"field '{name}.step' must be an integer, found {_kind(step)}")
+        step = _safe_int(step, f"{name}.step")
+        if step < 0:
+            raise _Fault(f"field '{name}.step' is {step}; a step number is 0 or more")
+        if not isinstance(code, str):
+            raise _Fault(f"field '{name}.code' must be a string, found {_kind(code)}")
+        if code not in ERROR_CODES:
+            raise _Fault(
+                f"field '{name}.code' is {echo(code)}, not one of: {', '.join(ERROR_CODES)}"
+            )
+        return MappingProxyType({"kind": "error", "step": step, "code": str.__str__(code)})
+    extra = sorted((repr(key) for key in value if key != "kind"), key=str)
+    if extra:
+        raise _Fault(
+            f'field {echo(name)} must be exactly {{"kind": ...}}, but also has '
+            f"{', '.join(extra)} (a durable outcome never records who cancelled or why)"
+        )
+    if "kind" not in value:
+        raise _Fault(f"field {echo(name)} has no 'kind'")
+    if not isinstance(kind, str):
+        raise _Fault(f"field '{name}.kind' must be a string, found {_kind(kind)}")
+    if kind not in OUTCOME_KINDS:
+        raise _Fault(f"field '{name}.kind' is {echo(kind)}, not one of: {', '.join(OUTCOME_KINDS)}")
+    return MappingProxyType({"kind": str.__str__(kind)})
 
 
 def _check_data(event_type: EventType, data: object) -> Mapping[str, JSON]:

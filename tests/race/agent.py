@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -89,7 +89,7 @@ from fsm_core.runtime import (
     UserMessage,
 )
 from fsm_core.runtime._llm import Finish
-from fsm_core.runtime._session import OUTCOME_KINDS
+from fsm_core.runtime._session import ERROR_CODES, OUTCOME_KINDS, ErrorCode
 from fsm_core.table._expr import Value
 from fsm_core.testing import Gate
 from tests.helpers import NOTIFICATIONS, core_of
@@ -130,6 +130,8 @@ CauseKind = Literal["user", "parent"]
 CAUSES: tuple[CauseKind, ...] = ("user", "parent")
 
 _DURABLE = {"max_tokens": "max-tokens"}
+_TURN_FAILED = "agent %s: turn %d failed"
+"""What the runtime logs, with the exception, when a turn's own work fails."""
 _FINISH: Mapping[str, Finish] = {"stop": "stop", "max_tokens": "max_tokens", "blocked": "blocked"}
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -182,11 +184,18 @@ class _ErrorLog(logging.Handler):
     def __init__(self, problems: list[str]) -> None:
         super().__init__(logging.ERROR)
         self.problems = problems
+        self.turn_codes: dict[int, ErrorCode] = {}
+        """The error code each failed turn must record, by turn: the class of the seam whose
+        planted failure ended it. A turn that ends in error without one halted."""
 
     def emit(self, record: logging.LogRecord) -> None:
         error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, SeamFailure) and record.msg == _TURN_FAILED:
+            turn = cast(tuple[str, int], record.args)[1]
+            self.turn_codes[turn] = "model-failed" if error.seam == "model" else "seam-failed"
+            return
         if isinstance(error, SeamFailure) and record.msg != "a driver failed":
-            return  # a turn, tool or flush that failed because a rule failed its gate
+            return  # a tool or flush that failed because a rule failed its gate
         if isinstance(error, SeamEscape) and record.msg == "a driver failed":
             return  # the driver halted because a rule made its gate escape
         kind = "" if error is None else f" ({type(error).__name__}: {error})"
@@ -297,6 +306,8 @@ class AgentRaceMachine(RuleBasedStateMachine):
         self.log_turn = 0
         self.log_turns_ended = 0
         self.log_step: tuple[int, int] | None = None
+        self.log_last_step = 0
+        """The step of the open turn's last step/start in the log (0 before its first)."""
 
         events = self.rt.events
         for name in NOTIFICATIONS:
@@ -988,7 +999,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
         if self.step is not None:
             self.problems.append(f"turn/end {payload.turn} inside step {self.step}")
         outcome = payload.outcome
-        if set(outcome) != {"kind"} or outcome["kind"] not in OUTCOME_KINDS:
+        if not _durable_outcome(outcome):
             self.problems.append(f"turn {payload.turn} ended with the outcome {dict(outcome)}")
         node = self.recorder.current
         effect = node.effects[-1] if node is not None and node.effects else None
@@ -996,7 +1007,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
             self.problems.append(f"turn/end {payload.turn} published outside publish_turn_end")
         else:
             table = str(effect.args[0])
-            if outcome != {"kind": _DURABLE.get(table, table)}:
+            if outcome["kind"] != _DURABLE.get(table, table):
                 self.problems.append(
                     f"turn {payload.turn} ended {dict(outcome)} where the table says {table}"
                 )
@@ -1048,20 +1059,46 @@ class AgentRaceMachine(RuleBasedStateMachine):
                     f"{where} {data['turn']} with turn {self.log_turn}, step {self.log_step} open"
                 )
                 outcome = data["outcome"]
-                assert isinstance(outcome, Mapping) and set(outcome) == {"kind"}, (
-                    f"{where} outcome {outcome} is not exactly {{'kind': ...}}"
+                assert isinstance(outcome, Mapping) and _durable_outcome(outcome), (
+                    f"{where} outcome {outcome} is not exactly {{'kind': ...}} (or, for an "
+                    "error, {'kind', 'step', 'code'})"
                 )
+                code = self._errors.turn_codes.pop(self.log_turn, "halted")
+                if outcome["kind"] == "error":
+                    assert outcome["step"] == self.log_last_step, (
+                        f"{where} outcome {outcome} names a step other than the turn's last "
+                        f"step/start ({self.log_last_step})"
+                    )
+                    assert outcome["code"] == code, (
+                        f"{where} outcome {outcome} where the turn's failure says {code!r}"
+                    )
+                self.log_last_step = 0
                 self.log_turns_ended, self.log_turn = self.log_turn, 0
             elif event.type == "step/start":
                 assert self.log_step is None and data["turn"] == self.log_turn, (
                     f"{where} {data} in turn {self.log_turn}, step {self.log_step}"
                 )
                 self.log_step = (int(data["turn"]), int(data["step"]))  # type: ignore[arg-type]
+                self.log_last_step = self.log_step[1]
             elif event.type == "step/end":
                 assert self.log_step == (data["turn"], data["step"]), (
                     f"{where} {data} in step {self.log_step}"
                 )
                 self.log_step = None
+
+
+def _durable_outcome(outcome: Mapping[str, object]) -> bool:
+    """Exactly ``{"kind"}`` of a known kind, or for an error ``{"kind", "step", "code"}``."""
+    kind = outcome.get("kind")
+    if kind == "error":
+        step = outcome.get("step")
+        return (
+            set(outcome) == {"kind", "step", "code"}
+            and outcome.get("code") in ERROR_CODES
+            and isinstance(step, int)
+            and step >= 0
+        )
+    return set(outcome) == {"kind"} and kind in OUTCOME_KINDS
 
 
 def _not_plain(value: object, path: str = "data") -> str | None:

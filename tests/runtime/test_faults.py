@@ -252,7 +252,7 @@ def test_a_keyboard_interrupt_from_the_model_retires_the_turn_on_its_way_out() -
     assert_agrees(agent)
     assert_balanced(agent.session)
     assert [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"] == [
-        {"kind": "error"}
+        {"kind": "error", "step": 1, "code": "halted"}
     ]
 
 
@@ -278,7 +278,7 @@ def test_a_driver_cancelled_from_outside_halts_and_parks_the_queued_work(
         assert driver.cancelled()
         assert [m.id for m in agent.inbox.next_turn] == ["m2"]
         outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
-        assert outcomes == [{"kind": "error"}]
+        assert outcomes == [{"kind": "error", "step": 1, "code": "halted"}]
 
         agent.followup(UserMessage("m3", "three"))
         await bounded(agent.when_idle())
@@ -374,7 +374,7 @@ def test_a_seam_that_turns_an_outside_cancel_into_another_error_still_halts_the_
         rt, agent, _driver = await cancel_the_driver_in_the_model(Wrapping(), gate)
         assert [m.id for m in agent.inbox.next_turn] == ["m2"], "m2 parked, not run"
         outcomes = [e.data["outcome"] for e in agent.session.events if e.type == "turn/end"]
-        assert outcomes == [{"kind": "error"}]
+        assert outcomes == [{"kind": "error", "step": 1, "code": "halted"}]
         await bounded(rt.aclose())
 
     asyncio.run(main())

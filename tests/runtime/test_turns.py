@@ -48,7 +48,7 @@ from fsm_core.runtime import (
     ToolCall,
     UserMessage,
 )
-from fsm_core.runtime._session import OUTCOME_KINDS
+from fsm_core.runtime._session import ERROR_CODES, OUTCOME_KINDS
 from fsm_core.testing import Fail, Gate, ScriptedModel, ScriptedTool, Wait
 from tests.helpers import exactly
 
@@ -116,13 +116,17 @@ def one(signals: Sequence[AbortSignal | None]) -> AbortSignal:
 
 def assert_durable_log_clean(session: Session) -> None:
     """No signal, exception, stack, cause or canceller text is in any durable event, and every
-    outcome is exactly ``{"kind": ...}``."""
+    outcome is exactly ``{"kind": ...}``, or ``{"kind": "error", "step": N, "code": ...}``."""
     for record in records(session):
         text = json.dumps(record["data"], sort_keys=True)
         assert [leak for leak in LEAKS if leak in text] == [], record
         if record["type"] == "turn/end":
             outcome = record["data"]["outcome"]
-            assert list(outcome) == ["kind"] and outcome["kind"] in OUTCOME_KINDS, record
+            if outcome["kind"] == "error":
+                assert sorted(outcome) == ["code", "kind", "step"], record
+                assert outcome["code"] in ERROR_CODES and outcome["step"] >= 0, record
+            else:
+                assert list(outcome) == ["kind"] and outcome["kind"] in OUTCOME_KINDS, record
 
 
 def assert_log_invariants(
@@ -563,7 +567,7 @@ def test_a_request_failure_nobody_retries_ends_the_turn_in_error() -> None:
         await agent.when_idle()
 
         assert agent.phase == "idle"
-        assert outcomes(agent.session) == {1: {"kind": "error"}}
+        assert outcomes(agent.session) == {1: {"kind": "error", "step": 1, "code": "model-failed"}}
         assert_durable_log_clean(agent.session)
         await rt.aclose()
 
@@ -852,7 +856,10 @@ async def a_failed_turn_then_a_good_one() -> Scene:
     await s.agent.when_idle()
     s.followup("m2")
     await s.agent.when_idle()
-    assert outcomes(s.agent.session) == {1: {"kind": "error"}, 2: COMPLETED}
+    assert outcomes(s.agent.session) == {
+        1: {"kind": "error", "step": 1, "code": "model-failed"},
+        2: COMPLETED,
+    }
     return s
 
 
