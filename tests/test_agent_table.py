@@ -24,10 +24,11 @@ def followup(d: TableDriver) -> str | None:
 
 
 def running(d: TableDriver) -> TableDriver:
-    """Bring the agent into a live turn: followup, driver start, claim."""
+    """Bring the agent into a live turn: followup, driver start, claim, take the prompt."""
     followup(d)
     d.fire("start")
     d.fire("claim")
+    d.fire("take_prompt", rest=False)
     d.effects()
     return d
 
@@ -129,10 +130,56 @@ def test_replacement_from_running_listener_gets_fresh_holder_without_idle(
         "enqueue(next_turn)",
         "release_holder()",
         "open_holder()",
-        "claim_inbox()",
         "publish_turn_start()",
     ]
     assert (agent["holder"], agent["reason"], agent["latch"]) == ("live", "none", False)
+    assert agent.fire("take_prompt", rest=False) == "take_prompt"
+    assert agent.effects() == ["claim_inbox()"]
+
+
+def test_a_turn_opens_before_it_claims_one_prompt_and_the_rest_runs_next(
+    agent: TableDriver,
+) -> None:
+    """Issue 11 items 1 and 5: turn/start precedes the claim; a claim that leaves work
+    pending keeps ``pending`` true, and the driver continues without publishing idle."""
+    followup(agent)
+    followup(agent)
+    agent.fire("start")
+    agent.effects()
+    assert agent.fire("claim") == "claim.turn"
+    assert agent.effects() == ["publish_turn_start()"]
+    assert (agent["turn"], agent["pending"]) == (True, True), "the prompt is still queued"
+    assert agent.fire("take_prompt", rest=True) == "take_prompt"
+    assert agent.effects() == ["claim_inbox()"]
+    assert (agent["turn"], agent["pending"]) == (True, True), "the second is left for turn 2"
+    agent.fire("retire", end="completed")
+    agent.effects()
+    assert agent.fire("converge") == "converge.continue"
+    assert agent.effects() == ["open_holder()"]
+    assert agent.fire("claim") == "claim.turn"
+    assert agent.fire("take_prompt", rest=False) == "take_prompt"
+    assert (agent["turn"], agent["pending"]) == (True, False)
+    agent.fire("retire", end="completed")
+    assert agent.fire("converge") == "converge.idle"
+
+
+def test_a_turn_start_observer_cancel_discards_the_unclaimed_prompt(agent: TableDriver) -> None:
+    agent.on("publish_turn_start", lambda d, e: d.fire("cancel", cause="user", keep_inbox=False))
+    followup(agent)
+    agent.fire("start")
+    agent.effects()
+    assert agent.fire("claim") == "claim.turn"
+    assert agent.effects() == [
+        "publish_turn_start()",
+        "notify_cancel_requested(user)",
+        "clear_inbox()",
+        "abort_holder(user)",
+    ]
+    assert (agent["phase"], agent["pending"], agent["turn"]) == ("cancelling", False, True)
+    with pytest.raises(Rejected, match=r"^no live turn takes queued work$"):
+        agent.fire("take_prompt", rest=False)  # nothing to claim: the driver never asks
+    assert agent.fire("retire", end="completed") == "retire.aborted"
+    assert agent.fire("converge") == "converge.parked"
 
 
 def test_effective_cancel_notifies_then_clears_then_aborts(agent: TableDriver) -> None:

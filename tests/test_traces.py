@@ -221,13 +221,13 @@ class Replay:
 
     The books the checker adds to the table's state are kept here independently: the
     environment's budgets; ``owed`` (DESIGN.md decision 9: a waking send accepted before
-    disposal is owed a turn until claimed, discarded, parked by a keep_inbox cancel, or
-    excused by disposal); ``prerun`` (decision 1: a cancel on an idle agent with a driver
-    scheduled, until a waking send or the driver's start); and ``broken``, the contract or step
-    invariant found broken. What is proven, and when, is the checker's: each effect's
-    ``requires`` as it runs; at a notifying effect, before its listeners, the step invariants
-    since the last state a listener saw, decision 1 and every invariant; at the step's end the
-    step invariants again.
+    disposal is owed a turn until a claim leaves nothing pending, or it is discarded, parked by
+    a keep_inbox cancel, or excused by disposal); ``prerun`` (decision 1: a cancel on an idle
+    agent with a driver scheduled, until a waking send or the driver's start); and ``broken``,
+    the contract or step invariant found broken. What is proven, and when, is the checker's:
+    each effect's ``requires`` as it runs; at a notifying effect, before its listeners, the
+    step invariants since the last state a listener saw, decision 1 and every invariant; at the
+    step's end the step invariants again.
     """
 
     def __init__(self, report: Report) -> None:
@@ -252,7 +252,8 @@ class Replay:
 
     def _observe(self, driver: TableDriver, effect: Effect) -> None:
         now = driver.state
-        if effect.name in ("claim_inbox", "clear_inbox"):
+        now_pending = driver["pending"]  # what a claim left: work left over stays owed
+        if effect.name == "clear_inbox" or (effect.name == "claim_inbox" and not now_pending):
             self.owed = False
         if self.machine.unmet(effect.name, now, effect.args):
             self.broken = f"{effect.name}.requires"

@@ -24,9 +24,11 @@ scheduled sets it, a waking send (a replacement) or the driver's start clears it
 ``prerun_cancel_opens_no_turn`` says the driver never publishes ``running`` while it is set.
 
 A ghost ``owed`` instruments DESIGN.md decision 9: it is set when a waking send is
-accepted before disposal, and cleared when the work is claimed (``claim_inbox``, the last
-``take_steering``), discarded (``clear_inbox``, removal of the last message), parked by a
-``keep_inbox`` cancel, or when disposal begins or the driver halts on an escape (``halt``).
+accepted before disposal, and cleared when the last of the work is claimed (a ``claim_inbox``
+that leaves nothing pending, the last ``take_steering``: a claim takes one next-turn message,
+and what it leaves stays owed until a later turn of the same driver claims it), discarded
+(``clear_inbox``, removal of the last message), parked by a ``keep_inbox`` cancel, or when
+disposal begins or the driver halts on an escape (``halt``).
 ``no_parked_wake`` says an idle agent with no driver scheduled never owes a wake.
 """
 
@@ -51,7 +53,7 @@ OWED, PRERUN = "ghost.owed", "ghost.prerun"
 """The layout names of decision 9's and decision 1's ghosts."""
 
 NEEDS = Needs(
-    variables=("closing", "scheduled"),
+    variables=("closing", "scheduled", "pending"),
     events={
         "send": ("wake",),
         "cancel": ("keep_inbox",),
@@ -59,8 +61,8 @@ NEEDS = Needs(
         "take_steering": ("rest",),
     },
 )
-"""What the ghosts read by name: the lifecycle flag, the scheduled driver, and the
-arguments that owe, park or discard a wake."""
+"""What the ghosts read by name: the lifecycle flag, the scheduled driver, whether work is
+pending (as a claim leaves it), and the arguments that owe, park or discard a wake."""
 
 USER_INTERNAL = frozenset({"remove"})
 """Internal events the user causes, which a budget may bound like an input event: ``remove``
@@ -105,6 +107,7 @@ class AgentWiring:
         # position: send's wake, cancel's keep_inbox and the rest of remove and take_steering.
         self._phase = layout[m.names[0]]
         self._closing, self._scheduled = layout["closing"], layout["scheduled"]
+        self._pending = layout["pending"]
         params = {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
         self._wake = params["send"].index("wake")
         self._keep_inbox = params["cancel"].index("keep_inbox")
@@ -189,8 +192,10 @@ class AgentWiring:
             store[self._owed] = False
 
     def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None:
-        """Claiming or discarding the inbox settles what was owed, before it is observed."""
-        if name in ("claim_inbox", "clear_inbox"):
+        """Discarding the inbox, or a claim that leaves nothing pending, settles what was owed,
+        before it is observed. A claim takes one next-turn message and its row has already set
+        ``pending`` to what is left: work left over stays owed until a later claim takes it."""
+        if name == "clear_inbox" or (name == "claim_inbox" and not store[self._pending]):
             store[self._owed] = False
 
     def wire(self, store: list[Any], instance: int, name: str, values: Args) -> Sequence[Reaction]:

@@ -12,9 +12,9 @@ message a ``send`` enqueues, the cause a ``cancel`` requests) travels with the f
 its ``context``, and the handler reads it back from the innermost fire
 (:attr:`HostedMachine.context`): listeners re-enter, and each fire keeps its own.
 
-The driver (:meth:`AgentCore._drive`) only sequences: start, claim, run the turn's seams,
-retire, await the flush, converge; what each of those does to the control state is the table's
-decision, read back from the state.
+The driver (:meth:`AgentCore._drive`) only sequences: start, claim (open the turn), take its
+prompt, run the turn's seams, retire, await the flush, converge; what each of those does to the
+control state is the table's decision, read back from the state.
 
 Cancellation is cooperative: the driver checks the signal around awaited seams but never
 abandons work. ``when_idle()`` and disposal wait for work that ignores the signal.
@@ -272,7 +272,7 @@ class AgentCore:
 
     @property
     def turn(self) -> int:
-        """The number of the turn last claimed (0 before the first)."""
+        """The number of the turn last opened (0 before the first)."""
         return self._turn
 
     @property
@@ -370,6 +370,10 @@ class AgentCore:
                 self._fire("claim")
                 if not self._value("turn"):
                     continue  # a replacement got a fresh holder, or the claim converged
+                if self._value("holder") == "live" and self._value("pending"):
+                    # After turn/start: one next-turn message (and all steering); the rest
+                    # stays queued for this driver's next turn (converge.continue).
+                    self._fire("take_prompt", rest=len(self.inbox.next_turn) > 1)
                 controller = self._controller
                 assert controller is not None
                 ending = await self._run_turn(controller.signal, self._turn)
@@ -644,11 +648,14 @@ class AgentCore:
         self.events.emit("agent/status", StatusChanged(self.agent, self._status))
 
     def _claim_inbox(self) -> None:
-        # Not a notifying effect in the table: inbox/claimed is announced by
-        # publish_turn_start, so a listener that cancels re-enters where the table says it may.
-        self._claimed = self.inbox._clear()
-        self._turn += 1
+        """The open turn's claim: every steering message and one next-turn message, recorded,
+        then announced (``inbox/claimed`` listeners may re-enter: the table's effect notifies)."""
+        controller = self._controller
+        assert controller is not None
+        self._claimed = self.inbox._claim()
         self._record_claim(self._claimed)
+        claimed = MessagesClaimed(self.agent, controller.signal, self._turn, tuple(self._claimed))
+        self.events.emit("inbox/claimed", claimed)
 
     def _claim_steering(self) -> None:
         self._steering = self.inbox._claim_steering()
@@ -661,11 +668,13 @@ class AgentCore:
             self.session.append("user/message", {"id": message.id, "text": message.text})
 
     def _publish_turn_start(self) -> None:
+        """Open the next turn, before its claim (specs/README.md): its prompt is still queued
+        while turn/start observers run."""
         controller = self._controller
         assert controller is not None
+        self._turn += 1
+        self._claimed = []
         self.session.append("turn/start", {"turn": self._turn})
-        claimed = MessagesClaimed(self.agent, controller.signal, self._turn, tuple(self._claimed))
-        self.events.emit("inbox/claimed", claimed)
         self.events.emit("turn/start", TurnStarted(self.agent, controller.signal, self._turn))
 
     def _publish_turn_end(self, outcome: str) -> None:

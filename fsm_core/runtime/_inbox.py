@@ -65,6 +65,15 @@ class Inbox:
             lane.clear()
         return out
 
+    def _claim(self) -> list[UserMessage]:
+        """A turn's claim: every steering message, then the first next-turn message; later
+        next-turn messages stay queued for the next turn."""
+        out = list(self._lanes["next_step"])
+        self._lanes["next_step"].clear()
+        if self._lanes["next_turn"]:
+            out.append(self._lanes["next_turn"].popleft())
+        return out
+
     def _claim_steering(self) -> list[UserMessage]:
         out = list(self._lanes["next_step"])
         self._lanes["next_step"].clear()

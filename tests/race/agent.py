@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, cast
@@ -280,6 +280,8 @@ class AgentRaceMachine(RuleBasedStateMachine):
         the call)."""
         self.accepted: list[str] = []
         """The messages whose send() returned (a refused send raises)."""
+        self.followups: set[str] = set()
+        """The accepted messages sent to the next-turn lane."""
         self.inserted: list[str] = []
         """The messages ``inbox/inserted`` announced, in order."""
         self.discard_notices: Counter[str] = Counter()
@@ -543,8 +545,8 @@ class AgentRaceMachine(RuleBasedStateMachine):
     @rule()
     def on_pre_step_steer(self) -> None:
         """Once: the next ``agent/pre-step`` handler steers, just before the step boundary reads
-        the steering lane. A turn claims every followup as it opens, so on a first step the
-        boundary takes this steering with nothing else left (``rest=false``). A steer sent
+        the steering lane. A turn claims one followup as it opens, so on a first step the
+        boundary takes this steering with any later followups left (``rest``). A steer sent
         while a turn waits at a gate gets there only if no followup comes in between, which
         random programs rarely do."""
         self.pre_step_steers += 1
@@ -675,6 +677,8 @@ class AgentRaceMachine(RuleBasedStateMachine):
             return
         assert not disposed, f"a disposed agent accepted {message.id}"
         self.accepted.append(message.id)
+        if lane == "next_turn":
+            self.followups.add(message.id)
 
     def _run(self, action: Callable[[], object]) -> None:
         """Run ``action`` in the loop and let the loop settle (checking, if asked)."""
@@ -1049,6 +1053,16 @@ class AgentRaceMachine(RuleBasedStateMachine):
             if event.type in ("inbox/claimed", "inbox/discarded"):
                 for message in data["ids"]:  # type: ignore[union-attr]
                     self.ended[str(message)] += 1
+            if event.type == "inbox/claimed":
+                # Inside its turn, between steps; a turn's own claim (right after its
+                # turn/start) takes at most one next-turn message.
+                assert data["turn"] == self.log_turn and self.log_step is None, (
+                    f"{where} {data} in turn {self.log_turn}, step {self.log_step}"
+                )
+                if events[self.read - 2].type == "turn/start":
+                    ids = cast(Sequence[str], data["ids"])
+                    taken = [i for i in ids if i in self.followups]
+                    assert len(taken) <= 1, f"{where}: turn {self.log_turn} claimed {taken}"
             elif event.type == "turn/start":
                 assert not self.log_turn and data["turn"] == self.log_turns_ended + 1, (
                     f"{where} {data['turn']} after turn/end {self.log_turns_ended}"

@@ -374,6 +374,24 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         ),
     ),
     RuntimeMutant(
+        "claim_takes_every_followup",
+        "A turn's claim takes the whole inbox, as before issue 11: the table, told that work "
+        "is left, keeps pending while the inbox is empty.",
+        (Edit(f"{CORE}:AgentCore._claim_inbox", "self.inbox._claim()", "self.inbox._clear()"),),
+    ),
+    RuntimeMutant(
+        "claim_reports_no_rest",
+        "The driver tells the table a claim leaves nothing, so followups left queued are never "
+        "run by the same driver (the table says the agent is idle with work pending).",
+        (
+            Edit(
+                f"{CORE}:AgentCore._drive",
+                'self._fire("take_prompt", rest=len(self.inbox.next_turn) > 1)',
+                'self._fire("take_prompt", rest=False)',
+            ),
+        ),
+    ),
+    RuntimeMutant(
         "steering_never_claimed",
         "The turn reads the steering lane once, as it starts (empty right after its claim), so "
         "no step boundary ever takes the steering sent to the running turn.",

@@ -376,17 +376,49 @@ def test_an_inbox_claimed_observer_that_cancels_aborts_the_turn_it_claimed() -> 
         s.agent.followup(m(1))
         await s.agent.when_idle()
 
-        # The holder spans the claim, so the claimed turn opens and ends aborted; its durable
-        # record stays whole: the claim's messages, then turn/start, then what the cancel did.
+        # The holder spans the claim, so the claimed turn ends aborted; its durable record
+        # stays whole: turn/start, the claim's messages, then what the cancel did.
         assert [e.type for e in s.agent.session.events] == [
+            "turn/start",
             "inbox/claimed",
             "user/message",
-            "turn/start",
             "inbox/discarded",
             "turn/end",
         ]
         assert s.seen.discarded() == ["m2"]
         assert s.seen.outcomes() == [{"kind": "aborted"}]
+        assert s.model.requests == []
+        await s.rt.aclose()
+
+    run(scenario)
+
+
+def test_a_turn_start_observer_that_cancels_discards_the_still_pending_prompt() -> None:
+    """Issue 11 item 5 (specs/README.md): the turn claims after turn/start, so a cancel from
+    a turn/start observer discards the prompt the turn had not claimed yet."""
+
+    async def scenario() -> None:
+        s = await scene(ScriptedModel())
+        seen_queued: list[list[str]] = []
+
+        def cancel_at_turn_start(started: Any) -> None:
+            seen_queued.append([msg.id for msg in started.agent.inbox.next_turn])
+            started.agent.cancel()
+
+        s.rt.events.on("turn/start", cancel_at_turn_start)
+        s.agent.followup(m(1))
+        await s.agent.when_idle()
+
+        assert seen_queued == [["m1"]], "turn/start observers see the prompt still queued"
+        assert [e.type for e in s.agent.session.events] == [
+            "turn/start",
+            "inbox/discarded",
+            "turn/end",
+        ]
+        assert s.seen.claimed() == []
+        assert s.seen.discarded() == ["m1"]
+        assert s.seen.outcomes() == [{"kind": "aborted"}]
+        assert s.seen.statuses() == ["running", "idle"]
         assert s.model.requests == []
         await s.rt.aclose()
 
@@ -477,7 +509,7 @@ def test_a_running_listener_that_cancels_and_sends_a_replacement_gets_a_fresh_si
 
 def test_keep_inbox_cancel_parks_queued_work_until_a_later_wake() -> None:
     async def scenario() -> None:
-        s, _ = await blocked_turn(Gate("model"), then=(Reply("later"),))
+        s, _ = await blocked_turn(Gate("model"), then=(Reply("later"), Reply("last")))
         s.agent.followup(m(2))  # queued before the abort
 
         s.agent.cancel(keep_inbox=True)
@@ -489,8 +521,11 @@ def test_keep_inbox_cancel_parks_queued_work_until_a_later_wake() -> None:
 
         s.agent.followup(m(3))  # the later wake
         await s.agent.when_idle()
-        assert s.seen.claimed() == [["m1"], ["m2", "m3"]]
-        assert s.seen.outcomes() == [{"kind": "aborted"}, {"kind": "completed"}]
+        # One next-turn message a claim: the woken driver runs m2 and m3 as two turns.
+        assert s.seen.claimed() == [["m1"], ["m2"], ["m3"]]
+        completed = {"kind": "completed"}
+        assert s.seen.outcomes() == [{"kind": "aborted"}, completed, completed]
+        assert s.seen.statuses() == ["running", "idle", "running", "idle"]
         assert s.seen.discarded() == []
         await s.rt.aclose()
 

@@ -19,23 +19,23 @@ def test_an_effect_performed_outside_its_contract_stops_the_driver_loudly() -> N
         rt = Runtime(model=ScriptedModel([Reply("never")]))
         agent = (await rt.create_agent("a1")).agent
         core = core_of(agent)
-        claim = core._handlers["claim_inbox"]
+        open_holder = core._handlers["open_holder"]
 
-        def claim_then_cancel() -> None:
+        def open_then_cancel() -> None:
             # A runtime bug: letting a listener in during an effect the table does not mark as
-            # notifying. The cancel aborts the holder before publish_turn_start runs.
-            claim()
+            # notifying. The cancel aborts the holder before publish_status(running) runs.
+            open_holder()
             agent.cancel()
 
-        core._handlers["claim_inbox"] = claim_then_cancel
+        core._handlers["open_holder"] = open_then_cancel
         agent.followup(UserMessage("m1", "hi"))
         driver = core.driver  # scheduled by the wake; it runs from the next loop iteration
         assert driver is not None
         with pytest.raises(
             FsmError,
             match=re.escape(
-                "agent a1: publish_turn_start() runs where its contract "
-                "'holder == live and turn' does not hold"
+                "agent a1: publish_status(running) runs where its contract "
+                "'if status == running then holder == live else holder == none' does not hold"
             ),
         ):
             await driver

@@ -283,7 +283,8 @@ def test_a_driver_cancelled_from_outside_halts_and_parks_the_queued_work(
         agent.followup(UserMessage("m3", "three"))
         await bounded(agent.when_idle())
         claimed = [e.data["ids"] for e in agent.session.events if e.type == "inbox/claimed"]
-        assert claimed == [("m1",), ("m2", "m3")]
+        # One next-turn message a claim: the next wake's driver runs m2, then m3, as turns.
+        assert claimed == [("m1",), ("m2",), ("m3",)]
         await bounded(rt.aclose())
 
     with caplog.at_level(logging.ERROR, "fsm_core.runtime"):

@@ -130,7 +130,10 @@ def assert_durable_log_clean(session: Session) -> None:
 
 
 def assert_log_invariants(
-    session: Session, accepted: Sequence[str], queued: Sequence[str] = ()
+    session: Session,
+    accepted: Sequence[str],
+    queued: Sequence[str] = (),
+    next_turn: Sequence[str] = (),
 ) -> None:
     """The durable log's invariants, checked over the whole log:
 
@@ -138,8 +141,9 @@ def assert_log_invariants(
     - turns count 1, 2, ... and turn/start N+1 never precedes turn/end N;
     - step/start and step/end balance inside their turn, steps count 1, 2, ..., and every
       assistant message, tool call and tool result lies inside its step, each call answered;
-    - every inbox splice is recorded: a turn's claim just before its turn/start, a steering
-      claim inside its turn, each followed by the claimed messages' user/message records.
+    - every inbox splice is recorded inside its turn: a turn's claim (at most one next-turn
+      message) just after its turn/start, a steering claim between two steps, each followed
+      by the claimed messages' user/message records.
     """
     log = records(session)
     ended = Counter(
@@ -182,12 +186,11 @@ def assert_log_invariants(
             elif kind == "tool/result":
                 calls.remove(data["id"])
         elif kind == "inbox/claimed":
-            if turn is None:  # a turn's claim: the next record opens that turn
-                assert data["turn"] == last_turn + 1
-                after = log[index + 1 + len(data["ids"])]
-                assert (after["type"], after["data"]["turn"]) == ("turn/start", data["turn"])
-            else:  # steering, between two steps of the running turn
-                assert data["turn"] == turn and step is None
+            # A turn's claim right after its turn/start, or steering between two steps.
+            assert data["turn"] == turn and step is None, f"inbox/claimed at {index}"
+            if log[index - 1]["type"] == "turn/start":
+                followups = [i for i in data["ids"] if i in next_turn]
+                assert len(followups) <= 1, f"turn {turn} claimed followups {followups}"
             spliced = log[index + 1 : index + 1 + len(data["ids"])]
             assert [(s["type"], s["data"]["id"]) for s in spliced] == [
                 ("user/message", message_id) for message_id in data["ids"]
@@ -705,6 +708,37 @@ def test_a_steer_during_a_turn_is_claimed_at_the_next_step_of_that_turn() -> Non
     run(scenario())
 
 
+def test_followups_sent_together_become_one_turn_each_in_send_order_in_one_running_interval() -> (
+    None
+):
+    """Issue 11 item 1, as the original: a claim takes every steering message and exactly one
+    next-turn message; the rest stays queued for the same driver's next turn, which runs
+    without publishing idle in between."""
+
+    async def scenario() -> None:
+        model = ScriptedModel([Reply("one"), Reply("two"), Reply("three")])
+        rt = Runtime(model=model)
+        agent = (await rt.create_agent("a1")).agent
+        statuses: list[str] = []
+        rt.events.on("agent/status", lambda e: statuses.append(e.status))
+        for n in (1, 2, 3):
+            agent.followup(UserMessage(f"m{n}", f"message {n}"))
+        await agent.when_idle()
+
+        claims = [r["data"] for r in records(agent.session) if r["type"] == "inbox/claimed"]
+        assert claims == [{"turn": n, "ids": [f"m{n}"]} for n in (1, 2, 3)]
+        assert statuses == ["running", "idle"]
+        assert outcomes(agent.session) == {1: COMPLETED, 2: COMPLETED, 3: COMPLETED}
+        for request, _ in model.requests:  # each turn sees its own message, none queued after
+            said = [m["id"] for m in request.messages if m.get("role") == "user"]
+            assert said[-1:] == [f"m{request.turn}"]
+            assert not {f"m{n}" for n in range(request.turn + 1, 4)} & set(said)
+        assert_log_invariants(agent.session, ["m1", "m2", "m3"], next_turn=["m1", "m2", "m3"])
+        await rt.aclose()
+
+    run(scenario())
+
+
 # --- invariants over the log, across scenarios ---------------------------------------------------
 
 
@@ -716,6 +750,7 @@ class Scene:
     handle: AgentHandle
     model: ScriptedModel
     accepted: list[str] = field(default_factory=list)
+    followups: list[str] = field(default_factory=list)
     inserted: list[str] = field(default_factory=list)
     discarded: list[str] = field(default_factory=list)
 
@@ -740,6 +775,7 @@ class Scene:
     def followup(self, message_id: str) -> None:
         self.agent.followup(UserMessage(message_id, f"about {message_id}"))
         self.accepted.append(message_id)
+        self.followups.append(message_id)
 
     def steer(self, message_id: str) -> None:
         self.agent.steer(UserMessage(message_id, f"about {message_id}"))
@@ -749,16 +785,16 @@ class Scene:
         return [m.id for m in (*self.agent.inbox.next_turn, *self.agent.inbox.next_step)]
 
 
-async def followups_claimed_together_and_one_during_the_turn() -> Scene:
+async def followups_claimed_one_a_turn_and_one_during_the_turn() -> Scene:
     gate = Gate("model")
-    s = await Scene.create([Wait(gate, Reply("one")), Reply("two")])
+    s = await Scene.create([Wait(gate, Reply("one")), Reply("two"), Reply("three")])
     s.followup("m1")
     s.followup("m2")
     await gate.reached.wait()
     s.followup("m3")
     gate.open()
     await s.agent.when_idle()
-    assert outcomes(s.agent.session) == {1: COMPLETED, 2: COMPLETED}
+    assert outcomes(s.agent.session) == {1: COMPLETED, 2: COMPLETED, 3: COMPLETED}
     return s
 
 
@@ -787,7 +823,7 @@ async def prerun_cancel_then_a_replacement() -> Scene:
 
 async def keep_inbox_cancel_parks_work_until_a_later_wake() -> Scene:
     gate = Gate("model")
-    s = await Scene.create([Wait(gate, Reply("never")), Reply("later")])
+    s = await Scene.create([Wait(gate, Reply("never")), Reply("later"), Reply("last")])
     s.followup("m1")
     await gate.reached.wait()
     s.followup("m2")
@@ -796,7 +832,7 @@ async def keep_inbox_cancel_parks_work_until_a_later_wake() -> Scene:
     assert s.queued() == ["m2"]
     s.followup("m3")
     await s.agent.when_idle()
-    assert outcomes(s.agent.session) == {1: ABORTED, 2: COMPLETED}
+    assert outcomes(s.agent.session) == {1: ABORTED, 2: COMPLETED, 3: COMPLETED}
     return s
 
 
@@ -881,7 +917,7 @@ async def dispose_mid_turn_parks_later_sends() -> Scene:
 
 
 SCENARIOS: list[Callable[[], Coroutine[Any, Any, Scene]]] = [
-    followups_claimed_together_and_one_during_the_turn,
+    followups_claimed_one_a_turn_and_one_during_the_turn,
     cancel_in_the_model_discards_queued_and_steering_work,
     prerun_cancel_then_a_replacement,
     keep_inbox_cancel_parks_work_until_a_later_wake,
@@ -902,7 +938,7 @@ def test_every_message_ends_once_and_turns_and_steps_balance(
         s = await play()
         await s.rt.aclose()
 
-        assert_log_invariants(s.agent.session, s.accepted, s.queued())
+        assert_log_invariants(s.agent.session, s.accepted, s.queued(), s.followups)
         assert s.inserted == s.accepted
         durable = [
             message_id
