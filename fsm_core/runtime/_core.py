@@ -58,6 +58,7 @@ from fsm_core.runtime._causes import (
     detach,
 )
 from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._history import History
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
@@ -135,10 +136,6 @@ def _raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
-def _said(message: UserMessage) -> Mapping[str, Any]:
-    return {"role": "user", "id": message.id, "text": message.text}
-
-
 def _check_literals(table: Machine) -> None:
     """Raise :class:`FsmError` unless the runtime's literal types are the table's.
 
@@ -205,6 +202,8 @@ class AgentCore:
         self._forget = forget
         """Told this agent's id once its disposal finished."""
         self.inbox = Inbox(self._remove)
+        self._history = History()
+        """What each request says, folded from the session as it grows."""
         self.control = HostedMachine(table, perform=self._perform)
         self._handlers: dict[str, Callable[..., None]] = {
             "enqueue": self._enqueue,
@@ -418,8 +417,14 @@ class AgentCore:
         await payload.session.flush()
 
     async def _run_turn(self, signal: AbortSignal, turn: int) -> str:
-        """Run one turn's steps; return its own ending. The table classifies the outcome."""
-        context: list[Mapping[str, Any]] = [_said(m) for m in self._claimed]
+        """Run one turn's steps; return its own ending. The table classifies the outcome.
+
+        Each step, in order: ``agent/pre-step``, the step boundary (takes the steering sent
+        so far), prompt assembly (:meth:`_assemble`), then the step itself (:meth:`_step`),
+        which opens with ``step/start``. The signal is checked after every awaited seam, so a
+        cancel or disposal before the step opens leaves no step in the log and no request.
+        After the last step, ``agent/turn-stopping``.
+        """
         step = 0
         try:
             while True:
@@ -430,8 +435,9 @@ class AgentCore:
                 signal.raise_if_aborted()
                 if self.inbox.next_step:
                     self._fire("take_steering", rest=bool(self.inbox.next_turn))
-                    context += [_said(m) for m in self._steering]
-                reply = await self._step(signal, turn, step, context)
+                messages = await self._assemble(signal)
+                signal.raise_if_aborted()
+                reply = await self._step(signal, turn, step, messages)
                 if reply.finish != "tool_calls":
                     break
             ending = _ENDINGS[reply.finish]
@@ -461,24 +467,32 @@ class AgentCore:
             return "invalid-reply"  # the only content the turn records unchecked is the reply's
         return "seam-failed"
 
+    async def _assemble(self, signal: AbortSignal) -> tuple[Mapping[str, Any], ...]:
+        """The step's prompt: the conversation so far, as the ``agent/assemble`` waterfall
+        leaves it. The conversation is read from the durable session (see ``_history.py``
+        for which records say what), so a replay or a resumed log asks the same."""
+        history = self._history.read(self.session.events)
+        assembled = await self.events.waterfall(
+            "agent/assemble", AssembleContext(self.agent, signal, history), _same
+        )
+        return tuple(assembled.messages)
+
     async def _step(
-        self, signal: AbortSignal, turn: int, step: int, context: list[Mapping[str, Any]]
+        self, signal: AbortSignal, turn: int, step: int, messages: tuple[Mapping[str, Any], ...]
     ) -> Reply:
+        """One step, bracketed by ``step/start`` and ``step/end``: the request, the assistant's
+        answer and the tool calls it asked for."""
         boundary = StepBoundary(self.agent, signal, turn, step)
         self.session.append("step/start", {"turn": turn, "step": step})
         try:
             self.events.emit("step/start", boundary)
-            assembled = await self.events.waterfall(
-                "agent/assemble", AssembleContext(self.agent, signal, tuple(context)), _same
-            )
             signal.raise_if_aborted()
-            request = Request(self.id, turn, step, tuple(assembled.messages), self._tool_names())
+            request = Request(self.id, turn, step, messages, self._tool_names())
             reply = await self._request(request, signal)
             signal.raise_if_aborted()
             self.session.append(
                 "assistant/message", {"turn": turn, "step": step, "text": reply.text}
             )
-            context.append({"role": "assistant", "text": reply.text})
             for call in reply.tool_calls:
                 if signal.aborted:
                     # As the original: the log shows every call the model asked for, each
@@ -487,7 +501,7 @@ class AgentCore:
                     self._record_result(turn, step, call, False, "aborted")
                     continue
                 with contextlib.suppress(Aborted):  # re-raised below, once all are answered
-                    context.append(await self._call_tool(signal, turn, step, call))
+                    await self._call_tool(signal, turn, step, call)
             signal.raise_if_aborted()
             return reply
         finally:
@@ -515,9 +529,8 @@ class AgentCore:
                 continue
             return _usable(reply)
 
-    async def _call_tool(
-        self, signal: AbortSignal, turn: int, step: int, call: ToolCall
-    ) -> Mapping[str, Any]:
+    async def _call_tool(self, signal: AbortSignal, turn: int, step: int, call: ToolCall) -> None:
+        """Ask approval, run the tool, and record its answer; the history reads it from the log."""
         self._record_call(turn, step, call)
         # A failure is recorded as a short classification, never as an exception's text. Every
         # tool/call gets its tool/result, even when the turn is interrupted during approval.
@@ -541,8 +554,7 @@ class AgentCore:
                     log.exception("agent %s: tool %s failed", self.id, call.name)
                     result = "failed"
         finally:
-            ok, result = self._record_result(turn, step, call, ok, result)
-        return {"role": "tool", "id": call.id, "ok": ok, "result": result}
+            self._record_result(turn, step, call, ok, result)
 
     def _record_call(self, turn: int, step: int, call: ToolCall) -> None:
         self.session.append(
@@ -550,9 +562,7 @@ class AgentCore:
             {"turn": turn, "step": step, "id": call.id, "name": call.name, "args": dict(call.args)},
         )
 
-    def _record_result(
-        self, turn: int, step: int, call: ToolCall, ok: bool, result: Any
-    ) -> tuple[bool, Any]:
+    def _record_result(self, turn: int, step: int, call: ToolCall, ok: bool, result: Any) -> None:
         """Append the call's ``tool/result``; a result the log cannot hold (NaN, a set, an
         object, an integer beyond JSON's safe range) is recorded as ``invalid-result``."""
         data = {"turn": turn, "step": step, "id": call.id, "ok": ok, "result": result}
@@ -560,9 +570,7 @@ class AgentCore:
             self.session.append("tool/result", data)
         except Exception:  # SessionError, or a result that raises while the log reads it
             log.exception("agent %s: tool %s gave a result the log cannot hold", self.id, call.name)
-            ok, result = False, "invalid-result"
-            self.session.append("tool/result", {**data, "ok": ok, "result": result})
-        return ok, result
+            self.session.append("tool/result", {**data, "ok": False, "result": "invalid-result"})
 
     def _tool_names(self) -> tuple[str, ...]:
         return tuple(sorted(self.seams.tools))

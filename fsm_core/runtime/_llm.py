@@ -38,7 +38,11 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One model request: the agent, the assembled messages and the available tools."""
+    """One model request: the agent, the assembled messages and the available tools.
+
+    ``messages`` is the whole conversation, folded from the durable session (the rule is in
+    ``fsm_core/runtime/_history.py``), as the ``agent/assemble`` waterfall left it.
+    """
 
     agent_id: str
     turn: int

@@ -95,7 +95,9 @@ class PreStep:
 
 @dataclass(frozen=True, slots=True)
 class AssembleContext:
-    """Prompt assembly for one step of a turn."""
+    """Prompt assembly for one step of a turn, before the step opens (no ``step/start``
+    yet). ``messages`` is the conversation read from the durable session (read-only
+    dicts); a listener returns this context, or a changed copy, to its ``next``."""
 
     agent: Agent
     signal: AbortSignal

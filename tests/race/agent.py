@@ -58,6 +58,7 @@ from hypothesis.stateful import (
 )
 
 from fsm_core import (
+    AssembleContext,
     CancelRequested,
     Flush,
     MessageDiscarded,
@@ -211,6 +212,7 @@ class RaceModel:
     async def generate(self, request: Request, signal: AbortSignal) -> Reply:
         m = self._machine
         m._saw_signal("model", signal, request.turn)
+        m._check_request(request)
         await m._pass("model", signal)
         kind = m.replies.pop(0) if m.replies else "stop"
         if kind in ("error", "error_retry"):
@@ -315,7 +317,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
         for name in NOTIFICATIONS:
             events.on(name, self._guarded(name, self._noted(name)))
         events.on("agent/pre-step", self._pre_step)
-        events.on("agent/assemble", self._passing("assembly"))
+        events.on("agent/assemble", self._assemble)
         events.on("agent/request-error", self._request_error)
         events.on("agent/tool-approval", self._passing("hook"))
         events.on("agent/turn-stopping", self._passing("turn-stopping", turn=True))
@@ -873,6 +875,21 @@ class AgentRaceMachine(RuleBasedStateMachine):
         finally:
             self.in_seams -= 1
 
+    async def _assemble(
+        self, payload: AssembleContext, next: Next[AssembleContext, AssembleContext]
+    ) -> AssembleContext:
+        # Assembly runs right after the step boundary read the steering lane, before the
+        # step opens: a steer sent while it blocks waits for the next boundary.
+        steering = [m.id for m in self.agent.inbox.next_step]
+        if steering:
+            self.problems.append(
+                f"assembly in turn {self.turn} began with the steering {steering} sent before "
+                "the step boundary still queued"
+            )
+        if self.step is not None:
+            self.problems.append(f"assembly in turn {self.turn} ran inside step {self.step}")
+        return await self._passing("assembly")(payload, next)  # type: ignore[no-any-return]
+
     def _passing(self, seam: Seam, *, turn: bool = False) -> Callable[[Any, Next[Any, Any]], Any]:
         """A waterfall listener that passes ``seam`` (its gate, if armed), then the chain on;
         ``turn``: the payload names its turn."""
@@ -904,6 +921,23 @@ class AgentRaceMachine(RuleBasedStateMachine):
         finally:
             self.in_seams -= 1
             self.flushes_settled += 1
+
+    def _check_request(self, request: Request) -> None:
+        """A request is made inside its open step and carries the log's conversation: every
+        claimed message, answer and tool result recorded so far, each once, in log order."""
+        if self.step != (request.turn, request.step):
+            self.problems.append(
+                f"request {request.turn}.{request.step} made in step {self.step}, not its own"
+            )
+        said = {"user/message": "user", "assistant/message": "assistant", "tool/result": "tool"}
+        logged = [
+            (said[e.type], e.data.get("id")) for e in self.agent.session.events if e.type in said
+        ]
+        asked = [(m["role"], m.get("id")) for m in request.messages]
+        if asked != logged:
+            self.problems.append(
+                f"request {request.turn}.{request.step} carries {asked}, the log says {logged}"
+            )
 
     def _saw_signal(self, seam: str, signal: AbortSignal | None, turn: int | None = None) -> None:
         """One signal per turn at every seam, and a fresh one for each turn."""
@@ -1019,12 +1053,6 @@ class AgentRaceMachine(RuleBasedStateMachine):
         self.turns_ended = payload.turn
 
     def _on_step_start(self, payload: StepBoundary) -> None:
-        steering = [m.id for m in self.agent.inbox.next_step]
-        if steering:
-            self.problems.append(
-                f"step {payload.turn}.{payload.step} started with the steering {steering} sent "
-                "before it still queued"
-            )
         if self.step is not None or payload.turn != self.turn:
             self.problems.append(
                 f"step/start {payload.turn}.{payload.step} in turn {self.turn}, step {self.step}"

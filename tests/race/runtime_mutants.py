@@ -73,6 +73,7 @@ __all__ = [
 
 CORE = "fsm_core.runtime._core"
 SIGNAL = "fsm_core.runtime._signal"
+HISTORY = "fsm_core.runtime._history"
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +468,36 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
                 '        while self.phase in ("running", "cancelling") '
                 'and not self._value("turn"):\n',
                 '        while self.phase == "running" and not self._value("turn"):\n',
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "assembly_inside_the_step",
+        "Prompt assembly runs after step/start, so a cancel while it blocks leaves an empty "
+        "step pair in the log where the original opens no step.",
+        (
+            Edit(
+                f"{CORE}:AgentCore._run_turn",
+                "messages = await self._assemble(signal)",
+                "messages = ()",
+            ),
+            Edit(
+                f"{CORE}:AgentCore._step",
+                '    self.events.emit("step/start", boundary)\n',
+                '    self.events.emit("step/start", boundary)\n'
+                "        messages = await self._assemble(signal)\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "history_folded_twice",
+        "The history folds the whole log again at every request instead of only what was "
+        "appended since, so each request repeats the conversation before it.",
+        (
+            Edit(
+                f"{HISTORY}:History.read",
+                "for event in events[self._read :]:",
+                "for event in events:",
             ),
         ),
     ),

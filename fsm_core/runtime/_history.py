@@ -1,0 +1,117 @@
+"""The conversation a model request carries, read from the durable session.
+
+An agent is a conversation: every request holds everything the agent's log says was said,
+not only the current turn's messages. The messages are folded from the log alone, so a replay
+of the log, an agent resumed on it (``create_agent(id, Session.load(path))``), a fork that
+starts from a parent's log and a port reading the same JSONL all see the same history.
+
+The history rule, in log order (which is claim order for user messages):
+
+- ``user/message`` -> ``{"role": "user", "id", "text"}``. The runtime records one right after
+  the ``inbox/claimed`` that claimed it (a turn's claim, or a step boundary's steering), so
+  only *claimed* messages are said: a discarded message (``inbox/discarded``) never had one
+  and never appears.
+- ``assistant/message`` -> ``{"role": "assistant", "text", "tool_calls"}``; each ``tool/call``
+  of the same turn and step is folded into that message's ``tool_calls`` as
+  ``{"id", "name", "args"}``, in order (a call with no assistant message before it in its
+  step gets one of its own, with empty text).
+- ``tool/result`` -> ``{"role": "tool", "id", "ok", "result"}``.
+- Every other record (turn and step boundaries, claims, discards, outcomes) says nothing.
+
+What was recorded stays: a turn that ended aborted, disposed or in error contributes its
+claimed messages and whatever of its steps reached the log (an answered call, a call answered
+``aborted`` before dispatch), exactly as a reader of the log sees it.
+
+Messages are read-only ``dict``s (arrays are tuples): ``json.dumps`` takes them as they are,
+and an ``agent/assemble`` listener that transforms the context builds new messages
+(``{**message, ...}``, ``dict(message)``) instead of editing the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn, final
+
+from fsm_core.runtime._session import JSON, SessionEvent
+
+__all__ = ["History", "Message"]
+
+
+@final
+class Message(dict[str, Any]):
+    """A read-only dict: a history message, or an object inside one."""
+
+    __slots__ = ()
+
+    def _read_only(self, *_args: object, **_kwargs: object) -> NoReturn:
+        raise TypeError("a history message is read-only; build a new one ({**message, ...})")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple[type[Message], tuple[dict[str, Any]]]:
+        return Message, (dict(self),)  # copy, deepcopy and pickle build through __init__
+
+
+def _plain(value: JSON) -> Any:
+    """A logged value as read-only plain JSON: objects are :class:`Message`, arrays tuples."""
+    if isinstance(value, Mapping):
+        return Message({key: _plain(item) for key, item in value.items()})
+    if isinstance(value, tuple | list):
+        return tuple(_plain(item) for item in value)
+    return value
+
+
+@final
+class History:
+    """The messages of one append-only log, folded incrementally::
+
+    history = History()
+    messages = history.read(session.events)  # a tuple; later calls read only new events
+    """
+
+    __slots__ = ("_calls_into", "_messages", "_read")
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._read = 0
+        """How many events of the log are folded in."""
+        self._calls_into: tuple[JSON, JSON, int] | None = None
+        """The turn, step and index of the assistant message the step's calls fold into."""
+
+    def read(self, events: Sequence[SessionEvent]) -> tuple[Message, ...]:
+        """Every message of ``events``; ``events`` is the log read before, with more appended."""
+        for event in events[self._read :]:
+            self._fold(event)
+        self._read = len(events)
+        return tuple(self._messages)
+
+    def _fold(self, event: SessionEvent) -> None:
+        data = event.data
+        if event.type == "user/message":
+            self._add({"role": "user", "id": data["id"], "text": data["text"]})
+        elif event.type == "assistant/message":
+            self._add({"role": "assistant", "text": data["text"], "tool_calls": ()})
+            self._calls_into = (data["turn"], data["step"], len(self._messages) - 1)
+        elif event.type == "tool/call":
+            # The step's results may come between its calls: each call joins the step's answer.
+            call = Message(id=data["id"], name=data["name"], args=_plain(data["args"]))
+            into = self._calls_into
+            if into is None or into[:2] != (data["turn"], data["step"]):
+                self._add({"role": "assistant", "text": "", "tool_calls": ()})
+                into = self._calls_into = (data["turn"], data["step"], len(self._messages) - 1)
+            answer = self._messages[into[2]]
+            calls = (*answer["tool_calls"], call)
+            self._messages[into[2]] = Message({**answer, "tool_calls": calls})
+        elif event.type == "tool/result":
+            self._add(
+                {
+                    "role": "tool",
+                    "id": data["id"],
+                    "ok": data["ok"],
+                    "result": _plain(data["result"]),
+                }
+            )
+
+    def _add(self, message: dict[str, Any]) -> None:
+        self._messages.append(Message(message))
