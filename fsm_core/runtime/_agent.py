@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal, Protocol, TypeVar, final
+from typing import Literal, Protocol, TypeVar, final, get_args
 
 from fsm_core._errors import UsageError, echo
 from fsm_core.runtime._causes import USER, AgentCancelCause
@@ -152,7 +152,7 @@ class Agent:
                     f"not {type(value).__name__}"
                 )
         lane: object = target  # typed as a Lane, but a careless caller passes anything
-        if type(lane) is not str or lane not in ("next_turn", "next_step"):
+        if type(lane) is not str or lane not in get_args(Lane):
             raise UsageError(
                 f"agent {self.id}: target must be 'next_turn' or 'next_step', not {echo(target)}"
             )

@@ -369,10 +369,12 @@ class AgentCore:
                 self._fire("claim")
                 if not self._value("turn"):
                     continue  # a replacement got a fresh holder, or the claim converged
-                if self._value("holder") == "live" and self._value("pending"):
-                    # After turn/start: one next-turn message (and all steering); the rest
-                    # stays queued for this driver's next turn (converge.continue).
-                    self._fire("take_prompt", rest=len(self.inbox.next_turn) > 1)
+                rest = len(self.inbox.next_turn) > 1
+                if self._enabled("take_prompt", rest=rest):
+                    # After turn/start, unless its listeners cancelled or took the work: one
+                    # next-turn message (and all steering); the rest stays queued for this
+                    # driver's next turn (converge.continue).
+                    self._fire("take_prompt", rest=rest)
                 controller = self._controller
                 assert controller is not None
                 ending = await self._run_turn(controller.signal, self._turn)
@@ -385,6 +387,11 @@ class AgentCore:
             self._halt()
             raise
 
+    def _enabled(self, event: str, **args: Value) -> bool:
+        """True iff a row of the table takes ``event`` now: the table decides, not the driver."""
+        spec = self.control.spec
+        return bool(spec.enabled(self.control.snapshot(), event, spec.arguments(event, **args)))
+
     def _halt(self) -> None:
         """Converge the table after an escape, with no await: retire the open turn, halt.
 
@@ -392,8 +399,8 @@ class AgentCore:
         """
         for event, args in (("retire", {"end": "error"}), ("halt", {})):
             if self.phase not in ("running", "cancelling"):
-                return
-            if event == "retire" and not self._value("turn"):
+                return  # the driver no longer owns the agent (it converged, or replayed)
+            if not self._enabled(event, **args):
                 continue
             try:
                 self._fire(event, **args)

@@ -387,8 +387,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{CORE}:AgentCore._drive",
-                'self._fire("take_prompt", rest=len(self.inbox.next_turn) > 1)',
-                'self._fire("take_prompt", rest=False)',
+                "rest = len(self.inbox.next_turn) > 1",
+                "rest = False",
             ),
         ),
     ),
