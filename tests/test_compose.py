@@ -78,6 +78,30 @@ SETTLED_JOINING = 'do = ["children := not last", "failure := failure or failed"]
 """The body of row ``child.settled.joining``: a joining parent takes its child's notice."""
 
 
+TO_RELEASING = (
+    "0. initial: a.stage=active a.children=false a.flushed=false a.failure=false "
+    "a.draining=none a.resident=true a.slot=true a.announced=false a.owned=true "
+    "a.1=absent budget.admit=1 budget.dispose=1 budget.drain=0 budget.drain_child=0 "
+    "budget.failures=0 ghost.closes.a=0 ghost.closes.a.1=0 ghost.notices.a=0 "
+    "ghost.notices.a.1=0 ghost.broken=\n"
+    "1. a.admit() -> admit   changed: a.children false->true, a.1 "
+    "absent->active{children=false, flushed=false, failure=false, draining=none, "
+    "resident=true, slot=true, announced=false, owned=true}, budget.admit 1->0\n"
+    "2. a.dispose(final_state_flushed=false) -> dispose.begin   changed: a.stage "
+    "active->joining, a.1.stage active->joining, budget.dispose 1->0, ghost.closes.a "
+    "0->1, ghost.closes.a.1 0->1\n"
+    "   inside dispose_children(): a.1.dispose(final_state_flushed=false) -> "
+    "dispose.begin\n"
+    "3. a.1.children_joined() -> children.joined   changed: a.1.stage "
+    "joining->awaiting_idle\n"
+    "4. a.1.agent_idle() -> idle.flush   changed: a.1.stage awaiting_idle->flushing\n"
+    "5. a.1.final_flushed() -> flush.done   changed: a.1.stage flushing->releasing, "
+    "a.1.flushed false->true\n"
+)
+"""The first five steps both tree traces below share: admit a child, dispose the root, and
+take the child through its teardown up to its ledger's convergence."""
+
+
 def test_a_tree_step_stopped_inside_shows_its_row_the_calls_inside_and_where_it_stopped(
     tmp_path: Path,
 ) -> None:
@@ -89,25 +113,7 @@ def test_a_tree_step_stopped_inside_shows_its_row_the_calls_inside_and_where_it_
         SETTLED_JOINING,
         'do = ["children := not last", "failure := failure or failed", "close_inbox()"]',
     )
-    assert format_trace(report) == (
-        "0. initial: a.stage=active a.children=false a.flushed=false a.failure=false "
-        "a.draining=none a.resident=true a.slot=true a.announced=false a.owned=true "
-        "a.1=absent budget.admit=1 budget.dispose=1 budget.drain=0 budget.drain_child=0 "
-        "budget.failures=0 ghost.closes.a=0 ghost.closes.a.1=0 ghost.notices.a=0 "
-        "ghost.notices.a.1=0 ghost.broken=\n"
-        "1. a.admit() -> admit   changed: a.children false->true, a.1 "
-        "absent->active{children=false, flushed=false, failure=false, draining=none, "
-        "resident=true, slot=true, announced=false, owned=true}, budget.admit 1->0\n"
-        "2. a.dispose(final_state_flushed=false) -> dispose.begin   changed: a.stage "
-        "active->joining, a.1.stage active->joining, budget.dispose 1->0, ghost.closes.a "
-        "0->1, ghost.closes.a.1 0->1\n"
-        "   inside dispose_children(): a.1.dispose(final_state_flushed=false) -> "
-        "dispose.begin\n"
-        "3. a.1.children_joined() -> children.joined   changed: a.1.stage "
-        "joining->awaiting_idle\n"
-        "4. a.1.agent_idle() -> idle.flush   changed: a.1.stage awaiting_idle->flushing\n"
-        "5. a.1.final_flushed() -> flush.done   changed: a.1.stage flushing->releasing, "
-        "a.1.flushed false->true\n"
+    assert format_trace(report) == TO_RELEASING + (
         "6. a.1.handle_disposed(failed=false) -> ledger.converge (stopped at settle(false))"
         "   changed: a.children true->false, a.1.stage releasing->settled, a.1.resident "
         "true->false, a.1.slot true->false, a.1.announced false->true, a.1.owned true->false,"
@@ -131,25 +137,7 @@ def test_a_refused_settlement_notice_breaks_settlement_notice_delivered(tmp_path
     report = tree_report(tmp_path, SETTLED_JOINING, 'reject = "the notice is refused"')
     assert report.violation is not None
     assert report.violation.name == NOTICE_DELIVERED
-    assert format_trace(report) == (
-        "0. initial: a.stage=active a.children=false a.flushed=false a.failure=false "
-        "a.draining=none a.resident=true a.slot=true a.announced=false a.owned=true "
-        "a.1=absent budget.admit=1 budget.dispose=1 budget.drain=0 budget.drain_child=0 "
-        "budget.failures=0 ghost.closes.a=0 ghost.closes.a.1=0 ghost.notices.a=0 "
-        "ghost.notices.a.1=0 ghost.broken=\n"
-        "1. a.admit() -> admit   changed: a.children false->true, a.1 "
-        "absent->active{children=false, flushed=false, failure=false, draining=none, "
-        "resident=true, slot=true, announced=false, owned=true}, budget.admit 1->0\n"
-        "2. a.dispose(final_state_flushed=false) -> dispose.begin   changed: a.stage "
-        "active->joining, a.1.stage active->joining, budget.dispose 1->0, ghost.closes.a "
-        "0->1, ghost.closes.a.1 0->1\n"
-        "   inside dispose_children(): a.1.dispose(final_state_flushed=false) -> "
-        "dispose.begin\n"
-        "3. a.1.children_joined() -> children.joined   changed: a.1.stage "
-        "joining->awaiting_idle\n"
-        "4. a.1.agent_idle() -> idle.flush   changed: a.1.stage awaiting_idle->flushing\n"
-        "5. a.1.final_flushed() -> flush.done   changed: a.1.stage flushing->releasing, "
-        "a.1.flushed false->true\n"
+    assert format_trace(report) == TO_RELEASING + (
         "6. a.1.handle_disposed(failed=false) -> ledger.converge (stopped at "
         "notify_parent(false))   changed: a.1.stage releasing->settled, a.1.resident "
         "true->false, a.1.slot true->false, a.1.announced false->true, ghost.notices.a.1 "
