@@ -23,6 +23,7 @@ from fsm_core.runtime._causes import (
 )
 from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._hooks import HookDecision, HookResult, Hooks, RunHookOptions, run_hook
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
@@ -41,6 +42,7 @@ from fsm_core.runtime._payloads import (
     TurnStarted,
     TurnStopping,
 )
+from fsm_core.runtime._registry import AgentRegistry
 from fsm_core.runtime._runtime import Runtime
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import (
@@ -69,6 +71,7 @@ __all__ = [
     "Agent",
     "AgentCancelCause",
     "AgentHandle",
+    "AgentRegistry",
     "AssembleContext",
     "CancelRequested",
     "Disposed",
@@ -77,6 +80,9 @@ __all__ = [
     "EventType",
     "Finish",
     "Flush",
+    "HookDecision",
+    "HookResult",
+    "Hooks",
     "Inbox",
     "Interruption",
     "Lane",
@@ -91,6 +97,7 @@ __all__ = [
     "Reply",
     "Request",
     "RequestError",
+    "RunHookOptions",
     "Runtime",
     "Session",
     "SessionError",
@@ -107,4 +114,5 @@ __all__ = [
     "UserCause",
     "UserMessage",
     "initiating_agent",
+    "run_hook",
 ]

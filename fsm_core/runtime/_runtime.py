@@ -8,10 +8,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fsm_core._errors import SpecError, UsageError, echo, known
-from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._core import AgentCore, AgentHandle
 from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._hooks import Hooks
 from fsm_core.runtime._llm import ModelAdapter, Tool
+from fsm_core.runtime._registry import AgentRegistry
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import load_spec
@@ -29,11 +30,18 @@ class Runtime:
     """
 
     def __init__(
-        self, model: ModelAdapter, tools: Iterable[Tool] = (), *, specs: Path | None = None
+        self,
+        model: ModelAdapter,
+        tools: Iterable[Tool] = (),
+        *,
+        specs: Path | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.events = EventBus()
         self.model = model
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.hooks = hooks if hooks is not None else Hooks()
+        """The hook commands every agent's driver runs (:class:`~fsm_core.Hooks`)."""
         spec = load_spec(specs)
         if "agent" not in spec.machines:
             raise SpecError(
@@ -44,12 +52,10 @@ class Runtime:
             )
         self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
+        self.agents = AgentRegistry(self._handles)
+        """The live agents by id, the initiator scope and boundaries (``AgentRegistry``)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
-
-    @property
-    def agents(self) -> dict[str, Agent]:
-        return {name: h.agent for name, h in self._handles.items()}
 
     async def create_agent(self, agent_id: str, session: Session | None = None) -> AgentHandle:
         """A new agent recording into ``session`` (a fresh in-memory one by default).
@@ -95,6 +101,7 @@ class Runtime:
                     escaped = escaped or error
                 assert handle._disposal is not None
                 disposals.append(handle._disposal)
+            self.agents._begin_close()  # no new boundary either
             self._closing = persist(lambda: self._close(disposals), "aclose")
             if escaped is not None:
                 raise escaped
@@ -106,11 +113,13 @@ class Runtime:
                 "an agent's own turn cannot await aclose(), which waits for that turn to end; "
                 "the close has begun, return from the turn"
             )
+        self.agents._refuse_inside("aclose()")
 
     async def _close(self, disposals: list[asyncio.Future[None]]) -> None:
         # asyncio.wait, unlike gather, never cancels what it waits for.
         while pending := [t for t in (*disposals, *self._tasks) if not t.done()]:
             await asyncio.wait(pending)
+        await self.agents._wait_closed()
         failures = [t.exception() for t in disposals if t.exception() is not None]
         if failures:
             raise BaseExceptionGroup(
