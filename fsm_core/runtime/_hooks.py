@@ -69,6 +69,16 @@ class RunHookOptions:
     grace: float = 0.5
     limit: int = 1 << 20
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.signal, AbortSignal):
+            raise TypeError(f"RunHookOptions.signal is an AbortSignal, not {self.signal!r}")
+        if not (isinstance(self.grace, int | float) and 0 <= self.grace <= 60):
+            raise TypeError(
+                f"RunHookOptions.grace is a number of seconds from 0 to 60, not {self.grace!r}"
+            )
+        if type(self.limit) is not int or self.limit < 0:
+            raise TypeError(f"RunHookOptions.limit is a byte count, not {self.limit!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class HookResult:

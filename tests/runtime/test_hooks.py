@@ -217,6 +217,10 @@ def test_bad_hook_arguments_are_refused() -> None:
         asyncio.run(run_hook("true", {"signal": signal}))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^Hooks.prompt is a sequence of non-empty shell"):
         Hooks(prompt="true")
+    with pytest.raises(TypeError, match=r"^RunHookOptions.grace is a number of seconds"):
+        RunHookOptions(signal=signal, grace=float("nan"))
+    with pytest.raises(TypeError, match=r"^RunHookOptions.signal is an AbortSignal, not None$"):
+        RunHookOptions(signal=None)  # type: ignore[arg-type]
 
 
 def test_a_blocking_prompt_hook_ends_the_turn_blocked_before_any_request(tmp_path: Path) -> None:
