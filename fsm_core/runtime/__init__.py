@@ -25,6 +25,7 @@ from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._hooks import HookDecision, HookResult, Hooks, RunHookOptions, run_hook
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
+from fsm_core.runtime._initiators import AgentRegistry
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
@@ -42,7 +43,6 @@ from fsm_core.runtime._payloads import (
     TurnStarted,
     TurnStopping,
 )
-from fsm_core.runtime._registry import AgentRegistry
 from fsm_core.runtime._runtime import Runtime
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import (

@@ -11,8 +11,8 @@ from fsm_core._errors import SpecError, UsageError, echo, known
 from fsm_core.runtime._core import AgentCore, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._hooks import Hooks
+from fsm_core.runtime._initiators import AgentRegistry
 from fsm_core.runtime._llm import ModelAdapter, Tool
-from fsm_core.runtime._registry import AgentRegistry
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import load_spec
