@@ -75,6 +75,12 @@ def test_every_row_refusal_contract_and_move_is_covered(
     assert "moves of agent_races" in agent.coverage.items
 
 
+def test_the_readme_counts_the_vectors_as_they_are() -> None:
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    total = sum(len(f.vectors) for f in FILES.values())
+    assert f"fire this. {total:,} vectors, about " in readme
+
+
 def test_each_file_starts_with_a_header_saying_how_it_was_made() -> None:
     for name, f in FILES.items():
         assert f.header["kind"] == "header"
