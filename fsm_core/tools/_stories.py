@@ -67,6 +67,11 @@ def retire(end: str = "completed", *listen: Listen) -> Do:
     return Do("retire", {"end": end}, listen)
 
 
+INTERRUPTED = retire("error")
+"""The driver retires an interrupted turn: its seams raised ``Aborted``, so its own ending is
+``error``, and the table records ``aborted`` or ``disposed`` from the holder and lifecycle."""
+
+
 START, CLAIM, CONVERGE = Do("start"), Do("claim"), Do("converge")
 TAKE = Do("take_prompt", {"rest": False})
 RUNNING = (FOLLOWUP, START, CLAIM, TAKE)
@@ -182,7 +187,7 @@ AGENT_STORIES = (
         START,
         Do("claim", listen=(on("publish_turn_start", "cancel", cause="user", keep_inbox=False),)),
         TAKE,
-        retire(),
+        INTERRUPTED,
         CONVERGE,
     ),
     agent(
@@ -221,7 +226,7 @@ AGENT_STORIES = (
             followup_inside("notify_cancel_requested"),
             followup_inside("abort_holder"),
         ),
-        retire(),
+        INTERRUPTED,
         CONVERGE,
         START,
     ),
@@ -231,12 +236,15 @@ AGENT_STORIES = (
         *RUNNING,
         FOLLOWUP,
         cancel("user", True),
-        retire(),
+        INTERRUPTED,
         CONVERGE,
-        *RUNNING,
+        FOLLOWUP,
+        START,
+        CLAIM,
+        Do("take_prompt", {"rest": True}),  # the parked message and the new one: one is left
         cancel("user", True),
         FOLLOWUP,
-        retire(),
+        INTERRUPTED,
         CONVERGE,
     ),
     agent(
@@ -246,7 +254,7 @@ AGENT_STORIES = (
         cancel(),
         FOLLOWUP,
         Do("remove", {"rest": False}),
-        retire(),
+        INTERRUPTED,
         CONVERGE,
     ),
     agent(
@@ -289,7 +297,7 @@ AGENT_STORIES = (
         "sends is parked, never latched, and a disposed agent refuses sends.",
         *RUNNING,
         Do("dispose", listen=(followup_inside("abort_holder"),)),
-        retire(),
+        INTERRUPTED,
         CONVERGE,
         Do("dispose_finish"),
         FOLLOWUP,
@@ -301,7 +309,7 @@ AGENT_STORIES = (
         *RUNNING,
         cancel(),
         Do("dispose"),
-        retire(),
+        INTERRUPTED,
         CONVERGE,
         Do("dispose_finish"),
     ),
@@ -311,7 +319,7 @@ AGENT_STORIES = (
         *RUNNING,
         Do("dispose"),
         cancel(),
-        retire(),
+        INTERRUPTED,
         CONVERGE,
         Do("dispose_finish"),
     ),
