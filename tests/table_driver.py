@@ -1,8 +1,13 @@
-"""A test harness that drives one compiled table the way the runtime does.
+"""Test harnesses that drive one compiled table the way the runtime does.
 
-It keeps a live store, runs rows in place with :meth:`Machine.execute`, records every effect
-as it is reached, and lets a test install *reactions*: callbacks that run inside a notifying
-effect and may fire more events re-entrantly, exactly as a synchronous listener does.
+:class:`TableDriver` keeps a live store, runs rows in place with :meth:`Machine.execute`,
+records every effect as it is reached, and lets a test install *reactions*: callbacks that run
+inside a notifying effect and may fire more events re-entrantly, exactly as a synchronous
+listener does.
+
+The rest reads the conformance vectors (specs/vectors/, ``fsm-core vectors``) and replays one
+through a host of the table, as a port does (:func:`replay`), and gives a story's steps to the
+tests that pin what the story shows (:class:`Story`).
 """
 
 from __future__ import annotations

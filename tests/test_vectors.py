@@ -17,8 +17,16 @@ from jsonschema import Draft202012Validator
 
 from fsm_core.cli import main
 from fsm_core.export import spec_to_json
-from fsm_core.table import Machine, load_spec
-from fsm_core.tools._vectors import TABLES, Vectors, coverage_lines, generate, stale, subjects
+from fsm_core.table import Machine, load_clauses, load_spec, load_table
+from fsm_core.tools import _vectors as vectors
+from fsm_core.tools._vectors import (
+    TABLES,
+    Subject,
+    coverage_lines,
+    generate,
+    stale,
+    subjects,
+)
 from tests.table_driver import VECTORS, Hosted, Interpreter, Mismatch, VectorFile, replay
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,12 +34,6 @@ SCHEMA = json.loads((REPO / "specs" / "vectors.schema.json").read_text(encoding=
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="Node.js `node` is not on PATH")
 JS = f"{NODE} {REPO / 'ports' / 'js' / 'replay.js'}"
-
-
-@pytest.fixture(scope="module")
-def generated() -> tuple[dict[str, str], list[Vectors], bool]:
-    """``fsm-core vectors``' files, run once for the tests that read them."""
-    return generate()
 
 
 MACHINES: dict[str, Machine] = {s.machine.name: s.machine for s in subjects()}
@@ -48,8 +50,10 @@ def run(*argv: str) -> tuple[int, str, str]:
 # --- generated, current and complete -------------------------------------------------------------
 
 
-def test_committed_vectors_are_up_to_date(generated: tuple[dict[str, str], Any, bool]) -> None:
-    files, _, _ = generated
+def test_the_committed_vectors_are_current_and_cover_everything() -> None:
+    """What ``fsm-core vectors`` writes now: the committed files, and 100% coverage. One test,
+    so the models are explored once however the tests are spread over workers."""
+    files, built, complete = generate()
     assert sorted(files) == [
         "activation.jsonl",
         "agent.jsonl",
@@ -58,21 +62,18 @@ def test_committed_vectors_are_up_to_date(generated: tuple[dict[str, str], Any, 
         "window.jsonl",
     ]
     assert stale(files, VECTORS) == [], "run `python3 -m uv run --locked fsm-core vectors`"
-
-
-def test_every_row_refusal_contract_and_move_is_covered(
-    generated: tuple[dict[str, str], list[Vectors], bool],
-) -> None:
-    _, built, complete = generated
     assert complete
     for v in built:
         assert v.coverage.missing == [], v.subject.machine.name
-        table = v.subject.machine.table
-        assert set(v.coverage.items["rows"]) == {r.id for r in table.rows}
-    lines = coverage_lines(built)
-    assert lines[-1].startswith("coverage: 100.0% (")
+        assert set(v.coverage.items["rows"]) == {r.id for r in v.subject.machine.table.rows}
+    assert coverage_lines(built)[-1].startswith("coverage: 100.0% (")
     agent = next(v for v in built if v.subject.machine.name == "agent")
     assert "moves of agent_races" in agent.coverage.items
+
+
+def committed() -> dict[str, str]:
+    """The committed files, as ``generate`` gives them when they are current."""
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(VECTORS.iterdir())}
 
 
 def test_the_readme_counts_the_vectors_as_they_are() -> None:
@@ -148,14 +149,11 @@ def test_a_mutated_vector_file_fails_the_port_check_naming_it(tmp_path: Path) ->
     )
 
 
-def test_a_mutated_vector_file_is_stale_naming_it(
-    generated: tuple[dict[str, str], Any, bool], tmp_path: Path
-) -> None:
-    files, _, _ = generated
+def test_a_mutated_vector_file_is_stale_naming_it(tmp_path: Path) -> None:
     shutil.copytree(VECTORS, tmp_path, dirs_exist_ok=True)
     path = tmp_path / "agent.jsonl"
     path.write_text(path.read_text(encoding="utf-8").replace("cancel.noop", "cancel.discard", 1))
-    assert stale(files, tmp_path) == [f"{path} differs from the tables"]
+    assert stale(committed(), tmp_path) == [f"{path} differs from the tables"]
 
 
 # --- the schema ----------------------------------------------------------------------------------
@@ -240,3 +238,75 @@ def test_a_replayer_that_breaks_the_contract_fails_naming_the_line(tmp_path: Pat
     assert out.splitlines()[0].startswith(
         "fail: window.jsonl:1: header: no verdict (the replayer exited 0"
     )
+
+
+TINY = """
+[machine]
+name = "tiny"
+title = "A row no state can take"
+state_var = "stage"
+initial = "on"
+
+[states]
+on = {}
+
+[vars]
+flag = { type = "bool", init = false }
+
+[defs]
+quiescent = { expr = "true" }
+
+[events.go]
+kind = "internal"
+
+[[rows]]
+id = "go.never"
+on = "go"
+from = ["on"]
+guard = "flag and not flag"
+clauses = ["T.x"]
+
+[[invariants]]
+id = "fine"
+holds = "true"
+doc = "Always."
+clauses = ["T.x"]
+"""
+
+
+def test_coverage_under_100_percent_fails_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "tiny.toml").write_text(TINY, encoding="utf-8")
+    (tables / "source.txt").write_text("x marks the spot\n", encoding="utf-8")
+    (tables / "clauses.toml").write_text(
+        '[sources]\nT = "source.txt"\n\n[clauses."T.x"]\nsource = "T"\nquote = "x marks"\n'
+        'summary = "x"\n',
+        encoding="utf-8",
+    )
+    clauses = load_clauses(tables / "clauses.toml")
+    machine = load_table(tables / "tiny.toml", clauses)
+    tiny = Subject(machine, clauses, machine.table.file, models=["models/tiny.toml"])
+    monkeypatch.setattr(vectors, "subjects", lambda specs=None: [tiny])
+    out = tmp_path / "out"
+    code, stdout, stderr = run("--out", str(out))
+    assert code == 1
+    assert "  not covered: rows: go.never" in stdout.splitlines()
+    assert stdout.splitlines()[-1] == "coverage: 66.7% (2/3 items)"
+    assert stderr == "fsm-core vectors: coverage is under 100%; nothing written\n"
+    assert not out.exists()
+
+
+def test_check_names_each_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vectors, "generate", lambda specs=None: (committed(), [], True))
+    assert run("--check")[:2] == (0, f"vectors up to date in {VECTORS}\n")
+    shutil.copytree(VECTORS, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "window.jsonl").unlink()
+    code, _, stderr = run("--check", "--out", str(tmp_path))
+    assert code == 1
+    assert stderr.splitlines() == [
+        f"stale: {tmp_path / 'window.jsonl'} is missing",
+        "fsm-core vectors: vectors are stale; run `fsm-core vectors`",
+    ]

@@ -10,8 +10,9 @@ with one. Every line but the header is one *vector*, a question with its answer:
   event with arguments, running a *script*: at the n-th effect of the step (counting every
   effect, nested ones included, in the order performed) a listener fires an event, or the
   runtime creates an instance. The answer is the call tree (the row each call took, its
-  effects rendered ``name(args)``, the calls made inside each effect) and the state(s) after,
-  or the refusal (``rejected`` or ``not-enabled``, with its exact message, or ``bad-call``).
+  effects rendered ``name(args)``, the calls made inside each effect) and what the step
+  changed, or the refusal (``rejected`` or ``not-enabled``, with its exact message, or
+  ``bad-call``). States are sparse: only the values that differ from the initial state.
 - ``holds``: a predicate of the table (an effect's ``requires``, an invariant, a step
   invariant, a definition) evaluated on a state (and arguments, or a second state): true or
   false.
