@@ -310,3 +310,32 @@ def test_check_names_each_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
         f"stale: {tmp_path / 'window.jsonl'} is missing",
         "fsm-core vectors: vectors are stale; run `fsm-core vectors`",
     ]
+
+
+def test_a_failing_port_shows_the_first_failures_of_each_file_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(VECTORS / "window.jsonl", tmp_path)
+    shutil.copy(VECTORS / TABLES, tmp_path)
+    path = tmp_path / "window.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[3] = "not json"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    port = tmp_path / "fails.py"
+    port.write_text(
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    try:\n"
+        "        vid = json.loads(line)['id']\n"
+        "    except ValueError:\n"
+        "        vid = '?'\n"
+        "    print(json.dumps({'id': vid, 'verdict': 'fail', 'reason': 'no'}))\n",
+        encoding="utf-8",
+    )
+    code, out, _ = run("--out", str(tmp_path), "--replay", f"{sys.executable} {port}")
+    assert code == 1
+    shown = out.splitlines()
+    assert shown[0] == "fail: window.jsonl:1: header: no"
+    assert shown[3] == "fail: window.jsonl:4: ?: no"
+    assert shown[20] == f"fail: window.jsonl: {len(lines) - 20:,} more vectors fail"
+    assert shown[21] == f"replayed {len(lines)} vectors with {sys.executable} {port}: 0 pass"
