@@ -39,6 +39,7 @@ from fsm_core.runtime import ModelAdapter
 from fsm_core.table import load_spec
 from fsm_core.tools import _bench as bench
 from fsm_core.tools import _mutants as mutants
+from fsm_core.tools import _vectors as vectors
 
 INTERRUPTED = 130
 """The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""
@@ -102,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     _configure_check(sub.add_parser("check", help="model-check the bounded models in models/"))
     bench.configure(sub.add_parser("bench", help="time the checker against the baseline BFS"))
     mutants.configure(sub.add_parser("mutants", help="prove every planted table bug is caught"))
+    vectors.configure(
+        sub.add_parser("vectors", help="generate the conformance vectors ports replay")
+    )
 
     p_spec = sub.add_parser("spec", help="print the transition tables")
     p_spec.add_argument("machine", nargs="*", help="machines to print (default: all)")
@@ -166,6 +170,8 @@ def _run(args: argparse.Namespace) -> int:
         return mutants.run(args)
     if args.command == "acp":
         return _acp(args)
+    if args.command == "vectors":
+        return vectors.run(args)
     if args.command == "diagrams" and args.specs is not None and args.out is None:
         raise _Refused(
             "diagrams with --specs needs --out DIR: the default directory holds the shipped "
