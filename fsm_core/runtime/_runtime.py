@@ -12,6 +12,7 @@ from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._core import AgentCore, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._llm import ModelAdapter, Tool
+from fsm_core.runtime._registry import Subagents
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import load_spec
@@ -42,10 +43,25 @@ class Runtime:
                 f"no table defines the machine 'agent' that the runtime runs "
                 f"(machines: {known(spec.machines) or 'none'})",
             )
+        if "activation" not in spec.machines:
+            raise SpecError(
+                str(spec.root),
+                "",
+                f"no table defines the machine 'activation' that rt.subagents runs "
+                f"(machines: {known(spec.machines)})",
+            )
         self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
+        self.subagents = Subagents(
+            spec.machines["activation"],
+            events=self.events,
+            create=self._new_agent,
+            host_agent=self._host_agent,
+            in_use=self._handles.__contains__,
+        )
+        """The activation registry (seed 004): continuable children, drains, spawn, fork."""
 
     @property
     def agents(self) -> dict[str, Agent]:
@@ -57,16 +73,19 @@ class Runtime:
         Raises :class:`~fsm_core.UsageError` once ``aclose()`` has begun, for an id in use,
         and for a session another live agent records into.
         """
+        return self._new_agent(agent_id, session or Session())
+
+    def _new_agent(self, agent_id: str, session: Session) -> AgentHandle:
         if self._closing is not None:
             raise UsageError(f"the runtime is closing; agent {echo(agent_id)} was not created")
         if type(agent_id) is not str or not 0 < len(agent_id) <= 200 or not agent_id.isprintable():
             raise UsageError(f"an agent id is 1 to 200 printable characters, not {echo(agent_id)}")
-        if agent_id in self._handles:
+        if agent_id in self._handles or self.subagents.holds(agent_id):
             raise UsageError(f"an agent named {echo(agent_id)} already exists")
         core = AgentCore(
             agent_id,
             self._table,
-            session or Session(),
+            session,
             seams=self,
             track=self._track,
             forget=self._forget,
@@ -86,8 +105,10 @@ class Runtime:
         if self._closing is None:
             # Every agent's disposal begins inside this call, before any await, so no agent
             # takes or runs new work once aclose() was called (seed 004: stop accepting).
+            # The final switch (seed 004): the subagent trees are cancelled child-first and
+            # torn down, then every agent, host-owned or not, is disposed.
             escaped: BaseException | None = None
-            disposals = []
+            disposals = [self.subagents._close()]
             for handle in list(self._handles.values()):
                 try:
                     handle._begin()
@@ -125,6 +146,11 @@ class Runtime:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("a driver failed", exc_info=task.exception())
+
+    def _host_agent(self, agent_id: str) -> Agent | None:
+        """The live agent ``agent_id`` unless it is an activation's (the registry owns it)."""
+        handle = self._handles.get(agent_id)
+        return None if handle is None or self.subagents.holds(agent_id) else handle.agent
 
     def _forget(self, agent_id: str) -> None:
         self._handles.pop(agent_id, None)
