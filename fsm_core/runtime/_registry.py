@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -109,9 +110,6 @@ class _Node:
         self.agent = handle.agent
         self.control = HostedMachine(registry._table, perform=registry._performer(self))
         self.public = Activation(self)
-        self.ancestry: frozenset[str] = frozenset(
-            () if parent is None else (*parent.ancestry, parent.id)
-        ) | {parent_agent.id}
         # Invariant: owned is non-empty iff the table's ``children`` is true.
         self.owned: dict[str, None] = {}
         """The ids of the children it owns that have not notified their settlement (an
@@ -200,6 +198,9 @@ class Subagents:
         self._notices = 0
         self._firing = 0
         self._held: BaseException | None = None
+        self._cascade: deque[tuple[_Node, _Node]] = deque()
+        """Children whose ``dispose`` a row asked for, fired once that row returns."""
+        self._cascading = False
         events.on("inbox/inserted", self._poke)
 
     # --- reading ----------------------------------------------------------------------------
@@ -431,7 +432,7 @@ class Subagents:
         self._live_parent(parent)
         named = [self._resident[i] for i in dict.fromkeys(child_ids) if i in self._resident]
         for node in named:
-            if not (node.parent_agent is parent and parent.id in node.ancestry):
+            if node.parent_agent is not parent:
                 try:
                     self._fire(node, "drain_child", lineage=False)
                 except Rejected as refused:
@@ -526,6 +527,11 @@ class Subagents:
                 await node.agent.when_idle()
                 seen = node.pokes
                 verdict = _Verdict()
+                if node.stage != "active":
+                    # The inbox is closing: the table's verdict is closed, with no need to
+                    # own the agent to learn it.
+                    self._watch_verdict(node, verdict, seen, busy=False)
+                    return
 
                 async def decide(
                     _signal: AbortSignal, verdict: _Verdict = verdict, seen: int = seen
@@ -587,7 +593,13 @@ class Subagents:
 
     def _fire(self, node: _Node, event: str, context: object = None, /, **args: Value) -> None:
         """Fire a table event on ``node``; a listener's held BaseException is raised after
-        the outermost row, so no row stops half-way."""
+        the outermost row, so no row stops half-way.
+
+        The ``dispose`` of each child a row's ``dispose_children`` names fires once that row
+        returned, still inside this call, level by level, so a subtree of any depth is
+        cancelled before the first await without nesting a Python frame per generation. The
+        row ends with that effect, so no later effect of it could tell the difference.
+        """
         self._firing += 1
         try:
             node.control.fire(event, context, **args)
@@ -597,6 +609,14 @@ class Subagents:
             raise
         finally:
             self._firing -= 1
+        if self._firing == 0 and not self._cascading:
+            self._cascading = True
+            try:
+                while self._cascade:
+                    parent, child = self._cascade.popleft()
+                    parent.child_teardowns.append(self._dispose(child, False))
+            finally:
+                self._cascading = False
         if self._firing == 0 and self._held is not None:
             held, self._held = self._held, None
             raise held
@@ -628,10 +648,10 @@ class Subagents:
         node.agent.cancel(PARENT, keep_inbox=True)
 
     def _dispose_children(self, node: _Node) -> None:
-        for child_id in list(node.owned):
+        for child_id in node.owned:
             child = self._resident.get(child_id)
             if child is not None:
-                node.child_teardowns.append(self._dispose(child, False))
+                self._cascade.append((node, child))
 
     def _flush_final_state(self, node: _Node) -> None:
         node.flush_owed = True  # an effect cannot await: _finish awaits it

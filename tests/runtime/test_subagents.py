@@ -161,6 +161,29 @@ def test_the_natural_end_does_not_flush_the_final_state_twice() -> None:
     run(test)
 
 
+def test_a_deep_chain_is_cancelled_inside_the_call_and_settles_deepest_first() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        depth = 150  # nesting the rows would take some 2,500 frames: past the default limit
+        gate = Gate("every request")
+        chain: list[Activation] = []
+        parent = host
+        for i in range(depth):
+            models.script(f"a{i}", Wait(gate, Reply("late")))
+            chain.append(await rt.subagents.start(parent, f"a{i}", "work"))
+            parent = chain[-1].agent
+        while len(models.signals) < depth:
+            await gate.reached.wait()
+            gate.reached.clear()
+        pending = rt.subagents.dispose(chain[0])
+        assert {a.stage for a in chain} == {"joining"}
+        assert {models.signals[a.id][0].reason for a in chain} == {PARENT}
+        await pending
+        assert settled.ids == [f"a{i}" for i in reversed(range(depth))]
+
+    run(test)
+
+
 # --- the six convergence steps --------------------------------------------------------------------
 
 
