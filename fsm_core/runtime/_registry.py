@@ -174,7 +174,7 @@ class Subagents:
         in_use: Callable[[str], bool],
     ) -> None:
         self._table = table
-        missing = set(table.table.effects) ^ set(self._HANDLERS)
+        missing = set(table.table.effects) ^ self._EFFECTS
         if missing:
             raise FsmError(
                 f"the runtime and {table.table.file} disagree on effects: {sorted(missing)}"
@@ -457,9 +457,10 @@ class Subagents:
     def _close(self) -> asyncio.Future[None]:
         """The runtime's final switch: drain, inside the caller's call; also await every
         teardown already running."""
+        self._draining = True
         drained = self.drain()._future
         everything = [n.closing for n in self._resident.values() if n.closing is not None]
-        return asyncio.ensure_future(self._join("the runtime's close", [drained, *everything]))
+        return persist(lambda: self._join("the runtime's close", [drained, *everything]), "drain")
 
     # --- spawn and fork ---------------------------------------------------------------------
 
@@ -633,7 +634,7 @@ class Subagents:
                 f"hold ({spec.format_state(node.control.snapshot())})"
             )
         try:
-            self._HANDLERS[effect.name](self, node, *effect.args)
+            getattr(self, f"_{effect.name}")(node, *effect.args)
         except Exception:
             raise
         except BaseException as error:
@@ -722,24 +723,28 @@ class Subagents:
     def _dispose_in_maintenance(self, node: _Node) -> None:
         self._dispose(node, True)
 
-    _HANDLERS: Mapping[str, Callable[..., None]] = {
-        "close_inbox": _close_inbox,
-        "cancel_agent": _cancel_agent,
-        "dispose_children": _dispose_children,
-        "flush_final_state": _flush_final_state,
-        "capture": _capture,
-        "dispose_handle": _dispose_handle,
-        "leave_registry": _leave_registry,
-        "release_slot": _release_slot,
-        "notify_parent": _notify_parent,
-        "release_ownership": _release_ownership,
-        "settle": _settle,
-        "rethrow": _rethrow,
-        "request_dispose": _request_dispose,
-        "admit_child": _admit_child,
-        "verdict": _verdict,
-        "dispose_in_maintenance": _dispose_in_maintenance,
-    }
+    _EFFECTS = frozenset(
+        {
+            "close_inbox",
+            "cancel_agent",
+            "dispose_children",
+            "flush_final_state",
+            "capture",
+            "dispose_handle",
+            "leave_registry",
+            "release_slot",
+            "notify_parent",
+            "release_ownership",
+            "settle",
+            "rethrow",
+            "request_dispose",
+            "admit_child",
+            "verdict",
+            "dispose_in_maintenance",
+        }
+    )
+    """The table's effects; each is performed by the method named for it with a leading ``_``
+    (looked up when performed, so a test may patch one)."""
 
     def __repr__(self) -> str:
         state = " draining" if self._draining else ""

@@ -104,11 +104,16 @@ class Runtime:
         """
         if self._closing is None:
             # Every agent's disposal begins inside this call, before any await, so no agent
-            # takes or runs new work once aclose() was called (seed 004: stop accepting).
-            # The final switch (seed 004): the subagent trees are cancelled child-first and
-            # torn down, then every agent, host-owned or not, is disposed.
+            # takes or runs new work once aclose() was called (seed 004: stop accepting). The
+            # subagent trees go first: drained (admission closed, every tree cancelled with
+            # PARENT and torn down child-first), then every agent's disposal begins too.
             escaped: BaseException | None = None
-            disposals = [self.subagents._close()]
+            try:
+                drained = self.subagents._close()
+            except BaseException as error:  # a listener's; the drain began anyway
+                escaped = error
+                drained = self.subagents._close()
+            disposals = [drained]
             for handle in list(self._handles.values()):
                 try:
                     handle._begin()

@@ -115,14 +115,24 @@ def test_a_failing_child_does_not_stop_its_siblings_and_every_failure_is_named_l
         settled = Settlements(rt)
         p = await rt.subagents.start(host, "p", "work")
         broken = HeldSession()
+        slow = Gate("c2 ignores its signal")
+        models.script("c1", Wait(Gate("c1"), Reply("late")))
+        models.script("c2", Wait(slow, Reply("late"), cooperate=False))
+        models.script("c3", Wait(Gate("c3"), Reply("late")))
         kids = [
             await rt.subagents.start(p.agent, "c1", "work", session=broken),
             await rt.subagents.start(p.agent, "c2", "work"),
             await rt.subagents.start(p.agent, "c3", "work", session=HeldSession().fail()),
         ]
+        while len(models.signals) < 4:  # p, c1, c2 and c3 are each inside a request
+            await asyncio.sleep(0)
         broken.fail()
+        pending = rt.subagents.dispose(p)
+        await settled.of("c1", "c3")  # both failed; c2's teardown still waits for its turn
+        assert p.stage == "joining" and kids[1].stage == "awaiting_idle"
+        slow.open()
         with pytest.raises(ActivationTeardownFailed) as caught:
-            await rt.subagents.dispose(p)
+            await pending
         error = caught.value
         assert error.code == "ACTIVATION_TEARDOWN_FAILED"
         assert [(f.activation, f.boundary) for f in error.failures] == [
@@ -137,7 +147,7 @@ def test_a_failing_child_does_not_stop_its_siblings_and_every_failure_is_named_l
             f"activation 'c1' at final flush: {full}; activation 'c1' at handle dispose: {full}; "
             f"activation 'c3' at final flush: {full}; activation 'c3' at handle dispose: {full}"
         )
-        assert settled.log == [("c1", True), ("c2", False), ("c3", True), ("p", True)]
+        assert settled.log == [("c1", True), ("c3", True), ("c2", False), ("p", True)]
         assert [k.failed for k in kids] == [True, False, True]
         assert rt.subagents.resident == () and rt.subagents.slots_held == 0
 
@@ -247,9 +257,10 @@ def test_four_racing_teardowns_of_a_three_level_tree_run_once_and_fail_together(
             rt.subagents.drain(),
             rt.subagents.drain_descendants([host]),
             rt.subagents.drain_children(host, ["p"]),
+            rt.subagents.dispose(p),
         ]
         errors = await asyncio.gather(*racing, return_exceptions=True)
-        assert [type(e) for e in errors] == [ActivationTeardownFailed] * 4
+        assert [type(e) for e in errors] == [ActivationTeardownFailed] * 5
         assert {str(e).partition(": ")[2] for e in errors} == {
             "activation 'g' at final flush: SessionError('disk: cannot write the log: full'); "
             "activation 'g' at handle dispose: SessionError('disk: cannot write the log: full')"
@@ -306,6 +317,31 @@ def test_the_watcher_waits_while_the_child_owns_unsettled_children() -> None:
         await settled.of("g", "c")
         assert settled.ids == ["g", "c"]
         assert turn_outcomes(c.agent) == ["completed", "completed"]  # woken by g's notice
+
+    run(test)
+
+
+def test_the_watcher_waits_while_work_is_queued_in_the_inbox() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+
+        def park(event: object) -> None:
+            agent = event.agent  # type: ignore[attr-defined]
+            if agent.id == "c" and event.status == "idle":  # type: ignore[attr-defined]
+                agent.inject(UserMessage("parked", "for later"))  # queued, no wake: idle
+
+        off = rt.events.on("agent/status", park)
+        c = await rt.subagents.start(host, "c", "work")
+        await c.agent.when_idle()
+        off()
+        for _ in range(5):
+            await asyncio.sleep(0)  # the watcher had every chance to decide: it waits
+        assert c.stage == "active" and c.agent.inbox.pending
+        await rt.subagents.followup("c", UserMessage("m3", "wake up"))
+        await settled.of("c")
+        claimed = [e.data["id"] for e in c.agent.session.events if e.type == "user/message"]
+        assert claimed == ["c:prompt", "parked", "m3"]  # nothing queued was lost
+        assert rt.subagents.get("c") is None
 
     run(test)
 
