@@ -444,13 +444,12 @@ def test_drain_tears_every_root_down_and_refuses_every_later_admission() -> None
         await rt.subagents.drain()
         assert sorted(settled.ids) == ["c", "g", "p", "q"]
         assert settled.ids.index("g") < settled.ids.index("c") < settled.ids.index("p")
-        for call in (
-            rt.subagents.start(host, "n", "work"),
-            rt.subagents.followup("q", UserMessage("m", "more")),
-        ):
-            with pytest.raises(SubagentError, match=f"^{re.escape(DRAINING)}$") as caught:
-                await call
-            assert caught.value.code == "DRAINING"
+        with pytest.raises(SubagentError, match=f"^{re.escape(DRAINING)}$") as caught:
+            await rt.subagents.start(host, "n", "work")
+        assert caught.value.code == "DRAINING"
+        with pytest.raises(SubagentError, match=f"^{re.escape(DRAINING)}$") as caught:
+            await rt.subagents.followup("q", UserMessage("m", "more"))
+        assert caught.value.code == "DRAINING"
         assert rt.subagents.resident == () and q.failed is False
 
     run(test)
