@@ -1,4 +1,5 @@
-"""The asyncio reference runtime of seed 000, driven by specs/agent.toml.
+"""The asyncio reference runtime of seeds 000 and 004, driven by specs/agent.toml and
+specs/activation.toml.
 
     rt = Runtime(model=ScriptedModel([Reply("hello")]))     # fsm_core.testing's stand-in
     handle = await rt.create_agent("a1")
@@ -10,6 +11,17 @@ Every name here is also exported from :mod:`fsm_core`; scripted models, tools an
 tests live in :mod:`fsm_core.testing`.
 """
 
+from fsm_core.runtime._activation import (
+    Activation,
+    ActivationSettled,
+    ActivationTeardownFailed,
+    SubagentCode,
+    SubagentError,
+    SubagentResult,
+    SubagentSpec,
+    TeardownFailure,
+    Terminal,
+)
 from fsm_core.runtime._agent import Agent, Phase, Status
 from fsm_core.runtime._causes import (
     DISPOSED,
@@ -57,6 +69,7 @@ from fsm_core.runtime._session import (
     SessionEvent,
 )
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
+from fsm_core.runtime._subagents import Subagents
 
 __all__ = [
     "DISPOSED",
@@ -68,6 +81,9 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "Aborted",
+    "Activation",
+    "ActivationSettled",
+    "ActivationTeardownFailed",
     "Agent",
     "AgentCancelCause",
     "AgentHandle",
@@ -105,6 +121,13 @@ __all__ = [
     "Status",
     "StatusChanged",
     "StepBoundary",
+    "SubagentCode",
+    "SubagentError",
+    "SubagentResult",
+    "SubagentSpec",
+    "Subagents",
+    "TeardownFailure",
+    "Terminal",
     "Tool",
     "ToolApproval",
     "ToolCall",

@@ -8,12 +8,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fsm_core._errors import SpecError, UsageError, echo, known
+from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._core import AgentCore, AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._hooks import Hooks
 from fsm_core.runtime._initiators import AgentRegistry
 from fsm_core.runtime._llm import ModelAdapter, Tool
 from fsm_core.runtime._session import Session
+from fsm_core.runtime._subagents import Subagents
 from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import load_spec
 
@@ -50,12 +52,27 @@ class Runtime:
                 f"no table defines the machine 'agent' that the runtime runs "
                 f"(machines: {known(spec.machines) or 'none'})",
             )
+        if "activation" not in spec.machines:
+            raise SpecError(
+                str(spec.root),
+                "",
+                f"no table defines the machine 'activation' that rt.subagents runs "
+                f"(machines: {known(spec.machines)})",
+            )
         self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self.agents = AgentRegistry(self._handles)
         """The live agents by id, the initiator scope and boundaries (``AgentRegistry``)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
+        self.subagents = Subagents(
+            spec.machines["activation"],
+            events=self.events,
+            create=self._new_agent,
+            host_agent=self._host_agent,
+            in_use=self._handles.__contains__,
+        )
+        """The activation registry (seed 004): continuable children, drains, spawn, fork."""
 
     async def create_agent(self, agent_id: str, session: Session | None = None) -> AgentHandle:
         """A new agent recording into ``session`` (a fresh in-memory one by default).
@@ -63,16 +80,19 @@ class Runtime:
         Raises :class:`~fsm_core.UsageError` once ``aclose()`` has begun, for an id in use,
         and for a session another live agent records into.
         """
+        return self._new_agent(agent_id, session or Session())
+
+    def _new_agent(self, agent_id: str, session: Session) -> AgentHandle:
         if self._closing is not None:
             raise UsageError(f"the runtime is closing; agent {echo(agent_id)} was not created")
         if type(agent_id) is not str or not 0 < len(agent_id) <= 200 or not agent_id.isprintable():
             raise UsageError(f"an agent id is 1 to 200 printable characters, not {echo(agent_id)}")
-        if agent_id in self._handles:
+        if agent_id in self._handles or self.subagents.holds(agent_id):
             raise UsageError(f"an agent named {echo(agent_id)} already exists")
         core = AgentCore(
             agent_id,
             self._table,
-            session or Session(),
+            session,
             seams=self,
             track=self._track,
             forget=self._forget,
@@ -91,9 +111,16 @@ class Runtime:
         """
         if self._closing is None:
             # Every agent's disposal begins inside this call, before any await, so no agent
-            # takes or runs new work once aclose() was called (seed 004: stop accepting).
+            # takes or runs new work once aclose() was called (seed 004: stop accepting). The
+            # subagent trees go first: drained (admission closed, every tree cancelled with
+            # PARENT and torn down child-first), then every agent's disposal begins too.
             escaped: BaseException | None = None
-            disposals = []
+            try:
+                drained = self.subagents._close()
+            except BaseException as error:  # a listener's; the drain began anyway
+                escaped = error
+                drained = self.subagents._close()
+            disposals = [drained]
             for handle in list(self._handles.values()):
                 try:
                     handle._begin()
@@ -134,6 +161,11 @@ class Runtime:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("a driver failed", exc_info=task.exception())
+
+    def _host_agent(self, agent_id: str) -> Agent | None:
+        """The live agent ``agent_id`` unless it is an activation's (the registry owns it)."""
+        handle = self._handles.get(agent_id)
+        return None if handle is None or self.subagents.holds(agent_id) else handle.agent
 
     def _forget(self, agent_id: str) -> None:
         self._handles.pop(agent_id, None)
