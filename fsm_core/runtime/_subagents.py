@@ -721,7 +721,10 @@ class Subagents:
         holder.value = verdict
 
     def _dispose_in_maintenance(self, node: _Node) -> None:
-        self._dispose(node, True)
+        # The natural end's teardown has no caller to raise to: its failure reaches the
+        # settlement (``failed``) and the parent's notice, so it is read here, not left to
+        # asyncio's "exception was never retrieved".
+        self._dispose(node, True).add_done_callback(_read)
 
     _EFFECTS = frozenset(
         {
@@ -753,6 +756,11 @@ class Subagents:
 
 def _nobody() -> None:
     """No task awaits its own teardown through these entries; nothing to refuse."""
+
+
+def _read(teardown: asyncio.Future[None]) -> None:
+    if not teardown.cancelled():
+        teardown.exception()
 
 
 def _failures(teardowns: Iterable[asyncio.Future[None]]) -> list[TeardownFailure]:
