@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, cast, final, get_args
@@ -161,6 +162,22 @@ def _check_literals(table: Machine) -> None:
             )
 
 
+_CHECKED: weakref.WeakSet[Machine] = weakref.WeakSet()
+"""The compiled tables :func:`_check_table` has accepted; each is checked once."""
+
+
+def _check_table(table: Machine) -> None:
+    """Raise :class:`FsmError` unless the runtime performs exactly the table's effects and
+    reads back its literal types (checked once per compiled table)."""
+    if table in _CHECKED:
+        return
+    missing = set(table.table.effects) ^ set(_HANDLERS)
+    if missing:
+        raise FsmError(f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}")
+    _check_literals(table)
+    _CHECKED.add(table)
+
+
 class Seams(Protocol):
     """What an agent's owner lends its core: the bus, the model and the tools, read live."""
 
@@ -205,29 +222,7 @@ class AgentCore:
         self._history = History()
         """What each request says, folded from the session as it grows."""
         self.control = HostedMachine(table, perform=self._perform)
-        self._handlers: dict[str, Callable[..., None]] = {
-            "enqueue": self._enqueue,
-            "schedule_driver": self._schedule_driver,
-            "notify_cancel_requested": self._notify_cancel_requested,
-            "clear_inbox": self._clear_inbox,
-            "abort_holder": self._abort_holder,
-            "open_holder": self._open_holder,
-            "release_holder": self._release_holder,
-            "publish_status": self._publish_status,
-            "claim_inbox": self._claim_inbox,
-            "claim_steering": self._claim_steering,
-            "publish_turn_start": self._publish_turn_start,
-            "publish_turn_end": self._publish_turn_end,
-            "flush_session": self._flush_session,
-            "settle_idle": self._settle_idle,
-            "finalize_disposal": self._finalize_disposal,
-        }
-        missing = set(table.table.effects) ^ set(self._handlers)
-        if missing:
-            raise FsmError(
-                f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}"
-            )
-        _check_literals(table)
+        _check_table(table)
         # Invariant: _controller is set iff the table's holder is live or aborted.
         self._controller: AbortController | None = None
         self._status: Status = "idle"
@@ -288,7 +283,7 @@ class AgentCore:
 
     def when_idle(self) -> Pending:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.control.spec.holds("quiescent", self.control.snapshot()):
+        if self.control.holds("quiescent"):
             waiter.set_result(None)
         else:
             self._waiters.append(waiter)
@@ -588,14 +583,14 @@ class AgentCore:
         # The table's contract for this effect must hold as it runs; the loader and the checker
         # prove it for the table, this catches a runtime that re-enters where the table does
         # not say it may.
-        if self.control.spec.unmet(effect.name, self.control.snapshot(), effect.args):
+        if self.control.unmet(effect):
             requires = self.control.spec.table.effects[effect.name].requires_text
             raise FsmError(
                 f"agent {self.id}: {effect} runs where its contract {requires!r} does not hold "
                 f"({self.control.spec.format_state(self.control.snapshot())})"
             )
         try:
-            self._handlers[effect.name](*effect.args)
+            getattr(self, _HANDLERS[effect.name])(*effect.args)
         except Exception:
             raise  # a fault of the runtime itself, not of a listener
         except BaseException as error:
@@ -604,7 +599,7 @@ class AgentCore:
             self._held = self._held or error
 
     def _value(self, name: str) -> Value:
-        return self.control.values[name]
+        return self.control.get(name)
 
     def _enqueue(self, lane: str) -> None:
         message = self.control.context  # only send's rows enqueue: the message being sent
@@ -734,6 +729,30 @@ class AgentCore:
         assert message is not None
         self._discard([message])
         return True
+
+
+_HANDLERS: Mapping[str, str] = {
+    effect: f"_{effect}"
+    for effect in (
+        "enqueue",
+        "schedule_driver",
+        "notify_cancel_requested",
+        "clear_inbox",
+        "abort_holder",
+        "open_holder",
+        "release_holder",
+        "publish_status",
+        "claim_inbox",
+        "claim_steering",
+        "publish_turn_start",
+        "publish_turn_end",
+        "flush_session",
+        "settle_idle",
+        "finalize_disposal",
+    )
+}
+"""Each effect of specs/agent.toml and the :class:`AgentCore` method that performs it, looked
+up on the core when performed (a test may replace one on an instance)."""
 
 
 class AgentHandle:

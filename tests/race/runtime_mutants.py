@@ -333,7 +333,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{CORE}:AgentCore.when_idle",
-                '    if self.control.spec.holds("quiescent", self.control.snapshot()):\n',
+                '    if self.control.holds("quiescent"):\n',
                 '    if self.phase in ("idle", "disposing", "disposed"):\n',
             ),
         ),
