@@ -242,6 +242,11 @@ class HostedMachine:
         """True iff the table's named definition (e.g. ``quiescent``) holds now."""
         return self.spec.holds(definition, self._store)
 
+    def takes(self, event: str, **kwargs: Value) -> bool:
+        """True iff a row of the table would run ``event`` now (not an ignore, not a refusal)."""
+        args = self.spec.arguments(event, **kwargs)
+        return isinstance(self.spec.lookup(self._store, event, args), CompiledRow)
+
     def unmet(self, effect: Effect) -> bool:
         """True iff ``effect``'s contract (its ``requires``) does not hold now."""
         return self.spec.unmet(effect.name, self._store, effect.args)

@@ -250,6 +250,10 @@ class AgentCore:
         """True iff the driver task last scheduled has begun to run."""
         self._firing = 0
         """How many table events are being fired right now (listeners nest them)."""
+        self._reentered = False
+        """True iff, since the outermost fire in progress began, a listener fired another event
+        inside it. Until then the row runs as the loader proved it runs from a valid state, so
+        its effects' contracts are checked only from the first re-entry on."""
         self._held: BaseException | None = None
         """A listener's uncontained BaseException, raised once the outermost row completes."""
         self.agent = Agent(self)
@@ -335,6 +339,8 @@ class AgentCore:
         """Fire a table event with its ``context``; a listener's held BaseException is raised
         after the row."""
         self._firing += 1
+        if self._firing > 1:
+            self._reentered = True
         try:
             self.control.fire(event, context, **args)
         except BaseException:
@@ -343,6 +349,8 @@ class AgentCore:
             raise
         finally:
             self._firing -= 1
+            if self._firing == 0:
+                self._reentered = False
         if self._firing == 0 and self._held is not None:
             held, self._held = self._held, None
             raise held
@@ -384,8 +392,7 @@ class AgentCore:
 
     def _enabled(self, event: str, **args: Value) -> bool:
         """True iff a row of the table takes ``event`` now: the table decides, not the driver."""
-        spec = self.control.spec
-        return bool(spec.enabled(self.control.snapshot(), event, spec.arguments(event, **args)))
+        return self.control.takes(event, **args)
 
     def _halt(self) -> None:
         """Converge the table after an escape, with no await: retire the open turn, halt.
@@ -582,8 +589,8 @@ class AgentCore:
     def _perform(self, effect: Effect) -> None:
         # The table's contract for this effect must hold as it runs; the loader and the checker
         # prove it for the table, this catches a runtime that re-enters where the table does
-        # not say it may.
-        if self.control.unmet(effect):
+        # not say it may (before any re-entry, the loader's proof covers the row).
+        if self._reentered and self.control.unmet(effect):
             requires = self.control.spec.table.effects[effect.name].requires_text
             raise FsmError(
                 f"agent {self.id}: {effect} runs where its contract {requires!r} does not hold "
@@ -605,7 +612,7 @@ class AgentCore:
         message = self.control.context  # only send's rows enqueue: the message being sent
         assert isinstance(message, UserMessage)
         self.inbox._insert(message, cast(Lane, lane))  # _check_literals: the table's lanes
-        self.events.emit("inbox/inserted", MessageInserted(self.agent, message, cast(Lane, lane)))
+        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, cast(Lane, lane))
 
     def _schedule_driver(self) -> None:
         task = asyncio.get_running_loop().create_task(
@@ -641,7 +648,7 @@ class AgentCore:
         if messages:
             self.session.append("inbox/discarded", {"ids": [m.id for m in messages]})
         for message in messages:
-            self.events.emit("inbox/discarded", MessageDiscarded(self.agent, message))
+            self.events.notify("inbox/discarded", MessageDiscarded, self.agent, message)
 
     def _abort_holder(self, signal_reason: str) -> None:
         assert self._controller is not None
@@ -655,7 +662,7 @@ class AgentCore:
 
     def _publish_status(self, status: str) -> None:
         self._status = cast(Status, status)
-        self.events.emit("agent/status", StatusChanged(self.agent, self._status))
+        self.events.notify("agent/status", StatusChanged, self.agent, self._status)
 
     def _claim_inbox(self) -> None:
         """The open turn's claim: every steering message and one next-turn message, recorded,
@@ -664,8 +671,14 @@ class AgentCore:
         assert controller is not None
         self._claimed = self.inbox._claim()
         self._record_claim(self._claimed)
-        claimed = MessagesClaimed(self.agent, controller.signal, self._turn, tuple(self._claimed))
-        self.events.emit("inbox/claimed", claimed)
+        self.events.notify(
+            "inbox/claimed",
+            MessagesClaimed,
+            self.agent,
+            controller.signal,
+            self._turn,
+            tuple(self._claimed),
+        )
 
     def _claim_steering(self) -> None:
         self._steering = self.inbox._claim_steering()
@@ -685,7 +698,7 @@ class AgentCore:
         self._turn += 1
         self._claimed = []
         self.session.append("turn/start", {"turn": self._turn})
-        self.events.emit("turn/start", TurnStarted(self.agent, controller.signal, self._turn))
+        self.events.notify("turn/start", TurnStarted, self.agent, controller.signal, self._turn)
 
     def _publish_turn_end(self, outcome: str) -> None:
         durable: dict[str, str | int] = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
@@ -694,7 +707,7 @@ class AgentCore:
             # A class of failure and where, never the exception (seed 000: durable-clean).
             durable |= {"step": self._last_step(), "code": code}
         self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
-        self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))
+        self.events.notify("turn/end", TurnEnded, self.agent, self._turn, durable)
 
     def _last_step(self) -> int:
         """The number of the open turn's last ``step/start`` in the log, 0 if it opened none."""

@@ -340,8 +340,45 @@ def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
     return MappingProxyType({"kind": str.__str__(kind)})
 
 
+_PLAIN_OUTCOMES: Final = frozenset(kind for kind in OUTCOME_KINDS if kind != "error")
+
+
 def _check_data(event_type: EventType, data: object) -> Mapping[str, JSON]:
-    """The frozen data of one event, checked against its row of :data:`EVENT_SHAPES`."""
+    """The frozen data of one event, checked against its row of :data:`EVENT_SHAPES`.
+
+    What the runtime appends (a ``dict`` of exact built-in scalars) is accepted by the first
+    loop, which only looks at types; anything else, and every fault, takes the full check.
+    """
+    shape = _SHAPES[event_type]
+    if type(data) is dict and len(data) == len(shape):
+        frozen: dict[str, JSON] = {}
+        for name, field in shape.items():
+            value = data.get(name, _check_data)  # a sentinel no JSON value is
+            kind = type(value)
+            if (
+                (field == "str" and kind is str)
+                or (field == "bool" and kind is bool)
+                or (field == "int" and kind is int and -SAFE_INTEGER <= value <= SAFE_INTEGER)
+            ):
+                frozen[name] = value
+            elif field == "[str]" and kind is list and all(type(i) is str for i in value):
+                frozen[name] = tuple(value)
+            elif (
+                field == "outcome"
+                and kind is dict
+                and len(value) == 1
+                and type(outcome := value.get("kind")) is str
+                and outcome in _PLAIN_OUTCOMES
+            ):
+                frozen[name] = MappingProxyType({"kind": outcome})
+            else:
+                break
+        else:
+            return MappingProxyType(frozen)
+    return _check_data_fully(event_type, data)
+
+
+def _check_data_fully(event_type: EventType, data: object) -> Mapping[str, JSON]:
     shape = EVENT_SHAPES[event_type]
     exactly = f"{event_type} data is exactly: {', '.join(shape)}"
     try:

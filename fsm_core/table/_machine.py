@@ -215,6 +215,8 @@ class Machine:
         params = self._params.get(event)
         if params is None:
             raise KeyError(f"{self.name} has no event {event!r}")
+        if not params and not kwargs:
+            return ()
         if len(kwargs) != len(params) or not all(p in kwargs for p, _, _ in params):
             raise TypeError(
                 f"{self.name}.{event} takes ({', '.join(p for p, _, _ in params)}), "

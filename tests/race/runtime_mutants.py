@@ -248,10 +248,12 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
             ),
             Edit(
                 f"{CORE}:AgentCore._publish_turn_end",
-                '    self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))\n',
+                '    self.events.notify("turn/end", TurnEnded, self.agent, self._turn, durable)\n',
                 '    self._controller = getattr(self, "_retiring", None)\n'
                 "    try:\n"
-                '        self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))\n'
+                "        self.events.notify(\n"
+                '            "turn/end", TurnEnded, self.agent, self._turn, durable\n'
+                "        )\n"
                 "    finally:\n"
                 "        self._controller = None\n",
             ),
@@ -319,8 +321,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{CORE}:AgentCore._publish_status",
-                '    self.events.emit("agent/status", StatusChanged(self.agent, self._status))\n',
-                '    self.events.emit("agent/status", StatusChanged(self.agent, self._status))\n'
+                '    self.events.notify("agent/status", StatusChanged, self.agent, self._status)\n',
+                '    self.events.notify("agent/status", StatusChanged, self.agent, self._status)\n'
                 '    if status == "idle":\n'
                 "        self._settle_idle()\n",
             ),
