@@ -306,7 +306,11 @@ def test_disposal_aborts_with_disposed_and_never_latches(agent: TableDriver) -> 
     running(agent)
     agent.on("abort_holder", lambda d, e: followup(d))
     assert agent.fire("dispose") == "dispose.turn"
-    assert agent.effects() == ["abort_holder(disposed)", "enqueue(next_turn)"]
+    assert agent.effects() == [
+        "abort_holder(disposed)",
+        "enqueue(next_turn)",
+        "publish_disposing()",
+    ]
     assert (agent["latch"], agent["pending"]) == (False, True)
     assert agent.fire("retire", end="completed") == "retire.disposed"
     assert agent.fire("converge") == "converge.disposing"

@@ -27,7 +27,10 @@ from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
+    AssistantMessageRecorded,
     CancelRequested,
+    DisposalEnded,
+    DisposalStarted,
     Flush,
     MessageDiscarded,
     MessageInserted,
@@ -38,8 +41,10 @@ from fsm_core.runtime._payloads import (
     StepBoundary,
     ToolApproval,
     TurnEnded,
+    TurnFailed,
     TurnStarted,
     TurnStopping,
+    UserMessageRecorded,
 )
 from fsm_core.runtime._runtime import Runtime
 from fsm_core.runtime._scope import initiating_agent
@@ -70,7 +75,10 @@ __all__ = [
     "AgentCancelCause",
     "AgentHandle",
     "AssembleContext",
+    "AssistantMessageRecorded",
     "CancelRequested",
+    "DisposalEnded",
+    "DisposalStarted",
     "Disposed",
     "ErrorCode",
     "EventBus",
@@ -102,9 +110,11 @@ __all__ = [
     "ToolApproval",
     "ToolCall",
     "TurnEnded",
+    "TurnFailed",
     "TurnStarted",
     "TurnStopping",
     "UserCause",
     "UserMessage",
+    "UserMessageRecorded",
     "initiating_agent",
 ]

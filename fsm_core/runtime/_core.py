@@ -64,7 +64,10 @@ from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
+    AssistantMessageRecorded,
     CancelRequested,
+    DisposalEnded,
+    DisposalStarted,
     Flush,
     MessageDiscarded,
     MessageInserted,
@@ -75,8 +78,10 @@ from fsm_core.runtime._payloads import (
     StepBoundary,
     ToolApproval,
     TurnEnded,
+    TurnFailed,
     TurnStarted,
     TurnStopping,
+    UserMessageRecorded,
 )
 from fsm_core.runtime._scope import context_for
 from fsm_core.runtime._session import ErrorCode, Session, SessionError
@@ -240,6 +245,12 @@ class AgentCore:
         self._model_error: BaseException | None = None
         """The model's exception that no ``agent/request-error`` listener retried, so the
         classification can tell it (``model-failed``) from a seam's."""
+        self._error: BaseException | None = None
+        """What ended the turn's work (the exception ``_error_code`` classifies, or the escape
+        that halted the driver), consumed with the code by ``publish_turn_end``."""
+        self._failed: TurnFailed | None = None
+        """The ``turn/error`` payload ``publish_turn_end(error)`` left for the
+        ``publish_turn_error`` effect that follows it in the same row."""
         self._flush_owed = False
         """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
         driver that halted before settling it leaves it owed to the next driver."""
@@ -386,16 +397,16 @@ class AgentCore:
                     await self._await_flush()
                 _raise_if_cancelling()
                 self._fire("converge")
-        except BaseException:
-            self._halt()
+        except BaseException as error:
+            self._halt(error)
             raise
 
     def _enabled(self, event: str, **args: Value) -> bool:
         """True iff a row of the table takes ``event`` now: the table decides, not the driver."""
         return self.control.takes(event, **args)
 
-    def _halt(self) -> None:
-        """Converge the table after an escape, with no await: retire the open turn, halt.
+    def _halt(self, escape: BaseException) -> None:
+        """Converge the table after ``escape``, with no await: retire the open turn, halt.
 
         The retired turn's flush stays owed: the next driver settles it before its claim.
         """
@@ -404,6 +415,8 @@ class AgentCore:
                 return  # the driver no longer owns the agent (it converged, or replayed)
             if not self._enabled(event, **args):
                 continue
+            if event == "retire":
+                self._error = escape
             try:
                 self._fire(event, **args)
             except BaseException:  # a listener's, held to the row's end: the first one wins
@@ -457,14 +470,14 @@ class AgentCore:
         except Aborted as error:
             # The table reads the aborted holder and records aborted/disposed; the code counts
             # only for an Aborted some seam raised while the turn's own signal was not aborted.
-            self._error_code = self._classify(error)
+            self._error_code, self._error = self._classify(error), error
             return "error"
         except (Exception, asyncio.CancelledError) as error:
             # The driver's own task is being cancelled (a seam may have turned the
             # CancelledError into another exception): _drive retires the turn and halts.
             _raise_if_cancelling()
             log.exception("agent %s: turn %d failed", self.id, turn)
-            self._error_code = self._classify(error)
+            self._error_code, self._error = self._classify(error), error
             return "error"
 
     def _classify(self, error: BaseException) -> ErrorCode:
@@ -501,6 +514,9 @@ class AgentCore:
             signal.raise_if_aborted()
             self.session.append(
                 "assistant/message", {"turn": turn, "step": step, "text": reply.text}
+            )
+            self.events.notify(
+                "assistant/message", AssistantMessageRecorded, self.agent, signal, turn, step, reply
             )
             for call in reply.tool_calls:
                 if signal.aborted:
@@ -666,23 +682,30 @@ class AgentCore:
 
     def _claim_inbox(self) -> None:
         """The open turn's claim: every steering message and one next-turn message, recorded,
-        then announced (``inbox/claimed`` listeners may re-enter: the table's effect notifies)."""
+        then announced, the claim first, then each message (listeners may re-enter: the
+        table's effect notifies)."""
         controller = self._controller
         assert controller is not None
-        self._claimed = self.inbox._claim()
-        self._record_claim(self._claimed)
+        claimed = self._claimed = self.inbox._claim()
+        self._record_claim(claimed)
         self.events.notify(
-            "inbox/claimed",
-            MessagesClaimed,
-            self.agent,
-            controller.signal,
-            self._turn,
-            tuple(self._claimed),
+            "inbox/claimed", MessagesClaimed, self.agent, controller.signal, self._turn, (*claimed,)
         )
+        self._announce_user_messages(controller.signal, claimed)
 
     def _claim_steering(self) -> None:
-        self._steering = self.inbox._claim_steering()
-        self._record_claim(self._steering)
+        """A step boundary's claim of the steering messages, recorded, then announced."""
+        controller = self._controller
+        assert controller is not None
+        steering = self._steering = self.inbox._claim_steering()
+        self._record_claim(steering)
+        self._announce_user_messages(controller.signal, steering)
+
+    def _announce_user_messages(self, signal: AbortSignal, messages: list[UserMessage]) -> None:
+        for message in messages:
+            self.events.notify(
+                "user/message", UserMessageRecorded, self.agent, signal, self._turn, message
+            )
 
     def _record_claim(self, messages: list[UserMessage]) -> None:
         """The durable claim by the open turn, then each claimed message's text."""
@@ -703,11 +726,21 @@ class AgentCore:
     def _publish_turn_end(self, outcome: str) -> None:
         durable: dict[str, str | int] = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
         code, self._error_code, self._model_error = self._error_code or "halted", None, None
+        error, self._error = self._error, None
         if outcome == "error":
             # A class of failure and where, never the exception (seed 000: durable-clean).
-            durable |= {"step": self._last_step(), "code": code}
+            step = self._last_step()
+            durable |= {"step": step, "code": code}
+            assert error is not None, "a turn ends in error only after its work failed"
+            self._failed = TurnFailed(self.agent, self._turn, step, code, error)
         self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
         self.events.notify("turn/end", TurnEnded, self.agent, self._turn, durable)
+
+    def _publish_turn_error(self) -> None:
+        """After turn/end: the failure again, with what the log never holds, the exception."""
+        failed, self._failed = self._failed, None
+        assert failed is not None, "publish_turn_error follows publish_turn_end(error)"
+        self.events.emit("turn/error", failed)
 
     def _last_step(self) -> int:
         """The number of the open turn's last ``step/start`` in the log, 0 if it opened none."""
@@ -731,6 +764,12 @@ class AgentCore:
     def _finalize_disposal(self) -> None:
         self.session._detach()
         self._forget(self.id)
+
+    def _publish_disposing(self) -> None:
+        self.events.notify("agent/disposing", DisposalStarted, self.agent)
+
+    def _publish_disposed(self) -> None:
+        self.events.notify("agent/disposed", DisposalEnded, self.agent)
 
     def _remove(self, message_id: str) -> bool:
         queued = (*self.inbox.next_turn, *self.inbox.next_step)
@@ -759,9 +798,12 @@ _HANDLERS: Mapping[str, str] = {
         "claim_steering",
         "publish_turn_start",
         "publish_turn_end",
+        "publish_turn_error",
         "flush_session",
         "settle_idle",
         "finalize_disposal",
+        "publish_disposing",
+        "publish_disposed",
     )
 }
 """Each effect of specs/agent.toml and the :class:`AgentCore` method that performs it, looked

@@ -492,6 +492,32 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         ),
     ),
     RuntimeMutant(
+        "turn_error_unannounced",
+        "A turn that ends in error records its outcome and publishes turn/end, but never "
+        "turn/error.",
+        (
+            Edit(
+                f"{CORE}:AgentCore._publish_turn_error",
+                '    self.events.emit("turn/error", failed)\n',
+                "    del failed\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "steering_announced_before_recorded",
+        "A step boundary announces the steering it claimed before recording it, so a "
+        "user/message listener reading the log does not find the message yet.",
+        (
+            Edit(
+                f"{CORE}:AgentCore._claim_steering",
+                "    self._record_claim(steering)\n"
+                "    self._announce_user_messages(controller.signal, steering)\n",
+                "    self._announce_user_messages(controller.signal, steering)\n"
+                "    self._record_claim(steering)\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
         "history_folded_twice",
         "The history folds the whole log again at every request instead of only what was "
         "appended since, so each request repeats the conversation before it.",
