@@ -20,7 +20,9 @@ A failed turn ends with ``{"kind": "error", "step": N, "code": C}``: ``step`` is
 the turn's last ``step/start`` (0 when it failed before opening one) and ``code`` one of
 :data:`ERROR_CODES`, a class of failure, never an exception's text, type or stack. Every other
 outcome is exactly ``{"kind": ...}``. The bare legacy ``{"kind": "error"}`` is rejected too:
-loading yields exactly the shapes the runtime writes.
+loading yields exactly the shapes the runtime writes. So is an error whose ``step`` is not its
+turn's last ``step/start`` in the log before it (on append as on load: what goes in reads
+back); that one check reads more than one record.
 
 ``specs/session.schema.json`` is the same format as a JSON Schema (draft 2020-12), for ports
 that validate their logs; a test keeps it and :data:`EVENT_SHAPES` in agreement.
@@ -444,6 +446,44 @@ def _check_record(record: object, seq: int) -> SessionEvent:
     return SessionEvent(seq, event_type, _check_data(event_type, record["data"]))
 
 
+@final
+class _Steps:
+    """What step a durable ``error`` outcome must name: its turn's last ``step/start`` since the
+    log's last turn boundary (``turn/start`` or ``turn/end``), 0 when it opened none there. The
+    runtime records exactly that (``AgentCore._last_step``), so a log that says otherwise was
+    not written by it, or was changed since."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[JSON, JSON] = {}
+        """Turn -> the step of its last step/start since the last turn boundary."""
+
+    def follow(self, event: SessionEvent) -> None:
+        """Take ``event`` as the log's next; raise :class:`_Fault`, taking nothing, if it is an
+        error outcome naming another step."""
+        data = event.data
+        if event.type == "turn/end":
+            outcome = data["outcome"]
+            assert isinstance(outcome, Mapping)
+            expected = self._last.get(data["turn"], 0)
+            if outcome["kind"] == "error" and outcome["step"] != expected:
+                opened = (
+                    f"its last step/start is step {expected}"
+                    if expected
+                    else "it opened no step since the last turn boundary"
+                )
+                raise _Fault(
+                    f"turn/end: the error outcome of turn {data['turn']} names step "
+                    f"{outcome['step']}, but {opened} (a durable error names its turn's last "
+                    "step/start, 0 when it opened none)"
+                )
+        if event.type in ("turn/start", "turn/end"):
+            self._last = {}
+        elif event.type == "step/start":
+            self._last[data["turn"]] = data["step"]
+
+
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -583,7 +623,7 @@ class Session:
     shape rejects anything else, as it rejects any value that is not plain JSON.
     """
 
-    __slots__ = ("_events", "_lines", "_name", "_owner", "_path")
+    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps")
 
     def __init__(self, path: StrPath | None = None) -> None:
         # Invariant: _events[i].seq == i; every event passed _check_data.
@@ -593,8 +633,10 @@ class Session:
         self._path = None if path is None else Path(path)
         self._name = "<session>" if path is None else os.fspath(path)
         self._owner: str | None = None
+        self._steps = _Steps()
         if self._path is not None and self._path.exists():
-            self._events = Session.load(self._path)._events
+            loaded = Session.load(self._path)
+            self._events, self._steps = loaded._events, loaded._steps
 
     @property
     def events(self) -> Sequence[SessionEvent]:
@@ -609,14 +651,16 @@ class Session:
     def append(self, type: EventType, data: Mapping[str, object]) -> SessionEvent:
         """Record one event and return it, with the next seq.
 
-        Raises :class:`SessionError` (and records nothing) for an unknown ``type`` or data
-        that does not have exactly the declared shape. The log keeps a deep-frozen copy, so
-        changing ``data`` afterwards does not change the log.
+        Raises :class:`SessionError` (and records nothing) for an unknown ``type``, data that
+        does not have exactly the declared shape, or an ``error`` outcome whose ``step`` is not
+        its turn's last ``step/start``. The log keeps a deep-frozen copy, so changing ``data``
+        afterwards does not change the log.
         """
         seq = len(self._events)
         try:
             event_type = _check_type(type)
             event = SessionEvent(seq, event_type, _check_data(event_type, data))
+            self._steps.follow(event)
         except _Fault as fault:
             raise SessionError(self._name, f"event {seq}", str(fault)) from None
         self._events.append(event)
@@ -662,12 +706,15 @@ class Session:
         if lines[-1] == "":
             lines.pop()
         events: list[SessionEvent] = []
+        steps = _Steps()
         for number, line in enumerate(lines, 1):
             try:
-                events.append(_check_record(_parse(line), len(events)))
+                event = _check_record(_parse(line), len(events))
+                steps.follow(event)
             except _Fault as fault:
                 raise SessionError(source, f"line {number}", str(fault)) from None
-        return cls._holding(events, source)
+            events.append(event)
+        return cls._holding(events, steps, source)
 
     @classmethod
     def load(cls, path: StrPath) -> Session:
@@ -694,18 +741,21 @@ class Session:
         The error names ``source`` and the 0-based index: ``<seed>: event 2: ...``.
         """
         checked: list[SessionEvent] = []
+        steps = _Steps()
         for index, event in enumerate(events):
             record = event.to_json() if isinstance(event, SessionEvent) else event
             try:
                 checked.append(_check_record(record, index))
+                steps.follow(checked[-1])
             except _Fault as fault:
                 raise SessionError(source, f"event {index}", str(fault)) from None
-        return cls._holding(checked, source)
+        return cls._holding(checked, steps, source)
 
     @classmethod
-    def _holding(cls, events: list[SessionEvent], name: str) -> Session:
+    def _holding(cls, events: list[SessionEvent], steps: _Steps, name: str) -> Session:
         session = cls()
         session._events = events
+        session._steps = steps
         session._name = name
         return session
 
