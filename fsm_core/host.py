@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import NoReturn, final
 
 from transitions import EventData, MachineError
@@ -52,25 +51,29 @@ from transitions import Machine as TransitionsMachine
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.table import Effect, Machine, State, Step
 from fsm_core.table._expr import Value
-from fsm_core.table._machine import CompiledRow
+from fsm_core.table._machine import REFUSED, CompiledRow, Refused
 
 __all__ = ["HostedMachine"]
 
 
-@dataclass(slots=True)
+@final
 class _Frame:
-    """What one :meth:`HostedMachine.step` (or ``trigger``) call saw: its context, the row that
+    """What one :meth:`HostedMachine.fire` (or ``trigger``) call saw: its context, the row that
     ran, its effects.
 
     ``claimed`` is True once the row has taken this frame; a nested fire pushes a frame of its
     own, so each call collects only its own row's effects (and :attr:`HostedMachine.context`
-    answers with the innermost call's ``context``).
+    answers with the innermost call's ``context``). A plain slotted class: one is built per
+    fire, and a dataclass's generated ``__init__`` costs twice as much.
     """
 
-    context: object = None
-    claimed: bool = False
-    row: str | None = None
-    effects: list[Effect] = field(default_factory=list)
+    __slots__ = ("claimed", "context", "effects", "row")
+
+    def __init__(self, context: object, claimed: bool = False, row: str | None = None) -> None:
+        self.context = context
+        self.claimed = claimed
+        self.row = row
+        self.effects: list[Effect] = []
 
 
 @final
@@ -128,6 +131,26 @@ class _Refuse:
 
 _SHARED: weakref.WeakKeyDictionary[Machine, TransitionsMachine] = weakref.WeakKeyDictionary()
 """The one ``transitions`` machine of each compiled table, built on first use."""
+
+_Choice = CompiledRow | Refused | None
+"""What :meth:`Machine.lookup` answers: the row, a refusal, or None for an ignored event."""
+
+_CHOICES: weakref.WeakKeyDictionary[Machine, dict[tuple[Value, ...], _Choice]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each compiled table's row choices so far, by ``(*state, event, *arguments)``, shared by its
+hosts. A guard reads only the state and the arguments, so the choice is a pure function of
+them: the runtime's agents, which keep revisiting a few states, evaluate each guard once."""
+
+_CHOICES_KEPT = 1 << 16
+"""How many choices a table keeps (the agent table's domain holds millions of keys)."""
+
+_EFFECTS: dict[tuple[str, tuple[Value, ...]], Effect] = {}
+"""One :class:`Effect` per name and arguments: effects are immutable values, and a row's
+effects take few distinct arguments, so hosts hand out the same objects instead of building
+one per effect performed."""
+
+_EFFECTS_KEPT = 1 << 12
 
 
 def _transitions_of(spec: Machine) -> TransitionsMachine:
@@ -210,6 +233,8 @@ class HostedMachine:
         self._perform = perform
         # Invariant: one frame per fire (or trigger) in progress, innermost last.
         self._frames: list[_Frame] = []
+        self._perform_effect = self._record_and_perform  # bound once, not per fire
+        self._choices = _CHOICES.setdefault(spec, {})
 
     @property
     def machine(self) -> TransitionsMachine:
@@ -244,8 +269,7 @@ class HostedMachine:
 
     def takes(self, event: str, **kwargs: Value) -> bool:
         """True iff a row of the table would run ``event`` now (not an ignore, not a refusal)."""
-        args = self.spec.arguments(event, **kwargs)
-        return isinstance(self.spec.lookup(self._store, event, args), CompiledRow)
+        return isinstance(self._choose(event, self.spec.arguments(event, **kwargs)), CompiledRow)
 
     def unmet(self, effect: Effect) -> bool:
         """True iff ``effect``'s contract (its ``requires``) does not hold now."""
@@ -314,16 +338,43 @@ class HostedMachine:
         """Select the row and execute it in place; its frame, or None if the table ignores
         the event here."""
         spec = self.spec
-        row = spec.select(self._store, event, args)
+        row = self._choose(event, args)
         if row is None:
             return None
+        if row is REFUSED:
+            spec.select(self._store, event, args)  # raises the table's Rejected or NotEnabled
+            raise AssertionError(f"{spec.name}: lookup refused {event} where select did not")
         frame = _Frame(context, True, row.row.id)
         self._frames.append(frame)
         try:
-            spec.execute(row, self._store, args, self._performer(row, frame))
+            spec.execute(row, self._store, args, self._perform_effect)
         finally:
             self._frames.pop()
         return frame
+
+    def _choose(self, event: str, args: tuple[Value, ...]) -> _Choice:
+        """:meth:`Machine.lookup` on the live state, remembered per table (:data:`_CHOICES`)."""
+        key = (*self._store, event, *args)
+        try:
+            return self._choices[key]
+        except KeyError:
+            choice = self.spec.lookup(self._store, event, args)
+            if len(self._choices) < _CHOICES_KEPT:
+                self._choices[key] = choice
+            return choice
+
+    def _record_and_perform(self, name: str, values: tuple[Value, ...]) -> None:
+        """Perform one effect of the row being executed: record it in its fire's frame, the
+        innermost (a nested fire's frame is gone before the outer row's next effect), then
+        hand it to ``perform``."""
+        effect = _EFFECTS.get((name, values))
+        if effect is None:
+            effect = Effect(name, values)
+            if len(_EFFECTS) < _EFFECTS_KEPT:
+                _EFFECTS[(name, values)] = effect
+        self._frames[-1].effects.append(effect)
+        if self._perform is not None:
+            self._perform(effect)
 
     def trigger(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """:meth:`step` through the shared ``transitions`` machine's trigger machinery.
@@ -354,21 +405,18 @@ class HostedMachine:
             self._explain(source, event, args, Rejected if refused else NotEnabled)
         return Step(event, args, frame.row, source, self.snapshot(), tuple(frame.effects))
 
-    def _performer(
-        self, row: CompiledRow, frame: _Frame | None = None
-    ) -> Callable[[str, tuple[Value, ...]], None]:
-        """What ``row``'s effects are performed through: recorded in the fire's frame, then
-        handed to ``perform``.
+    def _performer(self, row: CompiledRow) -> Callable[[str, tuple[Value, ...]], None]:
+        """What ``row``'s effects are performed through on the ``transitions`` path: recorded
+        in the frame of the trigger that reached it, then handed to ``perform``.
 
-        With no ``frame`` (the ``transitions`` path), the innermost frame no row has taken yet
-        is this row's: a nested trigger pushes its own before its row runs.
+        That frame is the innermost one no row has taken yet: a nested trigger pushes its own
+        before its row runs. A trigger made straight on the ``transitions`` machine has none.
         """
-        if frame is None:
-            frames = self._frames
-            frame = frames[-1] if frames and not frames[-1].claimed else None
-            if frame is not None:
-                frame.claimed = True
-                frame.row = row.row.id
+        frames = self._frames
+        frame = frames[-1] if frames and not frames[-1].claimed else None
+        if frame is not None:
+            frame.claimed = True
+            frame.row = row.row.id
         effects = None if frame is None else frame.effects
         listener = self._perform
 

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal, NoReturn, TypeAlias, final, get_args, overload
+from typing import Any, Final, Literal, NoReturn, TypeAlias, cast, final, get_args, overload
 
 from fsm_core._errors import FsmError, UsageError, echo
 
@@ -342,37 +342,48 @@ def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
     return MappingProxyType({"kind": str.__str__(kind)})
 
 
-_PLAIN_OUTCOMES: Final = frozenset(kind for kind in OUTCOME_KINDS if kind != "error")
+_PLAIN_OUTCOMES: Final = {
+    kind: MappingProxyType({"kind": kind}) for kind in OUTCOME_KINDS if kind != "error"
+}
+"""Every outcome but ``error``, frozen once: it is exactly ``{"kind": kind}``."""
+
+_SCALARS: Final[Mapping[FieldType, type]] = {"int": int, "str": str, "bool": bool}
+
+_QUICK: Final[Mapping[EventType, tuple[tuple[str, type | FieldType], ...]]] = {
+    event_type: tuple((name, _SCALARS.get(field, field)) for name, field in shape.items())
+    for event_type, shape in _SHAPES.items()
+    if all(field in _SCALARS or field in ("[str]", "outcome") for field in shape.values())
+}
+"""The event types whose data the quick check can accept: each field with the exact Python
+type it must have, or ``"[str]"`` or ``"outcome"``."""
 
 
 def _check_data(event_type: EventType, data: object) -> Mapping[str, JSON]:
     """The frozen data of one event, checked against its row of :data:`EVENT_SHAPES`.
 
-    What the runtime appends (a ``dict`` of exact built-in scalars) is accepted by the first
-    loop, which only looks at types; anything else, and every fault, takes the full check.
+    What the runtime appends (a ``dict`` of exact built-in scalars, string lists and plain
+    outcomes) is accepted by a loop that only looks at types; anything else, and every
+    fault, takes the full check.
     """
-    shape = _SHAPES[event_type]
-    if type(data) is dict and len(data) == len(shape):
+    quick = _QUICK.get(event_type)
+    if quick is not None and type(data) is dict and len(data) == len(quick):
         frozen: dict[str, JSON] = {}
-        for name, field in shape.items():
+        for name, kind in quick:
             value = data.get(name, _check_data)  # a sentinel no JSON value is
-            kind = type(value)
-            if (
-                (field == "str" and kind is str)
-                or (field == "bool" and kind is bool)
-                or (field == "int" and kind is int and -SAFE_INTEGER <= value <= SAFE_INTEGER)
-            ):
-                frozen[name] = value
-            elif field == "[str]" and kind is list and all(type(i) is str for i in value):
+            if type(value) is kind:
+                if kind is int and not -SAFE_INTEGER <= cast(int, value) <= SAFE_INTEGER:
+                    break
+                frozen[name] = cast(JSON, value)
+            elif kind == "[str]" and type(value) is list and all(type(i) is str for i in value):
                 frozen[name] = tuple(value)
             elif (
-                field == "outcome"
-                and kind is dict
+                kind == "outcome"
+                and type(value) is dict
                 and len(value) == 1
                 and type(outcome := value.get("kind")) is str
                 and outcome in _PLAIN_OUTCOMES
             ):
-                frozen[name] = MappingProxyType({"kind": outcome})
+                frozen[name] = _PLAIN_OUTCOMES[outcome]
             else:
                 break
         else:
@@ -463,7 +474,11 @@ class _Steps:
         """Take ``event`` as the log's next; raise :class:`_Fault`, taking nothing, if it is an
         error outcome naming another step."""
         data = event.data
-        if event.type == "turn/end":
+        if event.type == "step/start":
+            self._last[data["turn"]] = data["step"]
+        elif event.type == "turn/start":
+            self._last = {}
+        elif event.type == "turn/end":
             outcome = data["outcome"]
             assert isinstance(outcome, Mapping)
             expected = self._last.get(data["turn"], 0)
@@ -478,10 +493,7 @@ class _Steps:
                     f"{outcome['step']}, but {opened} (a durable error names its turn's last "
                     "step/start, 0 when it opened none)"
                 )
-        if event.type in ("turn/start", "turn/end"):
             self._last = {}
-        elif event.type == "step/start":
-            self._last[data["turn"]] = data["step"]
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -154,6 +154,9 @@ class Machine:
             name: tuple((p, _PYTHON_TYPE[t.kind], frozenset(t.values)) for p, t in e.params)
             for name, e in table.events.items()
         }
+        self._param_names = {
+            name: frozenset(p for p, _ in e.params) for name, e in table.events.items()
+        }
         self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
         for rule in table.pair_rules:
             for state in rule.states:
@@ -217,7 +220,7 @@ class Machine:
             raise KeyError(f"{self.name} has no event {event!r}")
         if not params and not kwargs:
             return ()
-        if len(kwargs) != len(params) or not all(p in kwargs for p, _, _ in params):
+        if kwargs.keys() != self._param_names[event]:
             raise TypeError(
                 f"{self.name}.{event} takes ({', '.join(p for p, _, _ in params)}), "
                 f"got ({', '.join(kwargs)})"
