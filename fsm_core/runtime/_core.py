@@ -451,9 +451,10 @@ class AgentCore:
         try:
             while True:
                 step += 1
-                await self.events.waterfall(
-                    "agent/pre-step", PreStep(self.agent, signal, turn, step), _same
-                )
+                if self.events.heard("agent/pre-step"):  # observe-only: no listener, no seam
+                    await self.events.waterfall(
+                        "agent/pre-step", PreStep(self.agent, signal, turn, step), _same
+                    )
                 signal.raise_if_aborted()
                 if self.inbox.next_step:
                     self._fire("take_steering", rest=bool(self.inbox.next_turn))
@@ -463,9 +464,10 @@ class AgentCore:
                 if reply.finish != "tool_calls":
                     break
             ending = _ENDINGS[reply.finish]
-            await self.events.waterfall(
-                "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
-            )
+            if self.events.heard("agent/turn-stopping"):
+                await self.events.waterfall(
+                    "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
+                )
             return ending
         except Aborted as error:
             # The table reads the aborted holder and records aborted/disposed; the code counts
@@ -494,6 +496,8 @@ class AgentCore:
         leaves it. The conversation is read from the durable session (see ``_history.py``
         for which records say what), so a replay or a resumed log asks the same."""
         history = self._history.read(self.session.events)
+        if not self.events.heard("agent/assemble"):
+            return history
         assembled = await self.events.waterfall(
             "agent/assemble", AssembleContext(self.agent, signal, history), _same
         )

@@ -325,7 +325,7 @@ class Machine:
         """
         if row.target is not None:
             store[0] = row.target
-        self.run_effects(row, store, args, perform)
+        _run(row.ops, store, args, perform)
 
     def run_effects(
         self,
