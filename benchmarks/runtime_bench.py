@@ -9,7 +9,11 @@ Each figure is measured on one asyncio loop in this process:
 
 - **turn**: one agent runs ``--turns`` turns back to back against a model that answers at once
   (``followup`` then ``await when_idle()``), so the time is the driver's own: scheduling, the
-  table events, the seams with no listeners, the session appends and the flush.
+  table events, the seams with no listeners, the session appends and the flush. Each request
+  carries the whole conversation as a tuple (see ``_history.py``), which costs time in its
+  length; so, in the same rounds, as many turns again run on fresh agents that each run
+  ``FRESH`` turns (**turn, fresh conversation**), and the difference is what a long
+  conversation adds.
 - **cancel-to-idle**: ``--runs`` times, a turn blocks in a model call that cooperates with its
   signal; the clock runs from ``agent.cancel()`` to ``await agent.when_idle()`` returning.
 - **interpreter**: beside each of those, :meth:`Machine.fire` (pure: a new state tuple and the
@@ -17,6 +21,11 @@ Each figure is measured on one asyncio loop in this process:
   one such turn (or for one cancel-to-idle), recorded from the agent's own control state. The
   two are timed in alternating rounds, so both see the same machine load; the ratio is what
   the host costs over the table alone.
+- **wall and CPU**: each time is taken twice, as wall time (``perf_counter``) and as this
+  thread's CPU time (``thread_time``). On a quiet machine they agree. On a shared one the wall
+  time also counts the waits for a core, which hit the runtime (it yields to the event loop
+  twice a turn) far more than the interpreter (it never yields), so the CPU time is the figure
+  to compare across runs there. Turn figures are the median of ``ROUNDS`` rounds.
 - **memory**: ``--agents`` agents in one runtime, measured with ``tracemalloc`` (the delta of
   traced memory over creating them, divided by their number): freshly created and idle, then
   idle again after each ran one turn (which adds its session events).
@@ -45,8 +54,33 @@ from fsm_core.testing import Gate, ScriptedModel, Wait
 Fired = list[tuple[str, dict[str, Any]]]
 """Table events in the order an agent fired them, with their keyword arguments."""
 
-ROUNDS = 10
+ROUNDS = 20
 """How many alternating rounds the runtime and the interpreter are timed in."""
+
+FRESH = 50
+"""Turns each agent of the fresh-conversation figure runs before a new one takes over."""
+
+
+class Clock:
+    """Wall and CPU seconds since it was made: ``Clock().read()`` later gives both."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+
+    def read(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.thread_time() - self.cpu
+
+
+Times = tuple[float, float]
+"""(wall, CPU) seconds."""
+
+
+def median_per(rounds: list[Times], per: int) -> Times:
+    """The median round's wall and CPU seconds, each divided by ``per``."""
+    return (
+        statistics.median(w for w, _ in rounds) / per,
+        statistics.median(c for _, c in rounds) / per,
+    )
 
 
 class InstantModel:
@@ -87,23 +121,25 @@ def recording() -> Iterator[Fired]:
         HostedMachine.fire = original  # type: ignore[method-assign]
 
 
-def interpret(table: Machine, fired: Fired, start: State, times: int) -> float:
-    """Seconds to fire ``fired`` from ``start`` on the pure interpreter, ``times`` times."""
-    began = time.perf_counter()
+def interpret(table: Machine, fired: Fired, start: State, times: int) -> Times:
+    """Wall and CPU seconds to fire ``fired`` from ``start`` on the pure interpreter, ``times``
+    times."""
+    clock = Clock()
     for _ in range(times):
         state = start
         for event, kwargs in fired:
             state = table.fire(state, event, **kwargs).target
-    return time.perf_counter() - began
+    return clock.read()
 
 
 def start_state(table: Machine, agent: Agent) -> State:
     return tuple(agent.table_state[name] for name in table.names)
 
 
-async def turn_overhead(turns: int, warmup: int = 200) -> tuple[float, float, Fired]:
-    """Seconds per turn of one agent with an instant model, and of the interpreter firing the
-    same events; and those events."""
+async def turn_overhead(turns: int, warmup: int = 200) -> tuple[Times, Times, Times, Fired]:
+    """Wall and CPU seconds per turn of one agent with an instant model, of agents whose
+    conversation is at most ``FRESH`` turns long, and of the interpreter firing the same
+    events; and those events."""
     rt = Runtime(model=InstantModel())
     table = load_spec().machines["agent"]
     agent = (await rt.create_agent("bench")).agent
@@ -115,23 +151,38 @@ async def turn_overhead(turns: int, warmup: int = 200) -> tuple[float, float, Fi
         agent.followup(UserMessage("r", "record"))
         await agent.when_idle()
     assert start_state(table, agent) == start, "a turn must leave the agent as it found it"
-    ours = theirs = 0.0
+    ours: list[Times] = []
+    fresh: list[Times] = []
+    theirs: list[Times] = []
     per_round = max(1, turns // ROUNDS)
+    short, short_turns = agent, FRESH
     for r in range(ROUNDS):
-        began = time.perf_counter()
+        clock = Clock()
         for i in range(per_round):
             agent.followup(UserMessage(f"m{r}.{i}", "hello"))
             await agent.when_idle()
-        ours += time.perf_counter() - began
-        theirs += interpret(table, fired, start, per_round)
+        ours.append(clock.read())
+        clock = Clock()
+        for i in range(per_round):
+            if short_turns == FRESH:
+                short, short_turns = (await rt.create_agent(f"fresh {r}.{i}")).agent, 0
+            short_turns += 1
+            short.followup(UserMessage(f"m{r}.{i}", "hello"))
+            await short.when_idle()
+        fresh.append(clock.read())
+        theirs.append(interpret(table, fired, start, per_round))
     await rt.aclose()
-    runs = per_round * ROUNDS
-    return ours / runs, theirs / runs, fired
+    return (
+        median_per(ours, per_round),
+        median_per(fresh, per_round),
+        median_per(theirs, per_round),
+        fired,
+    )
 
 
-async def cancel_to_idle(runs: int, warmup: int = 50) -> tuple[list[float], float, Fired]:
-    """Seconds from ``cancel()`` to ``when_idle()`` returning, for each cooperative turn; the
-    interpreter's seconds for the same events; and those events."""
+async def cancel_to_idle(runs: int, warmup: int = 50) -> tuple[list[Times], Times, Fired]:
+    """Wall and CPU seconds from ``cancel()`` to ``when_idle()`` returning, for each
+    cooperative turn; the interpreter's for the same events; and those events."""
     model = ScriptedModel()
     rt = Runtime(model=model)
     table = load_spec().machines["agent"]
@@ -152,19 +203,19 @@ async def cancel_to_idle(runs: int, warmup: int = 50) -> tuple[list[float], floa
     with recording() as fired:
         agent.cancel()
         await agent.when_idle()
-    samples: list[float] = []
-    theirs = 0.0
+    samples: list[Times] = []
+    theirs: list[Times] = []
     per_round = max(1, runs // ROUNDS)
     for r in range(ROUNDS):
         for i in range(per_round):
             await blocked(f"m{r}.{i}")
-            began = time.perf_counter()
+            clock = Clock()
             agent.cancel()
             await agent.when_idle()
-            samples.append(time.perf_counter() - began)
-        theirs += interpret(table, fired, start, per_round)
+            samples.append(clock.read())
+        theirs.append(interpret(table, fired, start, per_round))
     await rt.aclose()
-    return samples, theirs / len(samples), fired
+    return samples, median_per(theirs, per_round), fired
 
 
 async def memory_per_agent(agents: int) -> tuple[float, float]:
@@ -221,25 +272,44 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     run: Callable[..., Any] = asyncio.run
-    per_turn, interp_turn, turn_events = run(turn_overhead(args.turns))
-    latencies, interp_cancel, cancel_events = run(cancel_to_idle(args.runs))
+    long, fresh, interp, turn_events = run(turn_overhead(args.turns))
+    (turn_wall, turn_cpu), (fresh_wall, fresh_cpu), (interp_wall, interp_cpu) = long, fresh, interp
+    latencies, (icancel_wall, icancel_cpu), cancel_events = run(cancel_to_idle(args.runs))
     fresh_kib, ran_kib = run(memory_per_agent(args.agents))
     create_s = run(create_time(args.agents))
-    median, p95 = statistics.median(latencies), percentile(latencies, 0.95)
+    walls = [w for w, _ in latencies]
+    cancel_wall, cancel_p95 = statistics.median(walls), percentile(walls, 0.95)
+    cancel_cpu = statistics.median(c for _, c in latencies)
 
     us = 1e6
     rows = [
-        ("turn overhead", f"{per_turn * us:,.1f} µs/turn", f"{1 / per_turn:,.0f} turns/s"),
+        ("turn overhead", f"{turn_wall * us:,.1f} µs/turn", f"{turn_cpu * us:,.1f} µs CPU"),
         (
-            "  Machine.fire, same events",
-            f"{interp_turn * us:,.1f} µs/turn",
-            f"runtime {per_turn / interp_turn:,.1f}x",
+            "  fresh conversation",
+            f"{fresh_wall * us:,.1f} µs/turn",
+            f"{fresh_cpu * us:,.1f} µs CPU",
         ),
-        ("cancel-to-idle", f"{median * us:,.1f} µs median", f"{p95 * us:,.1f} µs p95"),
         (
             "  Machine.fire, same events",
-            f"{interp_cancel * us:,.1f} µs",
-            f"runtime {median / interp_cancel:,.1f}x",
+            f"{interp_wall * us:,.1f} µs/turn",
+            f"{interp_cpu * us:,.1f} µs CPU",
+        ),
+        (
+            "  runtime / Machine.fire",
+            f"{turn_wall / interp_wall:,.1f}x wall",
+            f"{turn_cpu / interp_cpu:,.1f}x CPU",
+        ),
+        ("cancel-to-idle", f"{cancel_wall * us:,.1f} µs median", f"{cancel_cpu * us:,.1f} µs CPU"),
+        ("  p95", f"{cancel_p95 * us:,.1f} µs", ""),
+        (
+            "  Machine.fire, same events",
+            f"{icancel_wall * us:,.1f} µs",
+            f"{icancel_cpu * us:,.1f} µs CPU",
+        ),
+        (
+            "  runtime / Machine.fire",
+            f"{cancel_wall / icancel_wall:,.1f}x wall",
+            f"{cancel_cpu / icancel_cpu:,.1f}x CPU",
         ),
         (
             "memory per idle agent",
@@ -253,12 +323,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"  cancel-to-idle fires: {events(cancel_events)}")
     width = max(len(name) for name, _, _ in rows)
     for name, first, second in rows:
-        print(f"  {name:<{width}}  {first:>18}  {second:>24}")
+        print(f"  {name:<{width}}  {first:>18}  {second:>20}")
     print(
-        f"Done. us_per_turn={per_turn * us:.1f} interp_us_per_turn={interp_turn * us:.1f} "
-        f"turn_ratio={per_turn / interp_turn:.2f} turns_per_s={1 / per_turn:.0f} "
-        f"cancel_idle_median_us={median * us:.1f} cancel_idle_p95_us={p95 * us:.1f} "
-        f"interp_cancel_us={interp_cancel * us:.1f} cancel_ratio={median / interp_cancel:.2f} "
+        f"Done. us_per_turn={turn_wall * us:.1f} cpu_us_per_turn={turn_cpu * us:.1f} "
+        f"fresh_us_per_turn={fresh_wall * us:.1f} fresh_cpu_us_per_turn={fresh_cpu * us:.1f} "
+        f"interp_us_per_turn={interp_wall * us:.1f} interp_cpu_us_per_turn={interp_cpu * us:.1f} "
+        f"turn_ratio={turn_wall / interp_wall:.2f} turn_cpu_ratio={turn_cpu / interp_cpu:.2f} "
+        f"cancel_idle_median_us={cancel_wall * us:.1f} cancel_idle_p95_us={cancel_p95 * us:.1f} "
+        f"cancel_idle_cpu_us={cancel_cpu * us:.1f} interp_cancel_us={icancel_wall * us:.1f} "
+        f"cancel_ratio={cancel_wall / icancel_wall:.2f} "
         f"kib_per_idle_agent={fresh_kib:.1f} kib_per_idle_agent_after_turn={ran_kib:.1f} "
         f"create_agent_ms={create_s * 1e3:.3f}"
     )
