@@ -1,4 +1,5 @@
-"""The asyncio reference runtime of seed 000, driven by specs/agent.toml.
+"""The asyncio reference runtime of seeds 000 and 004, driven by specs/agent.toml and
+specs/activation.toml.
 
     rt = Runtime(model=ScriptedModel([Reply("hello")]))     # fsm_core.testing's stand-in
     handle = await rt.create_agent("a1")
@@ -10,6 +11,17 @@ Every name here is also exported from :mod:`fsm_core`; scripted models, tools an
 tests live in :mod:`fsm_core.testing`.
 """
 
+from fsm_core.runtime._activation import (
+    Activation,
+    ActivationSettled,
+    ActivationTeardownFailed,
+    SubagentCode,
+    SubagentError,
+    SubagentResult,
+    SubagentSpec,
+    TeardownFailure,
+    Terminal,
+)
 from fsm_core.runtime._agent import Agent, Phase, Status
 from fsm_core.runtime._causes import (
     DISPOSED,
@@ -23,7 +35,9 @@ from fsm_core.runtime._causes import (
 )
 from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._hooks import HookDecision, HookResult, Hooks, RunHookOptions, run_hook
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
+from fsm_core.runtime._initiators import AgentRegistry
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
@@ -60,6 +74,7 @@ from fsm_core.runtime._session import (
     SessionEvent,
 )
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
+from fsm_core.runtime._subagents import Subagents
 
 __all__ = [
     "DISPOSED",
@@ -71,9 +86,13 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "Aborted",
+    "Activation",
+    "ActivationSettled",
+    "ActivationTeardownFailed",
     "Agent",
     "AgentCancelCause",
     "AgentHandle",
+    "AgentRegistry",
     "AssembleContext",
     "AssistantMessageRecorded",
     "CancelRequested",
@@ -85,6 +104,9 @@ __all__ = [
     "EventType",
     "Finish",
     "Flush",
+    "HookDecision",
+    "HookResult",
+    "Hooks",
     "Inbox",
     "Interruption",
     "Lane",
@@ -99,6 +121,7 @@ __all__ = [
     "Reply",
     "Request",
     "RequestError",
+    "RunHookOptions",
     "Runtime",
     "Session",
     "SessionError",
@@ -106,6 +129,13 @@ __all__ = [
     "Status",
     "StatusChanged",
     "StepBoundary",
+    "SubagentCode",
+    "SubagentError",
+    "SubagentResult",
+    "SubagentSpec",
+    "Subagents",
+    "TeardownFailure",
+    "Terminal",
     "Tool",
     "ToolApproval",
     "ToolCall",
@@ -117,4 +147,5 @@ __all__ = [
     "UserMessage",
     "UserMessageRecorded",
     "initiating_agent",
+    "run_hook",
 ]

@@ -60,6 +60,7 @@ from fsm_core.runtime._causes import (
 )
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._history import History
+from fsm_core.runtime._hooks import Hooks, run_hooks
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
@@ -192,6 +193,8 @@ class Seams(Protocol):
     def model(self) -> ModelAdapter: ...
     @property
     def tools(self) -> Mapping[str, Tool]: ...
+    @property
+    def hooks(self) -> Hooks: ...
 
 
 @final
@@ -445,11 +448,16 @@ class AgentCore:
         so far), prompt assembly (:meth:`_assemble`), then the step itself (:meth:`_step`),
         which opens with ``step/start``. The signal is checked after every awaited seam, so a
         cancel or disposal before the step opens leaves no step in the log and no request.
-        After the last step, ``agent/turn-stopping``.
+        After the last step, ``agent/turn-stopping``. The runtime's hooks (:class:`Hooks`) run
+        with the same signal: ``prompt`` before the first step, ``stop`` last.
         """
         step = 0
         try:
-            while True:
+            # Prompt hooks first: a block refuses the turn before any step or request.
+            blocked = await self._hook(
+                "prompt", signal, turn, prompt=[m.text for m in self._claimed]
+            )
+            while not blocked:
                 step += 1
                 if self.events.heard("agent/pre-step"):  # observe-only: no listener, no seam
                     await self.events.waterfall(
@@ -463,11 +471,12 @@ class AgentCore:
                 reply = await self._step(signal, turn, step, messages)
                 if reply.finish != "tool_calls":
                     break
-            ending = _ENDINGS[reply.finish]
+            ending = "blocked" if blocked else _ENDINGS[reply.finish]
             if self.events.heard("agent/turn-stopping"):
                 await self.events.waterfall(
                     "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
                 )
+            await self._hook("stop", signal, turn, ending=ending)
             return ending
         except Aborted as error:
             # The table reads the aborted holder and records aborted/disposed; the code counts
@@ -481,6 +490,18 @@ class AgentCore:
             log.exception("agent %s: turn %d failed", self.id, turn)
             self._error_code, self._error = self._classify(error), error
             return "error"
+
+    async def _hook(self, seam: str, signal: AbortSignal, turn: int, **about: Any) -> bool:
+        """Run the ``seam`` hooks of the runtime (:class:`Hooks`) with the turn's signal; True
+        iff one blocked. Raises :class:`Aborted` when the signal aborted meanwhile: the
+        hooks' processes are gone by then (``run_hook`` waits for them)."""
+        commands = getattr(self.seams.hooks, seam)
+        if not commands:
+            return False
+        payload = {"hook": seam, "agent": self.id, "turn": turn, **about}
+        blocked = await run_hooks(commands, payload, signal, self.seams.hooks)
+        signal.raise_if_aborted()
+        return blocked is not None
 
     def _classify(self, error: BaseException) -> ErrorCode:
         """The durable class of the failure that ended the turn (see ``ErrorCode``)."""
@@ -571,9 +592,11 @@ class AgentCore:
                 lambda _a: _same(True),
             )
             signal.raise_if_aborted()
+            about = {"step": step, "id": call.id, "tool": call.name, "args": dict(call.args)}
+            blocked = approved and await self._hook("tool", signal, turn, **about)
             tool = self.seams.tools.get(call.name)
-            result = "refused" if not approved else "unknown-tool"
-            if approved and tool is not None:
+            result = "blocked" if blocked else "refused" if not approved else "unknown-tool"
+            if approved and not blocked and tool is not None:
                 result = "aborted"
                 try:
                     result, ok = await tool.execute(call.args, signal), True
