@@ -255,7 +255,7 @@ def test_maintenance_latches_wakes_and_replays_them() -> None:
 def test_disposal_aborts_with_disposed_and_never_latches() -> None:
     s = story("disposal_aborts_with_disposed_and_never_latches")
     assert s.rows[4] == "dispose.turn"
-    assert s.effects(4) == ["abort_holder(disposed)", "enqueue(next_turn)"]
+    assert s.effects(4) == ["abort_holder(disposed)", "enqueue(next_turn)", "publish_disposing()"]
     assert (s.after(4)["latch"], s.after(4)["pending"]) == (False, True)
     assert s.rows[5:8] == ["retire.disposed", "converge.disposing", "dispose.finish"]
     assert s.refusal(8) == ("rejected", "the agent is disposed; it accepts no more messages")

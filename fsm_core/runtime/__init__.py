@@ -41,7 +41,10 @@ from fsm_core.runtime._initiators import AgentRegistry
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
+    AssistantMessageRecorded,
     CancelRequested,
+    DisposalEnded,
+    DisposalStarted,
     Flush,
     MessageDiscarded,
     MessageInserted,
@@ -52,8 +55,10 @@ from fsm_core.runtime._payloads import (
     StepBoundary,
     ToolApproval,
     TurnEnded,
+    TurnFailed,
     TurnStarted,
     TurnStopping,
+    UserMessageRecorded,
 )
 from fsm_core.runtime._runtime import Runtime
 from fsm_core.runtime._scope import initiating_agent
@@ -89,7 +94,10 @@ __all__ = [
     "AgentHandle",
     "AgentRegistry",
     "AssembleContext",
+    "AssistantMessageRecorded",
     "CancelRequested",
+    "DisposalEnded",
+    "DisposalStarted",
     "Disposed",
     "ErrorCode",
     "EventBus",
@@ -132,10 +140,12 @@ __all__ = [
     "ToolApproval",
     "ToolCall",
     "TurnEnded",
+    "TurnFailed",
     "TurnStarted",
     "TurnStopping",
     "UserCause",
     "UserMessage",
+    "UserMessageRecorded",
     "initiating_agent",
     "run_hook",
 ]
