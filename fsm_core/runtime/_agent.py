@@ -160,7 +160,7 @@ class Agent:
             )
         if not isinstance(wakeup, bool):
             raise UsageError(f"agent {self.id}: wakeup must be a bool, not {echo(wakeup)}")
-        if any(m.id == message.id for m in (*self.inbox.next_turn, *self.inbox.next_step)):
+        if self.inbox._holds(message.id):
             raise UsageError(f"agent {self.id}: message {echo(message.id)} is already pending")
         if wakeup:
             try:
