@@ -217,6 +217,14 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="stop a model after N states (its verdict is then incomplete: nothing is proven)",
     )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "vector", "python"),
+        default="auto",
+        help="the explorer: vector (NumPy, a whole BFS level at once; table models only), "
+        "python (one state at a time; every model), or auto (the default): vector wherever a "
+        "model fits. Both find the same counts and traces",
+    )
 
 
 def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
@@ -321,7 +329,12 @@ def _check(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     models = _select_models(args.model, args.specs)
     paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
-    reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
+    reports: list[Report] = []
+    for m in models:
+        r = check(m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend)
+        if r.fallback is not None and (args.backend == "vector" or m.kind == "table"):
+            print(f"{m.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
+        reports.append(r)
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports
     )
