@@ -266,8 +266,17 @@ def _unique(models: list[Model]) -> list[Model]:
     return models
 
 
+PROGRESS_AFTER = 2.0
+"""Seconds a check runs before it reports progress: a quick one prints nothing."""
+
+
 def _progress(name: str) -> Callable[[int, int, int, float], None]:
+    """Print a progress line on stderr, as TLC and SPIN do, about once a second once a check
+    has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's."""
+
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
+        if elapsed < PROGRESS_AFTER:
+            return
         rate = states / elapsed if elapsed > 0 else 0.0
         print(
             f"{name}: states={states} frontier={frontier} depth={depth} states/s={rate:.0f}",
