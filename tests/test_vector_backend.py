@@ -131,6 +131,24 @@ def test_a_broken_invariant_has_the_same_shortest_trace(tmp_path: Path) -> None:
         assert_same(model, max_states=limit)
 
 
+def test_successors_of_a_state_that_breaks_an_invariant_never_count(tmp_path: Path) -> None:
+    """The vector backend computes a label's change assuming the invariants (here: that
+    latch is set in maintenance, so ``latch := false`` is a known change); the state that
+    breaks one gets successors that are wrong, and the search stops before they count."""
+    path = _seed_the_dispose_bug(tmp_path)
+    table = tmp_path / "bench" / "turncancel.toml"
+    table.write_text(
+        table.read_text(encoding="utf-8")
+        + '\n[[invariants]]\nid = "maintenance_latches"\n'
+        + 'holds = "phase == maintenance implies latch"\ndoc = "A test."\n'
+        + 'clauses = ["B.invariants"]\n',
+        encoding="utf-8",
+    )
+    report = assert_same(load_model(path))
+    assert report.violation is not None
+    assert (report.violation.name, len(report.violation.trace)) == ("maintenance_latches", 2)
+
+
 def _tiny(tmp_path: Path, old: str, new: str) -> Model:
     """A table model over the spec faults' small table, with one edit."""
     specs = write_specs(tmp_path)

@@ -79,6 +79,7 @@ keeps a sorted array of the codes it has visited."""
 
 Codes: TypeAlias = npt.NDArray[np.int64]
 Mask: TypeAlias = npt.NDArray[np.bool_]
+Indices: TypeAlias = npt.NDArray[np.int32]
 Column: TypeAlias = npt.NDArray[Any]
 """A value per state: booleans, integers, or codes of enumeration values in a :class:`_Val`'s
 ``space``."""
@@ -211,6 +212,13 @@ class _Env:
             out |= mask
         return out
 
+    def close(self) -> None:
+        """Drop every column: a subset refers back to its group, and the cycle would keep
+        them alive until the garbage collector ran."""
+        self.subsets.clear()
+        self.memo.clear()
+        self.digits.clear()
+
 
 Fn: TypeAlias = Callable[[_Env], Any]
 """A compiled expression over a group: a column, or a scalar NumPy broadcasts."""
@@ -269,6 +277,8 @@ class _Compiler:
         names += [v for i, s in enumerate(layout.spaces) if layout.kinds[i] == "enum" for v in s]
         self.everything: tuple[Value, ...] = tuple(dict.fromkeys(names))
         self._compiled: dict[str, _Val] = {}
+        self._shared: dict[int, _Val] = {}
+        """Every memoized value, by id (and kept alive, so an id is never reused)."""
 
     def compile(self, e: Expr) -> _Val:
         """``e`` compiled; the same expression compiles to the same :class:`_Val`, whose column
@@ -276,7 +286,11 @@ class _Compiler:
         key = repr(e)  # not ``e``: Lit(True) == Lit(1)
         found = self._compiled.get(key)
         if found is None:
-            found = self._compiled[key] = _memoized(self._compile(e))
+            found = self._compile(e)
+            if id(found) not in self._shared:  # not a part's, folded through
+                found = _memoized(found)
+                self._shared[id(found)] = found
+            self._compiled[key] = found
         return found
 
     def _compile(self, e: Expr) -> _Val:
@@ -520,12 +534,12 @@ def _change(
     v: _Val,
     row: str,
     offset: list[int],
-    guard_excludes: Callable[[Value], bool],
+    admitted: Callable[[], tuple[Value, ...]],
 ) -> Change:
     """The change of position ``i`` to ``value``, compiled as ``v``; a constant part goes to
     ``offset[0]``. It raises :class:`Unfit` when a state that takes the row would get a value
-    outside the position's domain. ``guard_excludes(x)`` is True when the row's guard is false
-    whatever the other variables are, if position ``i`` holds ``x``."""
+    outside the position's domain. ``admitted()`` are the values position ``i`` may hold in a
+    state that takes the row and satisfies every invariant."""
     stride, radix, space = layout.stride[i], layout.radix[i], layout.spaces[i]
     name, kind, low = layout.names[i], layout.kinds[i], layout.lows[i]
 
@@ -538,8 +552,8 @@ def _change(
         # ``x := x + 1``: the same change in every code, once the old digits leave room;
         # no check at all when the guard rules out every old value that leaves none.
         offset[0] += step * stride
-        if all(guard_excludes(space[d]) for d in range(radix) if not 0 <= d + step < radix):
-            return lambda env, shift, edge: None
+        if all(0 <= space.index(x) + step < radix for x in admitted()):
+            return _unchanged
 
         def counter(env: _Env, shift: int, edge: Codes) -> None:
             digit = env.digit(i)
@@ -557,6 +571,10 @@ def _change(
 
             return never
         offset[0] += space.index(v.const) * stride
+        before = admitted()
+        if len(before) == 1:  # the guard and the invariants pin the old value
+            offset[0] -= space.index(before[0]) * stride
+            return _unchanged
 
         def reset(env: _Env, shift: int, edge: Codes) -> None:
             edge -= env.scaled(i, stride << shift)
@@ -591,6 +609,10 @@ def _change(
     return translate
 
 
+def _unchanged(env: _Env, shift: int, edge: Codes) -> None:
+    """A change wholly in the label's offset."""
+
+
 def _counter_step(value: Expr, name: str) -> int | None:
     """``c`` when ``value`` is ``name + c`` or ``name - c`` (or ``c + name``), else None."""
     match value:
@@ -616,19 +638,46 @@ def _domain(space: Sequence[Value], kind: str) -> str:
     return "{" + ", ".join(map(str, space)) + "}"
 
 
-def _excludes(
-    compiler: _Compiler,
-    guard: Expr,
-    here: Mapping[str, Expr],
-    args: Mapping[str, Value],
-    defs: Mapping[str, Expr],
-    name: str,
-    value: Value,
-) -> bool:
-    """True iff ``guard`` is false in every state where ``name`` holds ``value``."""
-    pinned = {**here, name: Sym(value) if isinstance(value, str) else Lit(value)}
-    folded = compiler.compile(_substitute(guard, pinned, args, defs))
-    return folded.fn is None and not folded.const
+_MAX_PINNED: Final = 64
+"""The most values of a variable :func:`_admitted` tries one by one; a wider domain is taken
+as admitted whole."""
+
+
+def _admitted(
+    compiler: _Compiler, assumed: Sequence[Expr], name: str, space: tuple[Value, ...]
+) -> tuple[Value, ...]:
+    """The values of ``name`` that ``assumed`` (the conjuncts of a row's guard and of every
+    invariant, substituted) does not rule out on its own: pinned to one of the others, some
+    conjunct folds to false whatever the other variables hold."""
+    relevant = [e for e in assumed if _mentions(e, name)]
+    if len(space) > _MAX_PINNED or not relevant:
+        return space
+    out: list[Value] = []
+    for value in space:
+        pinned: dict[str, Expr] = {name: Sym(value) if isinstance(value, str) else Lit(value)}
+        folded = [compiler.compile(_substitute(e, pinned, {}, {})) for e in relevant]
+        if all(v.fn is not None or v.const for v in folded):
+            out.append(value)
+    return tuple(out)
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if isinstance(e, BinOp) and e.op == "and":
+        return [*_conjuncts(e.left), *_conjuncts(e.right)]
+    return [e]
+
+
+def _mentions(e: Expr, name: str) -> bool:
+    match e:
+        case Var(name=n):
+            return n == name
+        case Not(operand=o) | In(operand=o):
+            return _mentions(o, name)
+        case Cond(test=t, then=x, orelse=y):
+            return _mentions(t, name) or _mentions(x, name) or _mentions(y, name)
+        case BinOp(left=left, right=right):
+            return _mentions(left, name) or _mentions(right, name)
+    return False
 
 
 def _compile_groups(machine: Machine, layout: _Layout) -> tuple[tuple[_Group, ...], int]:
@@ -638,6 +687,11 @@ def _compile_groups(machine: Machine, layout: _Layout) -> tuple[tuple[_Group, ..
     defs = {name: d.expr for name, d in t.defs.items()}
     compiler = _Compiler(layout, t)
     phase = layout.names[0]
+    # Successors matter only from states that satisfy every invariant: the search stops at
+    # the first that does not, counting none of its successors.
+    invariants: Expr = Lit(True)
+    for inv in t.invariants:
+        invariants = BinOp("and", invariants, inv.expr)
     groups: list[_Group] = []
     index = 0
     for k, state in enumerate(t.state_names):
@@ -665,8 +719,13 @@ def _compile_groups(machine: Machine, layout: _Layout) -> tuple[tuple[_Group, ..
                         offset[0] += (layout.spaces[0].index(value.name) - k) * layout.stride[0]
                         continue
                     compiled = compiler.compile(value)
-                    excludes = partial(_excludes, compiler, row.guard, {**here}, env, defs, name)
-                    changes.append(_change(layout, i, value, compiled, row.id, offset, excludes))
+                    if compiled is compiler.compile(Var(name)):
+                        continue  # a block whose ``when`` is false for these arguments
+                    assumed = _conjuncts(
+                        _substitute(BinOp("and", row.guard, invariants), here, env, defs)
+                    )
+                    admitted = partial(_admitted, compiler, assumed, name, layout.spaces[i])
+                    changes.append(_change(layout, i, value, compiled, row.id, offset, admitted))
                 if guard.fn is not None or guard.const:
                     labels.append(_Label(index, guard, offset[0], tuple(changes)))
                 index += 1
@@ -726,8 +785,8 @@ class _Level:
     taken: set[int]
     """The labels of every edge."""
     codes: Codes
-    parents: Codes
-    labels: Codes
+    parents: Indices
+    labels: Indices
     """The next level: its new codes in BFS order, each with its parent's index and label."""
 
     def edge_keys(self) -> Codes:
@@ -739,10 +798,17 @@ class _Level:
         return self.edges if self.keys is not None else self.edges >> self.shift
 
 
-def _first_discoveries(level: _Level, code_bits: int, visited: _Visited, count: int) -> None:
+def _first_discoveries(
+    level: _Level, size: int, code_bits: int, visited: _Visited, count: int
+) -> None:
     """Fill in ``level``'s next level, and add it to ``visited``: each unvisited code once,
     with the least key that reached it, ordered by that key: the order in which the default
-    explorer appends them."""
+    explorer appends them.
+
+    A code outside the domain's ``size`` is dropped: only a state that breaks an invariant
+    leads there (labels assume the invariants, see :func:`_admitted`), and the search stops
+    at the first such state, before any state it leads to counts.
+    """
     edges = level.edges
     if not edges.size:
         return
@@ -756,6 +822,9 @@ def _first_discoveries(level: _Level, code_bits: int, visited: _Visited, count: 
         np.not_equal(code[1:], code[:-1], out=head[1:])
         won = ordered[head]
         code = won >> shift
+        inside = (code >= 0) & (code < size)
+        if not inside.all():
+            won, code = won[inside], code[inside]
         new = visited.unseen(code)
         won = won[new]
         visited.add(code[new])
@@ -768,13 +837,16 @@ def _first_discoveries(level: _Level, code_bits: int, visited: _Visited, count: 
         head[0] = True
         np.not_equal(code[1:], code[:-1], out=head[1:])
         code, key = code[head], key[head]
+        inside = (code >= 0) & (code < size)
+        code, key = code[inside], key[inside]
         new = visited.unseen(code)
         code, key = code[new], key[new]
         visited.add(code)
         by_key = np.argsort(key)
         codes, keys = code[by_key], key[by_key]
     level.codes = codes
-    level.parents, level.labels = np.divmod(keys, count)
+    parents, labels = np.divmod(keys, count)
+    level.parents, level.labels = parents.astype(np.int32), labels.astype(np.int32)
 
 
 class VectorSearch:
@@ -795,7 +867,7 @@ class VectorSearch:
             raise AssertionError("the vector backend numbers labels unlike _codegen")
         self.initial = self.layout.encode(system.initial)
         self.bytes_limit = bytes_limit
-        self._levels: list[tuple[Codes, Codes, Codes]] = []
+        self._levels: list[tuple[Codes, Indices, Indices]] = []
         self._edges: tuple[Codes, Codes] | None = None
 
     def explore(
@@ -814,7 +886,8 @@ class VectorSearch:
         frontier = np.array([self.initial], dtype=np.int64)
         visited.add(frontier)
         empty = np.empty(0, dtype=np.int64)
-        self._levels = [(frontier, empty, empty)]
+        none = np.empty(0, dtype=np.int32)
+        self._levels = [(frontier, none, none)]
         sources: list[Codes] = []
         targets: list[Codes] = []
         taken: set[int] = set()
@@ -824,7 +897,7 @@ class VectorSearch:
             key_bits = max(1, (frontier.size * count).bit_length())
             shift = key_bits if code_bits + key_bits <= 63 else 0
             level = self._level(frontier, shift, count)
-            _first_discoveries(level, code_bits, visited, count)
+            _first_discoveries(level, self.layout.size, code_bits, visited, count)
             keys = level.edge_keys()
             stop = self._stop(level, states, max_states)
             if stop is not None:
@@ -920,6 +993,7 @@ class VectorSearch:
                 stuck = ~env.enabled()
                 if stuck.any():
                     broken |= stuck & _holds_not(group.quiescent, env, size)
+            env.close()
             if broken.any():
                 at = int(pos[int(np.argmax(broken))])
                 bad = at if bad is None else min(bad, at)
@@ -928,7 +1002,7 @@ class VectorSearch:
             bad,
             np.concatenate(edges) if edges else empty,
             None if shift else (np.concatenate(keys) if keys else empty),
-            shift, taken, empty, empty, empty,
+            shift, taken, empty, np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32),
         )  # fmt: skip
 
     def _trace(self, depth: int, index: int) -> tuple[tuple[int | None, State], ...]:
