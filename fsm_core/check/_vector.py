@@ -148,7 +148,8 @@ class _Env:
 
     ``base`` is each state's code shifted left plus its key (see :class:`_Level`), or its
     code alone when ``keys`` holds the keys. :meth:`select` narrows the group to the states
-    a guard enables.
+    a guard enables: a subset, whose digits are its group's, picked by ``sel``; only a group
+    decodes its ``codes``, which a subset shares.
     """
 
     __slots__ = ("base", "codes", "digits", "keys", "layout", "memo", "parent", "sel", "subsets")
@@ -201,13 +202,14 @@ class _Env:
             sub = None
             if sel.size:
                 keys = None if self.keys is None else self.keys[sel]
-                sub = _Env(self.layout, self.codes[sel], self.base[sel], keys, self, sel)
+                # A subset decodes nothing itself (see digit): it needs no codes of its own.
+                sub = _Env(self.layout, self.codes, self.base[sel], keys, self, sel)
             found = self.subsets[id(guard)] = (mask, sub)
         return found[1]
 
     def enabled(self) -> Mask:
         """Where some guard :meth:`select` was asked about holds."""
-        out = np.zeros(self.codes.size, dtype=np.bool_)
+        out = np.zeros(self.base.size, dtype=np.bool_)
         for mask, _ in self.subsets.values():
             out |= mask
         return out
