@@ -38,8 +38,8 @@ class Report:
     """Every property the model was checked against, the table's own included."""
     dead_rows: tuple[str, ...]
     violation: Violation[Any] | None
-    backend: Backend = "python"
-    """The backend that explored the model: ``vector`` or ``python``."""
+    backend: Literal["vector", "python"] = "python"
+    """The backend that explored the model."""
     fallback: str | None = None
     """Why the vector backend did not explore it, when it was asked to (``auto`` included)."""
 
@@ -81,7 +81,9 @@ def check(
     liveness: bool | None = None,
     backend: Backend = "auto",
 ) -> Report:
-    """Explore ``model`` and report. ``liveness`` defaults to on except for bench models."""
+    """Explore ``model`` with ``backend`` and report. ``liveness`` defaults to on except for
+    bench models. The report names the backend that explored, and why the vector backend did
+    not when it was asked to."""
     built = build(model)
     live = model.tier != "bench" if liveness is None else liveness
     fallback: str | None = None
@@ -114,7 +116,7 @@ def check(
     taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive
-    used: Backend = "python" if fallback is not None or backend == "python" else "vector"
+    used: Literal["vector", "python"] = "python" if fallback or backend == "python" else "vector"
     return Report(
         model, result, built.names, built.moves, built.properties, dead, violation, used, fallback
     )

@@ -51,8 +51,7 @@ import fsm_core
 from fsm_core._errors import FsmError, SpecError
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
-from fsm_core.check import check, load_model, load_models
-from fsm_core.check._check import Backend
+from fsm_core.check import Backend, check, load_model, load_models
 from fsm_core.check._report import aligned
 from fsm_core.table._load import read_toml
 
