@@ -225,6 +225,20 @@ def test_a_value_outside_its_domain_at_scale_falls_back_naming_the_row(tmp_path:
     assert outcome(vector) == outcome(python)
 
 
+def test_effects_too_large_to_expand_fall_back_naming_the_row(tmp_path: Path) -> None:
+    """Each statement reads the last one's value three times: substituted into each other,
+    twelve of them stand for 3^12 terms, which the generated successors never expand."""
+    saturate = '"count := if count < 2 then count + 1 else count",'
+    model = _tiny(tmp_path, saturate, saturate * 12)
+    python = check(model, backend="python")
+    vector = check(model, backend="vector")
+    assert (vector.backend, vector.fallback) == (
+        "python",
+        "row finish.done's effects on count are too large to expand",
+    )
+    assert outcome(vector) == outcome(python)
+
+
 def test_auto_takes_the_vector_backend_for_a_table_model_and_python_for_the_others() -> None:
     table = check(_bench("S"))
     agent = check(load_model(models_dir() / "agent_races.toml"), max_states=10)

@@ -436,6 +436,8 @@ def _logic(op: str, a: _Val, b: _Val) -> _Val:
 _MAX_SUBSTITUTED: Final = 20_000
 """The most terms one variable's new value may have once a row's effects are substituted
 into each other (a chain of ``x := x + x`` doubles it with every link)."""
+_MAX_DEPTH: Final = 200
+"""How deep that value may nest (a chain of ``x := x + 1`` deepens it with every link)."""
 
 
 def _substitute(
@@ -491,15 +493,26 @@ def _effects(
                         now[v] = Cond(test, x, before)
 
 
-def _size(e: Expr) -> int:
-    match e:
-        case Not(operand=o) | In(operand=o):
-            return 1 + _size(o)
-        case Cond(test=t, then=x, orelse=y):
-            return 1 + _size(t) + _size(x) + _size(y)
-        case BinOp(left=left, right=right):
-            return 1 + _size(left) + _size(right)
-    return 1
+def _fits(e: Expr) -> bool:
+    """True iff ``e``, expanded as a tree, has at most :data:`_MAX_SUBSTITUTED` terms and
+    nests at most :data:`_MAX_DEPTH` deep: compiling it recurses through every term. Counted
+    without recursion, and giving up at the limit: a substituted value shares its parts, and
+    the tree it stands for may be exponentially larger."""
+    budget = _MAX_SUBSTITUTED
+    stack: list[tuple[Expr, int]] = [(e, 1)]
+    while stack:
+        node, depth = stack.pop()
+        budget -= 1
+        if budget < 0 or depth > _MAX_DEPTH:
+            return False
+        match node:
+            case Not(operand=o) | In(operand=o):
+                stack.append((o, depth + 1))
+            case Cond(test=t, then=x, orelse=y):
+                stack += [(t, depth + 1), (x, depth + 1), (y, depth + 1)]
+            case BinOp(left=left, right=right):
+                stack += [(left, depth + 1), (right, depth + 1)]
+    return True
 
 
 Change: TypeAlias = Callable[[_Env, int, Codes], None]
@@ -710,11 +723,14 @@ def _compile_groups(machine: Machine, layout: _Layout) -> tuple[tuple[_Group, ..
                 _effects(row.effects, now, env, defs)
                 offset = [0]
                 changes: list[Change] = []
+                assumed = _conjuncts(
+                    _substitute(BinOp("and", row.guard, invariants), here, env, defs)
+                )
                 for name, value in now.items():
                     i = compiler.position[name]
                     if value == Var(name):
                         continue
-                    if _size(value) > _MAX_SUBSTITUTED:
+                    if not _fits(value):
                         raise Unfit(f"row {row.id}'s effects on {name} are too large to expand")
                     if i == 0 and isinstance(value, Sym):
                         # The target: every state of the group has the source's digit.
@@ -723,9 +739,6 @@ def _compile_groups(machine: Machine, layout: _Layout) -> tuple[tuple[_Group, ..
                     compiled = compiler.compile(value)
                     if compiled is compiler.compile(Var(name)):
                         continue  # a block whose ``when`` is false for these arguments
-                    assumed = _conjuncts(
-                        _substitute(BinOp("and", row.guard, invariants), here, env, defs)
-                    )
                     admitted = partial(_admitted, compiler, assumed, name, layout.spaces[i])
                     changes.append(_change(layout, i, value, compiled, row.id, offset, admitted))
                 if guard.fn is not None or guard.const:
