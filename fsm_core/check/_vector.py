@@ -71,7 +71,7 @@ from fsm_core.table._expr import (
 )
 from fsm_core.table._table import Table
 
-__all__ = ["BYTES_LIMIT", "Unfit", "VectorSearch", "plan"]
+__all__ = ["BYTES_LIMIT", "Unfit", "VectorSearch"]
 
 BYTES_LIMIT: Final = 1 << 28
 """The largest domain (in states) whose visited set is a byte array (256 MiB); a larger one
@@ -1081,8 +1081,3 @@ def _holds_not(v: _Val, env: _Env, size: int) -> Mask:
     if v.fn is None:
         return np.full(size, not v.const, dtype=np.bool_)
     return ~np.asarray(v.fn(env), dtype=np.bool_)
-
-
-def plan(model: Model, system: System[Any]) -> VectorSearch:
-    """Compile ``model`` for the vector backend; raises :class:`Unfit` when it does not fit."""
-    return VectorSearch(model, system)
