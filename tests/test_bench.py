@@ -101,7 +101,8 @@ DONE_AT_S = re.compile(
     r"Done\. bench=S states=797 spin_s=(?P<spin>[-0-9.]+) rumur_s=(?P<rumur>[-0-9.]+) "
     r"vector_s=\d+\.\d\d python_s=\d+\.\d\d baseline_s=\d+\.\d\d "
     r"vector_x_spin=(?P<x_spin>[-0-9.]+) vector_x_baseline=\d+\.\d\d "
-    r"python_x_spin=[-0-9.]+ python_x_baseline=\d+\.\d\d spin_mib=[-0-9]+ rumur_mib=[-0-9]+ "
+    r"vector_x_spin_cpu=[-0-9.]+ python_x_spin=[-0-9.]+ python_x_baseline=\d+\.\d\d "
+    r"python_x_spin_cpu=[-0-9.]+ spin_mib=[-0-9]+ rumur_mib=[-0-9]+ "
     r"vector_mib=\d+ python_mib=\d+ baseline_mib=\d+ models=0 problems=0 sec=\d+\.\d"
 )
 

@@ -87,7 +87,8 @@ BACKENDS: Final = ("vector", "python")
 class Run:
     """One whole-process run: what it found and what it cost.
 
-    ``wall_s`` runs from process start until it is reaped; ``search_s`` is the search alone, as
+    ``wall_s`` runs from process start until it is reaped, and ``cpu_s`` is the processor time
+    it used (user and system); ``search_s`` is the search alone, as
     the process timed it (``check()`` for us, the baseline's own ``time=``; the whole run for
     a native checker); ``load_s`` is our loading of the model file. ``transitions`` and
     ``depth`` are None where a checker counts them its own way.
@@ -98,6 +99,7 @@ class Run:
     depth: int | None
     verdict: str
     wall_s: float
+    cpu_s: float
     search_s: float
     peak_mib: float
     load_s: float | None = None
@@ -110,6 +112,7 @@ class _Median:
 
     first: Run
     wall_s: float
+    cpu_s: float
     search_s: float
     peak_mib: float
     load_s: float | None
@@ -393,6 +396,7 @@ def _median(problems: list[str], what: str, runs: Sequence[Run]) -> _Median | No
     return _Median(
         runs[0],
         statistics.median(r.wall_s for r in runs),
+        statistics.median(r.cpu_s for r in runs),
         statistics.median(r.search_s for r in runs),
         statistics.median(r.peak_mib for r in runs),
         statistics.median(loads) if (loads := [r.load_s for r in runs if r.load_s]) else None,
@@ -458,7 +462,7 @@ def _ours(path: Path, liveness: bool | None, backend: str, specs: Path | None) -
     flag = {None: "default", False: "off", True: "on"}[liveness]
     cmd = [sys.executable, "-m", __name__, str(path), flag, backend]
     cmd += [str(specs)] if specs else []
-    out, code, wall, peak = _measure(cmd)
+    out, code, wall, cpu, peak = _measure(cmd)
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
     if code != 0 or line is None:
         raise _Failed(f"`{' '.join(cmd)}` exited {code}:\n{out.rstrip()}")
@@ -466,7 +470,7 @@ def _ours(path: Path, liveness: bool | None, backend: str, specs: Path | None) -
     if backend != "auto" and d["backend"] != backend:
         raise _Failed(f"`{' '.join(cmd)}` fell back to the {d['backend']} backend: {d['fallback']}")
     return Run(
-        d["states"], d["transitions"], d["depth"], d["verdict"], wall, d["seconds"], peak,
+        d["states"], d["transitions"], d["depth"], d["verdict"], wall, cpu, d["seconds"], peak,
         d["load_seconds"], tuple(d["mismatches"]),
     )  # fmt: skip
 
@@ -477,14 +481,14 @@ _BASELINE_LINE = re.compile(r"states=(\d+) transitions=(\d+) time=([0-9.]+)s")
 def _base(params: tuple[int, int, int, int]) -> Run:
     """Run the baseline at ``params`` in a fresh process and read its report."""
     cmd = [sys.executable, "-c", _RUN_BASELINE, str(BASELINE), *map(str, params)]
-    out, code, wall, peak = _measure(cmd)
+    out, code, wall, cpu, peak = _measure(cmd)
     found = _BASELINE_LINE.search(out)
     if found is None or code not in (0, 1):
         shown = " ".join(["python", str(BASELINE), *map(str, params)])
         raise _Failed(f"`{shown}` exited {code}:\n{out.rstrip()}")
     verdict = "ok" if code == 0 and "OK: all invariants hold" in out else "violation"
     states, transitions, seconds = found.groups()
-    return Run(int(states), int(transitions), None, verdict, wall, float(seconds), peak)
+    return Run(int(states), int(transitions), None, verdict, wall, cpu, float(seconds), peak)
 
 
 def _build(peer: Peer, peers: Path, out: Path, params: tuple[int, int, int, int]) -> float:
@@ -505,18 +509,19 @@ def _native(peer: Peer, binary: Path) -> Run:
     """Run a built native checker in a fresh process and read its report."""
     cmd = [str(binary), *peer.run]
     try:
-        out, code, wall, peak = _measure(cmd, cwd=binary.parent)
+        out, code, wall, cpu, peak = _measure(cmd, cwd=binary.parent)
     except OSError as e:  # the build made no checker
         raise _Failed(f"cannot run `{' '.join(cmd)}`: {e.strerror or e}") from None
     found = peer.states.search(out)
     if found is None:
         raise _Failed(f"`{' '.join(cmd)}` exited {code}:\n{out.strip()[-2000:]}")
     verdict = "ok" if code == 0 and peer.clean.search(out) else "violation"
-    return Run(int(found.group(1)), None, None, verdict, wall, wall, peak)
+    return Run(int(found.group(1)), None, None, verdict, wall, cpu, wall, peak)
 
 
-def _measure(cmd: list[str], cwd: Path | None = None) -> tuple[str, int, float, float]:
-    """Run ``cmd`` to the end: (output, exit status, wall seconds, peak RSS in MiB).
+def _measure(cmd: list[str], cwd: Path | None = None) -> tuple[str, int, float, float, float]:
+    """Run ``cmd`` to the end: (output, exit status, wall seconds, processor seconds, peak RSS
+    in MiB).
 
     The peak is the one the child printed at exit (Linux ``VmHWM``: this process image's
     high-water mark). Failing that (a native checker prints none) it is ``wait4``'s
@@ -539,11 +544,12 @@ def _measure(cmd: list[str], cwd: Path | None = None) -> tuple[str, int, float, 
             raise
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
     reported = [ln for ln in out.splitlines() if ln.startswith(_PEAK)]
     if reported:
-        return out, proc.returncode, wall, int(reported[-1].removeprefix(_PEAK)) / 1024
+        return out, proc.returncode, wall, cpu, int(reported[-1].removeprefix(_PEAK)) / 1024
     unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    return out, proc.returncode, wall, usage.ru_maxrss * unit / 2**20
+    return out, proc.returncode, wall, cpu, usage.ru_maxrss * unit / 2**20
 
 
 def _child(argv: Sequence[str]) -> int:
@@ -614,14 +620,16 @@ def _print_bench(
         f"fsm-core bench on the shared bench model; CPython {sys.version.split()[0]} on "
         f"{_machine()}. Each figure is {rounds} of a whole process: wall seconds and peak "
         "RSS. x SPIN and x baseline are wall time over SPIN's and over the hand-written "
-        "BFS's in the same run (lower is better); states/s = states / wall seconds; build s "
-        "is a native checker's one-off build, not in its wall time."
+        "BFS's in the same run (lower is better); cpu s is the processor time the process "
+        "used, which other work on the machine inflates less than wall time, and x SPIN cpu "
+        "its ratio; states/s = states / wall seconds; build s is a native checker's one-off "
+        "build, not in its wall time."
     )
     for key, why in missing.items():
         print(f"{PEERS_BY_KEY[key].name} is missing: {why}; no figures or ratios for it.")
     head = (
         "scale", "(K,T,S,C)", "checker", "states", "wall s", "x SPIN", "x baseline",
-        "states/s", "MiB", "build s",
+        "cpu s", "x SPIN cpu", "states/s", "MiB", "build s",
     )  # fmt: skip
     rows: list[tuple[str, ...]] = []
     for scale, found in bench.items():
@@ -636,6 +644,8 @@ def _print_bench(
                     _num(m.wall_s, 2),
                     _num(m.wall_s / spin.wall_s if spin else None, 2),
                     _num(m.wall_s / base.wall_s if base else None, 2),
+                    _num(m.cpu_s, 2),
+                    _num(m.cpu_s / spin.cpu_s if spin and spin.cpu_s > 0 else None, 2),
                     _rate(m.first.states / m.wall_s),
                     _num(m.peak_mib, 0),
                     _num(builds.get((key, scale)), 2),
@@ -698,10 +708,13 @@ def _done(
     def peak(key: str) -> Callable[[dict[str, _Median]], str | None]:
         return lambda found: f"{found[key].peak_mib:.0f}" if key in found else None
 
-    def ratio(key: str, to: str) -> Callable[[dict[str, _Median]], str | None]:
+    def ratio(key: str, to: str, cpu: bool = False) -> Callable[[dict[str, _Median]], str | None]:
         def show(found: dict[str, _Median]) -> str | None:
             if key not in found or to not in found:
                 return None
+            if cpu:
+                spent = found[to].cpu_s
+                return f"{found[key].cpu_s / spent:.2f}" if spent > 0 else None
             return f"{found[key].wall_s / found[to].wall_s:.2f}"
 
         return show
@@ -715,6 +728,7 @@ def _done(
     for key in BACKENDS:
         fields[f"{key}_x_spin"] = each(ratio(key, "spin"))
         fields[f"{key}_x_baseline"] = each(ratio(key, "baseline"))
+        fields[f"{key}_x_spin_cpu"] = each(ratio(key, "spin", cpu=True))
     for key in CHECKERS:
         fields[f"{key}_mib"] = each(peak(key))
     fields["models"] = str(models)
