@@ -261,6 +261,14 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="stop a model after N states (its verdict is then incomplete: nothing is proven)",
     )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "vector", "python"),
+        default="auto",
+        help="the explorer: vector (NumPy, a whole BFS level at once; table models only), "
+        "python (one state at a time; every model), or auto (the default): vector wherever a "
+        "model fits. Both find the same counts and traces",
+    )
 
 
 def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
@@ -302,8 +310,17 @@ def _unique(models: list[Model]) -> list[Model]:
     return models
 
 
+PROGRESS_AFTER = 2.0
+"""Seconds a check runs before it reports progress: a quick one prints nothing."""
+
+
 def _progress(name: str) -> Callable[[int, int, int, float], None]:
+    """Print a progress line on stderr, as TLC and SPIN do, about once a second once a check
+    has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's."""
+
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
+        if elapsed < PROGRESS_AFTER:
+            return
         rate = states / elapsed if elapsed > 0 else 0.0
         print(
             f"{name}: states={states} frontier={frontier} depth={depth} states/s={rate:.0f}",
@@ -365,7 +382,12 @@ def _check(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     models = _select_models(args.model, args.specs)
     paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
-    reports = [check(m, progress=_progress(m.name), max_states=args.max_states) for m in models]
+    reports: list[Report] = []
+    for m in models:
+        r = check(m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend)
+        if r.fallback is not None and (args.backend == "vector" or m.kind == "table"):
+            print(f"{m.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
+        reports.append(r)
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports
     )

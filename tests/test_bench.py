@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import re
 import shutil
 import signal
@@ -19,7 +20,7 @@ import pytest
 
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
-from fsm_core.tools._bench import BASELINE, REFERENCE, Reference, _ours, configure, run
+from fsm_core.tools._bench import BASELINE, PEERS, REFERENCE, Reference, _ours, configure, run
 from fsm_core.tools._mutants import BY_NAME
 from tests.helpers import FSM_CORE, copy_specs
 
@@ -96,51 +97,144 @@ def _bench_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+DONE_AT_S = re.compile(
+    r"Done\. bench=S states=797 spin_s=(?P<spin>[-0-9.]+) rumur_s=(?P<rumur>[-0-9.]+) "
+    r"vector_s=\d+\.\d\d python_s=\d+\.\d\d baseline_s=\d+\.\d\d "
+    r"vector_x_spin=(?P<x_spin>[-0-9.]+) vector_x_baseline=\d+\.\d\d "
+    r"vector_x_spin_cpu=[-0-9.]+ python_x_spin=[-0-9.]+ python_x_baseline=\d+\.\d\d "
+    r"python_x_spin_cpu=[-0-9.]+ spin_mib=[-0-9]+ rumur_mib=[-0-9]+ "
+    r"vector_mib=\d+ python_mib=\d+ baseline_mib=\d+ models=0 problems=0 sec=\d+\.\d"
+)
+
+
 def test_bench_at_s_agrees_with_the_baseline_and_ends_with_a_done_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(_bench_args("--scale", "S", "--no-models", "--no-peers")) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out
+    last = out.splitlines()[-1]
+    done = DONE_AT_S.fullmatch(last)
+    assert done is not None, last
+    assert (done["spin"], done["rumur"], done["x_spin"]) == ("-", "-", "-")
+
+
+def test_bench_exits_1_naming_the_scale_and_checker_when_counts_disagree(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(REFERENCE, "S", Reference((2, 2, 4, 2), 798, 3_553))
+    assert run(_bench_args("--scale", "S", "--no-models", "--no-peers")) == 1
+    out = capsys.readouterr().out
+    for checker in ("vector", "python", "baseline"):
+        assert (
+            f"FAILED: bench S: {checker} found states=797 transitions=3553 verdict=ok, "
+            "the reference is states=798 transitions=3553 verdict=ok\n"
+        ) in out
+    assert " problems=3 " in out.splitlines()[-1]
+
+
+def _fake_tools(tmp_path: Path, states: int) -> Path:
+    """A directory of stand-ins for spin, gcc, rumur and cc: each "build" writes a checker
+    that reports ``states`` states and no error, in its checker's words."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    spin_says = f"State-vector 20 byte, depth reached 9, errors: 0\\n  {states} states, stored"
+    rumur_says = f"Status:\\n\\n\\tNo error found.\\n\\t{states} states, 3 rules fired in 0s."
+    scripts = {
+        "spin": "exit 0",
+        "rumur": "exit 0",
+        # Both compilers are called with the checker's name as the fourth argument, after -o.
+        "gcc": f'printf \'#!/bin/sh\\nprintf "{spin_says}\\\\n"\\n\' > "$4"; chmod +x "$4"',
+        "cc": f'printf \'#!/bin/sh\\nprintf "{rumur_says}\\\\n"\\n\' > "$4"; chmod +x "$4"',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+        path.chmod(0o755)
+    return bin_dir
+
+
+def test_bench_says_clearly_when_a_peer_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    args = _bench_args("--scale", "S", "--no-models", "--no-baseline", "--backend", "vector")
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert (
+        "SPIN DFS -DSAFETY is missing: spin is not installed (apt-get install spin); "
+        "no figures or ratios for it.\n"
+        "rumur, 1 thread is missing: rumur is not installed (apt-get install rumur); "
+        "no figures or ratios for it.\n"
+    ) in out
+    assert " spin_s=- rumur_s=- vector_s=" in out.splitlines()[-1]
+
+
+def test_bench_says_which_model_file_a_peer_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{_fake_tools(tmp_path, 797)}{os.pathsep}{os.environ['PATH']}")
+    empty = tmp_path / "peers"
+    empty.mkdir()
+    args = _bench_args("--scale", "S", "--no-models", "--no-baseline", "--peers", str(empty))
+    assert run(args) == 0
+    assert (
+        f"SPIN DFS -DSAFETY is missing: there is no turncancel.pml in {empty} (--peers DIR "
+        "names another); no figures or ratios for it.\n"
+    ) in capsys.readouterr().out
+
+
+def test_a_peer_that_finds_other_counts_fails_the_bench_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    peers = tmp_path / "peers"
+    peers.mkdir()
+    (peers / "turncancel.pml").write_text("/* stand-in */\n", encoding="utf-8")
+    (peers / "turncancel.m").write_text("const\n  K: 1;\n  T: 1;\n  S: 1;\n  C: 1;\n")
+    monkeypatch.setenv("PATH", f"{_fake_tools(tmp_path, 796)}{os.pathsep}{os.environ['PATH']}")
+    args = _bench_args("--scale", "S", "--no-models", "--backend", "vector", "--peers", str(peers))
+    assert run(args) == 1
+    out = capsys.readouterr().out
+    for peer in ("spin", "rumur"):
+        assert (
+            f"FAILED: bench S: {peer} found states=796 verdict=ok, the reference is "
+            "states=797 verdict=ok\n"
+        ) in out
+    last = out.splitlines()[-1]
+    assert " spin_s=0." in last and " vector_x_spin=" in last and " problems=2 " in last
+
+
+NATIVE = all(shutil.which(tool) for tool in ("spin", "rumur", "gcc", "cc"))
+
+
+@pytest.mark.skipif(
+    not NATIVE or not PEERS.is_dir(), reason="needs spin, rumur, gcc and ../shared/bench"
+)
+def test_bench_builds_and_runs_spin_and_rumur_and_their_counts_agree(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert run(_bench_args("--scale", "S", "--no-models")) == 0
     out = capsys.readouterr().out
-    assert "FAILED" not in out
-    last = out.splitlines()[-1]
-    assert re.fullmatch(
-        r"Done\. bench=S ratio=\d+\.\d\d ours_s=\d+\.\d\d baseline_s=\d+\.\d\d states=797 "
-        r"transitions=3553 states_per_s=\d+ ours_mib=\d+ baseline_mib=\d+ models=0 "
-        r"problems=0 sec=\d+\.\d",
-        last,
-    ), last
-
-
-def test_bench_exits_1_naming_the_scale_when_counts_disagree(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    wrong = Reference((2, 2, 4, 2), 798, 3_553, None, None, 0.0, 0.0)
-    monkeypatch.setitem(REFERENCE, "S", wrong)
-    assert run(_bench_args("--scale", "S", "--no-models")) == 1
-    out = capsys.readouterr().out
-    assert (
-        "FAILED: bench S: ours found states=797 transitions=3553 verdict=ok, "
-        "the reference is states=798 transitions=3553 verdict=ok\n"
-    ) in out
-    assert (
-        "FAILED: bench S: baseline found states=797 transitions=3553 verdict=ok, "
-        "the reference is states=798 transitions=3553 verdict=ok\n"
-    ) in out
-    assert " problems=2 " in out.splitlines()[-1]
+    done = DONE_AT_S.fullmatch(out.splitlines()[-1])
+    assert done is not None, out
+    assert done["spin"] != "-" and done["rumur"] != "-" and done["x_spin"] != "-"
+    rows = [line.split("  ")[0] for line in out.splitlines() if line.startswith("S ")]
+    assert len(rows) == 5
 
 
 def test_bench_checks_a_default_model_on_the_tables_of_specs(tmp_path: Path) -> None:
     """The child process that times a default model reads its table from ``--specs``."""
     specs = copy_specs(tmp_path)
     BY_NAME["dispose_not_memoized"].plant(specs)
-    assert _ours(models_dir() / "activation_tree.toml", None, specs).verdict == "violation"
+    run = _ours(models_dir() / "activation_tree.toml", None, "auto", specs)
+    assert run.verdict == "violation"
 
 
 def test_sigint_during_bench_exits_130_with_one_line_of_its_own() -> None:
-    argv = [*FSM_CORE, "bench", "--scale", "L", "--no-baseline", "--no-models"]
+    argv = [*FSM_CORE, "bench", "--scale", "L", "--no-baseline", "--no-models", "--no-peers"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert p.stderr is not None
-        started = "bench L run 1/1: ours ..."  # then the run; its line ends when it does
+        started = "bench L run 1/1: vector ..."  # then the run; its line ends when it does
         assert p.stderr.read(len(started)) == started
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)

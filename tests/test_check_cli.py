@@ -358,10 +358,17 @@ def test_progress_reads_states_frontier_depth_and_rate(capsys: pytest.CaptureFix
     )
 
 
+def test_a_check_shorter_than_two_seconds_reports_no_progress(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _progress("bench_M")(150_000, 3_000, 30, 1.9)
+    assert capsys.readouterr().err == ""
+
+
 # --- interrupts ----------------------------------------------------------------------------------
 
 LONG = "bench_L"
-"""A model whose search runs for seconds and reports progress after about one."""
+"""A model whose search, by the python backend, runs for seconds and reports progress."""
 
 
 def test_sigint_during_check_exits_130_with_one_line_and_writes_no_trace(tmp_path: Path) -> None:
@@ -369,7 +376,8 @@ def test_sigint_during_check_exits_130_with_one_line_and_writes_no_trace(tmp_pat
     already been refuted when the interrupt came, since traces are written only after a
     complete run."""
     trace = tmp_path / "trace.txt"
-    argv = ["check", str(broken_model(tmp_path)), LONG, "--trace-out", str(trace)]
+    argv = ["check", str(broken_model(tmp_path)), LONG, "--backend", "python"]
+    argv += ["--trace-out", str(trace)]
     code, out, err = interrupt(argv, under_way=f"{LONG}: states=")
     assert (code, out) == (130, "")
     *progress, last = err.splitlines()

@@ -14,9 +14,13 @@ checks, in every reachable state: each invariant of the table; the model's own p
 state with no successor must be quiescent); and, for models small enough to keep their edges
 (every tier but ``bench``), that a quiescent state is reachable from every state. It also
 reports the rows no step ever took: a dead row is a finding about the table or the model.
+
+Two backends explore, with the same results: ``check(model, backend="vector")`` takes a whole
+level of a table model at once with NumPy (:mod:`fsm_core.check._vector`); ``"python"`` one
+state at a time, as every agent and tree model; ``"auto"``, the default, the first that fits.
 """
 
-from fsm_core.check._check import Report, check
+from fsm_core.check._check import Backend, Report, check
 from fsm_core.check._explore import Progress, Result, Violation
 from fsm_core.check._modelfile import Expectation, Model, load_model, load_models
 from fsm_core.check._moves import Move
@@ -25,6 +29,7 @@ from fsm_core.check._property import DEADLOCK, QUIESCENCE, Property
 __all__ = [
     "DEADLOCK",
     "QUIESCENCE",
+    "Backend",
     "Expectation",
     "Model",
     "Move",

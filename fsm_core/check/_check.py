@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fsm_core.check._config import Model
 from fsm_core.check._explore import (
@@ -18,7 +18,12 @@ from fsm_core.check._moves import Move
 from fsm_core.check._property import Property
 from fsm_core.check._system import build
 
-__all__ = ["Report", "check"]
+__all__ = ["Backend", "Report", "check"]
+
+Backend = Literal["auto", "vector", "python"]
+"""Which explorer checks a model: ``vector`` (:mod:`fsm_core.check._vector`, table models
+only), ``python`` (:mod:`fsm_core.check._explore`, every model), or ``auto``: vector wherever
+the model fits. The results are the same, number for number and trace for trace."""
 
 
 @dataclass(slots=True)
@@ -33,6 +38,10 @@ class Report:
     """Every property the model was checked against, the table's own included."""
     dead_rows: tuple[str, ...]
     violation: Violation[Any] | None
+    backend: Literal["vector", "python"] = "python"
+    """The backend that explored the model."""
+    fallback: str | None = None
+    """Why the vector backend did not explore it, when it was asked to (``auto`` included)."""
 
     @property
     def verdict(self) -> str:
@@ -70,19 +79,44 @@ def check(
     progress: Progress | None = None,
     max_states: int | None = None,
     liveness: bool | None = None,
+    backend: Backend = "auto",
 ) -> Report:
-    """Explore ``model`` and report. ``liveness`` defaults to on except for bench models."""
+    """Explore ``model`` with ``backend`` and report. ``liveness`` defaults to on except for
+    bench models. The report names the backend that explored, and why the vector backend did
+    not when it was asked to."""
     built = build(model)
     live = model.tier != "bench" if liveness is None else liveness
-    result = explore(built.system, max_states=max_states, keep_graph=live, progress=progress)
+    fallback: str | None = None
+    result: Result[Any] | None = None
+    unsettled: tuple[tuple[int | None, Any], ...] | None = None
+    if backend != "python":
+        if model.kind != "table":
+            fallback = f"it is an {model.kind} model; the vector backend explores table models"
+        else:
+            # Imported here: NumPy is the vector backend's alone, and a runtime has no use for it.
+            from fsm_core.check import _vector  # noqa: PLC0415
+
+            try:
+                search = _vector.VectorSearch(model, built.system)
+                result = search.explore(max_states=max_states, keep_graph=live, progress=progress)
+                if result.violation is None and result.complete and live:
+                    unsettled = search.unsettled()
+            except _vector.Unfit as e:
+                fallback, result = str(e), None
+    if result is None:
+        result = explore(built.system, max_states=max_states, keep_graph=live, progress=progress)
+        if result.violation is None and result.complete and live and result.graph is not None:
+            stuck = unreachable_quiescence(result.graph, built.system.quiescent)
+            if stuck:  # in BFS order, so the first has a shortest trace
+                unsettled = trace_to(result.parent, stuck[0])
     violation = result.violation
-    if violation is None and result.complete and live and result.graph is not None:
-        stuck = unreachable_quiescence(result.graph, built.system.quiescent)
-        if stuck:
-            # In BFS order, so the first has a shortest trace.
-            eventually = next(p.name for p in built.properties if p.kind == "eventually")
-            violation = Violation(eventually, trace_to(result.parent, stuck[0]))
+    if unsettled is not None:
+        eventually = next(p.name for p in built.properties if p.kind == "eventually")
+        violation = Violation(eventually, unsettled)
     taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive
-    return Report(model, result, built.names, built.moves, built.properties, dead, violation)
+    used: Literal["vector", "python"] = "python" if fallback or backend == "python" else "vector"
+    return Report(
+        model, result, built.names, built.moves, built.properties, dead, violation, used, fallback
+    )

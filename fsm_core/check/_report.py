@@ -319,6 +319,8 @@ def _model_json(r: Report) -> dict[str, Any]:
         "file": r.model.file,
         "kind": r.model.kind,
         "tier": r.model.tier,
+        "backend": r.backend,
+        "fallback": r.fallback,
         "verdict": r.verdict,
         "states": res.states,
         "transitions": res.transitions,
