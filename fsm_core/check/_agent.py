@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from fsm_core.check._codegen import compile_predicates
+from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
@@ -84,6 +85,7 @@ class AgentWiring:
 
     flat = True
     instances: tuple[str, ...] = ("",)
+    hooked = frozenset({"clear_inbox", "claim_inbox"})
 
     def __init__(self, model: Model, max_reactions: int = 2) -> None:
         self.model = model
@@ -202,6 +204,8 @@ class AgentWiring:
         return ()
 
 
-def agent_engine(model: Model) -> Engine:
-    """The composition of an ``agent`` model, ready to explore."""
-    return Engine(model.name, AgentWiring(model))
+def agent_engine(model: Model, *, interpreted: bool = False) -> Engine:
+    """The composition of an ``agent`` model, ready to explore: compiled unless
+    ``interpreted`` (the reference the compiled engine is tested against)."""
+    wiring = AgentWiring(model)
+    return Engine(model.name, wiring) if interpreted else CompiledEngine(model.name, wiring)

@@ -86,11 +86,13 @@ def table_kind_properties(
     return (*own, *explorer_properties(quiescent))
 
 
-def compose(model: Model) -> Composition:
-    """The composition of ``model``'s kind."""
+def compose(model: Model, *, interpreted: bool = False) -> Composition:
+    """The composition of ``model``'s kind; an agent's or a tree's steps run compiled unless
+    ``interpreted``."""
     if model.kind == "table":
         return TableComposition(model)
-    return agent_engine(model) if model.kind == "agent" else tree_engine(model)
+    engine = agent_engine if model.kind == "agent" else tree_engine
+    return engine(model, interpreted=interpreted)
 
 
 def declared(model: Model) -> tuple[Property, ...]:

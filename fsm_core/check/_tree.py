@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
@@ -116,6 +117,16 @@ class TreeWiring:
 
     flat = False
     reactions: frozenset[str] = frozenset()
+    hooked = frozenset(
+        {
+            "close_inbox",
+            "dispose_children",
+            "request_dispose",
+            "dispose_in_maintenance",
+            "admit_child",
+            "notify_parent",
+        }
+    )
     listener_calls: tuple[tuple[str, Args], ...] = ()
     max_reactions = 0
 
@@ -254,6 +265,8 @@ class TreeWiring:
         return ()
 
 
-def tree_engine(model: Model) -> Engine:
-    """The composition of an ``activation-tree`` model, ready to explore."""
-    return Engine(model.name, TreeWiring(model))
+def tree_engine(model: Model, *, interpreted: bool = False) -> Engine:
+    """The composition of an ``activation-tree`` model, ready to explore: compiled unless
+    ``interpreted`` (the reference the compiled engine is tested against)."""
+    wiring = TreeWiring(model)
+    return Engine(model.name, wiring) if interpreted else CompiledEngine(model.name, wiring)
