@@ -90,7 +90,6 @@ class AgentWiring:
     def __init__(self, model: Model, max_reactions: int = 2) -> None:
         self.model = model
         self.machine = m = model.machine
-        self.n = len(m.names)
         self.layout = layout = Layout(
             (*m.names, *(f"budget.{e}" for e in model.budgets), OWED, PRERUN, BROKEN)
         )
@@ -115,7 +114,7 @@ class AgentWiring:
         self._keep_inbox = params["cancel"].index("keep_inbox")
         self._rest = {e: params[e].index("rest") for e in ("remove", "take_steering")}
         # Compiled once: evaluated on the agent's positions of every state and notification.
-        # The generated code only unpacks the positions, so a list's prefix does as well as a tuple.
+        # The generated code reads the agent's positions, the first of the composite state's.
         self._violated = cast(
             _Predicates, compile_predicates(m, {i.id: i.expr for i in m.table.invariants})
         )
@@ -144,10 +143,10 @@ class AgentWiring:
     # --- properties ------------------------------------------------------------------------------
 
     def table_violated(self, state: Sequence[Any]) -> str | None:
-        return self._violated(state[: self.n])
+        return self._violated(state)
 
     def quiescent(self, state: Sequence[Any]) -> bool:
-        return self._unquiet(state[: self.n]) is None
+        return self._unquiet(state) is None
 
     def _no_parked_wake(self, s: Sequence[Any], _: Notice | None) -> bool:
         """Idle with nothing scheduled (quiescent, and ``phase`` idle) owes no wake."""

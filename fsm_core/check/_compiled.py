@@ -27,6 +27,7 @@ test holds the two equal. Three things make it fast:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import add, sub
 from typing import Any
 
 from fsm_core.check._codegen import (
@@ -51,12 +52,16 @@ MoveKey = tuple[int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Noti
 _Out = list[tuple[MoveKey, tuple[Any, ...], tuple[int, ...]]]
 """Steps as a search finds them: (move, next state, what it spent of each budget)."""
 
-_Step = tuple[int, tuple[Any, ...], tuple[Any, ...], int]
-"""A memoized step: (label, positions before the budgets, positions after them, spending)."""
+_Step = tuple[int, tuple[Any, ...], int, tuple[Any, ...]]
+"""A memoized step: (label, positions before the budgets, its spending's number, positions
+after them)."""
 
 
 class _Frame:
-    """One event firing in a path: its row, where its code resumes, and what ran inside it."""
+    """One event firing in a path: its row, where its code resumes, and what ran inside it.
+
+    Its sequences are tuples, so a path's copy copies each frame shallowly.
+    """
 
     __slots__ = (
         "args", "effect", "event", "i", "inside", "pending", "point", "resume", "row", "via"
@@ -68,9 +73,9 @@ class _Frame:
         self.args = args
         self.row = row
         self.resume = 0
-        self.inside: list[tuple[Notice, MoveKey]] = []
-        self.pending: list[tuple[int, str, Args]] = []
-        """The wired reactions of the effect in progress still to fire, last first."""
+        self.inside: tuple[tuple[Notice, MoveKey], ...] = ()
+        self.pending: Sequence[tuple[int, str, Args]] = ()
+        """The wired reactions of the effect in progress still to fire, in order."""
         self.effect: Notice = ("", ())
         """The effect in progress (the last one the code handed over)."""
         self.point = False
@@ -79,12 +84,10 @@ class _Frame:
         """The effect this firing re-entered through; None for the step's own event."""
 
     def copy(self) -> _Frame:
-        f = _Frame(self.i, self.event, self.args, self.row, self.via)
-        f.resume = self.resume
-        f.inside = self.inside[:]
-        f.pending = self.pending[:]
-        f.effect = self.effect
-        f.point = self.point
+        f = _Frame.__new__(_Frame)
+        f.i, f.event, f.args, f.row, f.via = self.i, self.event, self.args, self.row, self.via
+        f.resume, f.inside, f.pending = self.resume, self.inside, self.pending
+        f.effect, f.point = self.effect, self.point
         return f
 
 
@@ -93,7 +96,7 @@ class _Path:
 
     __slots__ = ("done", "frames", "nodes", "observed", "spent", "start", "store", "used")
 
-    def __init__(self, start: tuple[Any, ...], budgets: int) -> None:
+    def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...]) -> None:
         self.start = start
         self.store: list[Any] = list(start)
         self.nodes: dict[int, list[Value]] = {}
@@ -102,20 +105,18 @@ class _Path:
         """The last state of each instance a listener observed (the step's start until then)."""
         self.used = 0
         """Listener calls made so far."""
-        self.spent = [0] * budgets
+        self.spent = spent
+        """What the step has spent of each budget."""
         self.frames: list[_Frame] = []
         self.done: MoveKey | None = None
 
     def fork(self) -> _Path:
         p = _Path.__new__(_Path)
-        p.start = self.start
+        p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
         p.store = self.store[:]
-        p.nodes = {i: v[:] for i, v in self.nodes.items()}
+        p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
         p.observed = self.observed.copy()
-        p.used = self.used
-        p.spent = self.spent[:]
         p.frames = [f.copy() for f in self.frames]
-        p.done = self.done
         return p
 
     def live(self, i: int) -> list[Value]:
@@ -129,6 +130,27 @@ class _Path:
             self.store[i] = tuple(values)
 
 
+class _Call:
+    """A call a step may begin with, from one state without its budgets: the steps it
+    begins, searched within ``bound`` on the budgets (None: not searched yet)."""
+
+    __slots__ = ("args", "bound", "event", "found", "i", "spent", "steps")
+
+    def __init__(self, i: int, found: int, event: str, args: Args, spent: int) -> None:
+        self.i, self.event, self.args = i, event, args
+        self.found = found
+        """The row the table fires, or :data:`IGNORED`."""
+        self.spent = spent
+        """The number of what the call itself spends."""
+        self.bound: tuple[int, ...] | None = None
+        self.steps: list[_Step] = []
+
+
+_Option = tuple[int, str, Args, tuple[int, ...]]
+"""A listener call a reaction point may make: (its row or :data:`IGNORED`, event, arguments,
+what it spends of each budget)."""
+
+
 class CompiledEngine(Engine):
     """A :class:`~fsm_core.check._compose.Engine` whose steps run as generated code."""
 
@@ -136,8 +158,6 @@ class CompiledEngine(Engine):
         super().__init__(name, wiring)
         w, m = wiring, self.machine
         self._flat = w.flat
-        self._hooked = w.hooked
-        self._reactions = w.reactions
         code = compile_rows(m, self.notifying | w.hooked | w.reactions)
         self._lookups = code.lookups
         self._rows = code.rows
@@ -145,63 +165,120 @@ class CompiledEngine(Engine):
         self._first_unstable = compile_stability(m)
         self._stable = tuple(s.id for s in m.table.stable)
         budgets = [i for i, n in enumerate(self.layout.names) if n.startswith("budget.")]
-        self._lo = budgets[0] if budgets else 0
-        self._hi = self._lo + len(budgets)
-        if budgets != list(range(self._lo, self._hi)):
+        lo = self._lo = budgets[0] if budgets else 0
+        self._hi = lo + len(budgets)
+        if budgets != list(range(lo, self._hi)):
             raise ValueError(f"{name}: the budget positions are not contiguous: {budgets}")
-        lo = self._lo
-        self._options = tuple(
-            (event, args, tuple(s - lo for s in w.charges(event, args)))
-            for event, args in w.listener_calls
+        self._bound: tuple[int, ...] = ()
+        """The budgets the search in progress assumes."""
+
+        def spending(event: str, args: Args) -> tuple[int, ...]:
+            spent = [0] * len(budgets)
+            for slot in w.charges(event, args):
+                spent[slot - lo] += 1
+            return tuple(spent)
+
+        self._calls = tuple(
+            (event, tuple((args, spending(event, args)) for args in arguments))
+            for event, arguments in w.offered
         )
-        self._cap: tuple[int, ...] = self.initial()[self._lo : self._hi]
-        self._memo: dict[tuple[Any, ...], tuple[list[_Step], list[tuple[int, ...]]]] = {}
+        # A reaction point tries the listener calls last one first (the plan stack's order).
+        self._options = tuple(
+            (event, args, spending(event, args)) for event, args in reversed(w.listener_calls)
+        )
+        self._branching = bool(self._options) and w.max_reactions > 0
+        self._width = len(m.names)
+        self._taken: dict[tuple[Any, ...], list[_Option]] = {}
+        """The listener calls taken at a reaction point, by the instance's variables there,
+        what the path has spent and the bound of the search."""
+        self._effects = {
+            name: (
+                name in w.hooked,
+                self._contracts.get(name),
+                name in self.notifying,
+                name in w.reactions,
+            )
+            for name in m.table.effects
+        }
+        """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
+        whether listeners may call inside it."""
+        self._memo: dict[tuple[Any, ...], list[_Call]] = {}
+        """The calls a step may begin with from each state without its budgets."""
         self._label_of: dict[MoveKey, int] = {}
+        self._numbers: dict[tuple[int, ...], int] = {}
+        self._spendings: list[tuple[int, ...]] = []
+        """Every spending a call or a memoized step records, by number."""
+        self._left: dict[tuple[int, ...], list[tuple[int, ...] | None]] = {}
+        """For each budgets seen, what each numbered spending leaves of them (None: too much)."""
 
     # --- a state's steps, from its memoized steps -------------------------------------------------
 
     def steps(self, state: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
         lo, hi = self._lo, self._hi
         have = state[lo:hi]
-        if _left(self._cap, have) is None:
-            # More budget than the initial state's: not a state of the model, but the steps
-            # memoized so far would miss some of its steps.
-            self._cap = tuple(map(max, self._cap, have))
-            self._memo.clear()
         key = state[:lo] + state[hi:]
-        entry = self._memo.get(key)
-        if entry is None:
-            entry = self._memo[key] = self._memoize(state)
-        steps, spending = entry
-        left = [_left(have, spent) for spent in spending]
-        return [
-            (label, before + rest + after)
-            for label, before, after, k in steps
-            if (rest := left[k]) is not None
-        ]
+        calls = self._memo.get(key)
+        if calls is None:
+            calls = self._memo[key] = self._calls_from(state)
+        left = self._leaves(have)
+        out: list[tuple[int, tuple[Any, ...]]] = []
+        append = out.append
+        for c in calls:
+            if left[c.spent] is None:
+                continue  # the budgets do not cover the call itself
+            if c.bound is None or (self._branching and _left(c.bound, have) is None):
+                # Search within the most of each budget the states of this key have had: a
+                # state with more widens it (breadth first, the richest tend to come first).
+                c.bound = have if c.bound is None else tuple(map(max, c.bound, have))
+                c.steps = self._memoize(state, c)
+                left = self._leaves(have)
+            for label, before, k, after in c.steps:
+                rest = left[k]
+                if rest is not None:
+                    append((label, before + rest + after))
+        return out
 
-    def _memoize(self, state: tuple[Any, ...]) -> tuple[list[_Step], list[tuple[int, ...]]]:
-        """Every step from ``state`` as if its budgets were unlimited, with what each spent."""
-        out: _Out = []
-        w, lo, hi = self.wiring, self._lo, self._hi
+    def _calls_from(self, state: tuple[Any, ...]) -> list[_Call]:
+        """The calls the environment and the driver may begin a step with from ``state``, and
+        the table takes there."""
+        w, lookups = self.wiring, self._lookups
         slots = range(len(w.instances))
         instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
-        for i in instances:
-            for event, arguments in w.offered:
-                if not w.offers(state, i, event):
-                    continue
-                for args in arguments:
-                    path = _Path(state, hi - lo)
-                    for slot in w.charges(event, args):
-                        path.spent[slot - lo] += 1
-                    if _left(self._cap, tuple(path.spent)) is not None:
-                        self._search(path, i, event, args, out)
-        spending: dict[tuple[int, ...], int] = {}
-        steps: list[_Step] = []
-        for key, nxt, spent in out:
-            k = spending.setdefault(spent, len(spending))
-            steps.append((self._label(key), nxt[:lo], nxt[hi:], k))
-        return steps, list(spending)
+        return [
+            _Call(i, found, event, args, self._number(spent))
+            for i in instances
+            for event, calls in self._calls
+            if w.offers(state, i, event)
+            for args, spent in calls
+            if (found := lookups[event](state if self._flat else state[i], args)) != REFUSED
+        ]
+
+    def _number(self, spent: tuple[int, ...]) -> int:
+        found = self._numbers.get(spent)
+        if found is None:
+            found = self._numbers[spent] = len(self._spendings)
+            self._spendings.append(spent)
+        return found
+
+    def _leaves(self, have: tuple[int, ...]) -> list[tuple[int, ...] | None]:
+        """What each numbered spending leaves of ``have``."""
+        left = self._left.get(have)
+        if left is None:
+            left = self._left[have] = []
+        if len(left) < len(self._spendings):
+            left += [_left(have, spent) for spent in self._spendings[len(left) :]]
+        return left
+
+    def _memoize(self, state: tuple[Any, ...], c: _Call) -> list[_Step]:
+        """Every step ``c`` begins from ``state`` within its bound, with what each spent."""
+        assert c.bound is not None
+        out: _Out = []
+        self._bound = c.bound
+        self._search(_Path(state, self._spendings[c.spent]), c, out)
+        lo, hi = self._lo, self._hi
+        return [
+            (self._label(key), nxt[:lo], self._number(spent), nxt[hi:]) for key, nxt, spent in out
+        ]
 
     def _label(self, key: MoveKey) -> int:
         found = self._label_of.get(key)
@@ -216,81 +293,77 @@ class CompiledEngine(Engine):
 
     # --- one step, every plan --------------------------------------------------------------------
 
-    def _search(
-        self,
-        path: _Path,
-        i: int,
-        event: str,
-        args: Args,
-        out: _Out,
-    ) -> None:
-        """Every way ``event(args)`` fired on ``i`` can go, in the interpreted engine's order.
+    def _search(self, path: _Path, c: _Call, out: _Out) -> None:
+        """Every way the call ``c`` can go, in the interpreted engine's order.
 
-        A path that reaches a reaction point with calls left pushes its copy, to be branched
-        on once the path itself and every branch it pushed later have ended: that is the plan
-        stack's order, where a plan's alternatives at later points come before those at
-        earlier ones, and each point's listener calls go last one first.
+        A path that reaches a reaction point with calls left pushes its copy there, with the
+        calls the table takes, to be branched on once the path itself and every branch it
+        pushed later have ended: that is the plan stack's order, where a plan's alternatives
+        at later points come before those at earlier ones, and a point's listener calls go
+        last one first.
         """
-        found = self._lookups[event](self._node(path, i), args)
-        if found == REFUSED:
-            return
-        self._enter(path, found, i, event, args, None)
-        work: list[tuple[_Path, int]] = []
+        self._enter(path, c.found, c.i, c.event, c.args, None)
+        work: list[tuple[_Path, list[_Option], int]] = []
         self._run(path, out, work)
-        options, cap = self._options, self._cap
         while work:
-            snap, j = work.pop()
-            if j:
-                work.append((snap, j - 1))
-            event, args, charged = options[j]
-            if any(snap.spent[slot] >= cap[slot] for slot in charged):
-                continue  # no state has the budget for this call: every plan with it is invalid
-            f = snap.frames[-1]
-            found = self._lookups[event](self._node(snap, f.i), args)
-            if found == REFUSED:
-                continue  # the listener's call is refused: this plan is invalid
-            p = snap.fork() if j else snap
-            for slot in charged:
-                p.spent[slot] += 1
+            snap, options, j = work.pop()
+            last = j + 1 == len(options)
+            if not last:
+                work.append((snap, options, j + 1))
+            found, event, args, spent = options[j]
+            p = snap if last else snap.fork()
+            p.spent = spent
             p.used += 1
-            self._enter(p, found, f.i, event, args, f.effect)
+            self._enter(p, found, p.frames[-1].i, event, args, p.frames[-1].effect)
             self._run(p, out, work)
 
-    def _node(self, path: _Path, i: int) -> list[Value]:
-        return path.store if self._flat else path.live(i)
+    def _branches(self, path: _Path, f: _Frame) -> list[_Option]:
+        """The listener calls ``path`` may make at ``f``'s reaction point: those the table
+        takes there (the others make the plan invalid) and whose spending fits the bound."""
+        node = path.store if self._flat else path.live(f.i)
+        where = (tuple(node[: self._width]), path.spent, self._bound)
+        found = self._taken.get(where)
+        if found is None:
+            found = self._taken[where] = self._takes(node, path.spent)
+        return found
+
+    def _takes(self, node: Sequence[Value], spent: tuple[int, ...]) -> list[_Option]:
+        lookups, bound = self._lookups, self._bound
+        out: list[_Option] = []
+        for event, args, cost in self._options:
+            total = tuple(map(add, spent, cost))
+            if _left(bound, total) is None:
+                continue  # no state has the budget: every plan with this call is invalid
+            found = lookups[event](node, args)
+            if found != REFUSED:
+                out.append((found, event, args, total))
+        return out
 
     def _enter(
         self, path: _Path, found: int, i: int, event: str, args: Args, via: Notice | None
     ) -> None:
         """Begin firing ``event`` on ``i``, whose lookup ``found`` a row or :data:`IGNORED`."""
         if found == IGNORED:
-            self._deliver(path, (i, event, args, None, (), None), via)
+            move: MoveKey = (i, event, args, None, (), None)
+            if path.frames:
+                assert via is not None
+                path.frames[-1].inside += ((via, move),)
+            else:
+                path.done = move
             return
         path.frames.append(_Frame(i, event, args, self._rows[found], via))
         self.wiring.before(path.store, i, event, args)
 
-    def _deliver(self, path: _Path, move: MoveKey, via: Notice | None) -> None:
-        """A firing is done: record it inside the one it re-entered, or as the step's move."""
-        if path.frames:
-            assert via is not None
-            path.frames[-1].inside.append((via, move))
-        else:
-            path.done = move
-
-    def _run(
-        self,
-        path: _Path,
-        out: _Out,
-        work: list[tuple[_Path, int]],
-    ) -> None:
-        """Run ``path`` to its end, recording its step in ``out`` (unless a listener's call in it
-        is refused); its reaction points push their branches on ``work``."""
-        frames, w = path.frames, self.wiring
+    def _run(self, path: _Path, out: _Out, work: list[tuple[_Path, list[_Option], int]]) -> None:
+        """Run ``path`` to its end and record its step in ``out``; its reaction points push
+        their branches on ``work``."""
+        frames, w, flat, lookups = path.frames, self.wiring, self._flat, self._lookups
         while frames:
             f = frames[-1]
             if f.pending:
-                target, event, args = f.pending.pop()
-                found = self._lookups[event](self._node(path, target), args)
+                (target, event, args), *rest = f.pending
+                f.pending = rest
+                found = lookups[event](path.store if flat else path.live(target), args)
                 if found != REFUSED:
                     self._enter(path, found, target, event, args, f.effect)
                     continue
@@ -301,15 +374,21 @@ class CompiledEngine(Engine):
                 continue
             if f.point:
                 f.point = False
-                if path.used < w.max_reactions and self._options:
-                    work.append((path.fork(), len(self._options) - 1))
+                if path.used < w.max_reactions:
+                    options = self._branches(path, f)
+                    if options:
+                        work.append((path.fork(), options, 0))
                 continue
-            r = f.row.segments[f.resume](self._node(path, f.i), f.args)
+            r = f.row.segments[f.resume](path.store if flat else path.live(f.i), f.args)
             if r is None:
                 frames.pop()
                 w.after(path.store, f.i, f.event, f.args)
-                move = (f.i, f.event, f.args, f.row.id, tuple(f.inside), None)
-                self._deliver(path, move, f.via)
+                move = (f.i, f.event, f.args, f.row.id, f.inside, None)
+                if frames:
+                    assert f.via is not None
+                    frames[-1].inside += ((f.via, move),)
+                else:
+                    path.done = move
                 continue
             site, values = r
             s = f.row.sites[site]
@@ -327,15 +406,14 @@ class CompiledEngine(Engine):
         reactions and its reaction point. False iff a property broke there (the step ended)."""
         name, values = f.effect
         i, store, w = f.i, path.store, self.wiring
-        node = self._node(path, i)
-        hooked = name in self._hooked
+        node = store if self._flat else path.live(i)
+        hooked, holds, notifies, reacts = self._effects[name]
         if hooked:
             w.effect(store, i, name, values)
-        holds = self._contracts.get(name)
         if holds is not None and not holds(node, values):
             self._stop(path, self._named(requires_name(name), i), f.effect, out)
             return False
-        if name in self.notifying:
+        if notifies:
             path.flush()
             before = path.observed.get(i)
             if before is None:
@@ -353,21 +431,15 @@ class CompiledEngine(Engine):
                 self._stop(path, None, f.effect, out)
                 return False
         if hooked:
-            f.pending = list(reversed(w.wire(store, i, name, values)))
-        f.point = name in self._reactions
+            f.pending = w.wire(store, i, name, values)
+        f.point = reacts
         return True
 
     def _named(self, prop: str, i: int) -> str:
         node = self.wiring.instances[i]
         return f"{prop}@{node}" if node else prop
 
-    def _stop(
-        self,
-        path: _Path,
-        prop: str | None,
-        at: Notice,
-        out: _Out,
-    ) -> None:
+    def _stop(self, path: _Path, prop: str | None, at: Notice, out: _Out) -> None:
         """End the step at the effect ``at``, recording ``prop`` as broken (None: the state
         there breaks a property between steps, which needs no record)."""
         path.flush()
@@ -377,14 +449,14 @@ class CompiledEngine(Engine):
         frames = path.frames
         for d in range(len(frames) - 1, -1, -1):
             f = frames[d]
-            inside = tuple(f.inside)
+            inside = f.inside
             if nested is not None:
                 via = frames[d + 1].via
                 assert via is not None  # only the step's own event has none
                 inside = (*inside, (via, nested))
             nested = (f.i, f.event, f.args, f.row.id, inside, at if nested is None else None)
         assert nested is not None
-        out.append((nested, tuple(path.store), tuple(path.spent)))
+        out.append((nested, tuple(path.store), path.spent))
 
     def _finish(self, path: _Path, out: _Out) -> None:
         """The step ran out: prove the step invariants of every instance it touched."""
@@ -393,17 +465,17 @@ class CompiledEngine(Engine):
             before = path.observed.get(i)
             if before is None:
                 before = path.start if self._flat else path.start[i]
-            k = self._first_unstable(before, self._node(path, i))
+            k = self._first_unstable(before, store if self._flat else path.live(i))
             if k >= 0:
                 store[self.broken] = self._named(self._stable[k], i)
         path.flush()
         assert path.done is not None
-        out.append((path.done, tuple(store), tuple(path.spent)))
+        out.append((path.done, tuple(store), path.spent))
 
 
 def _left(have: tuple[int, ...], spent: tuple[int, ...]) -> tuple[int, ...] | None:
     """The budgets left after spending ``spent`` of ``have``; None if they do not cover it."""
-    left = tuple(h - s for h, s in zip(have, spent, strict=True))
+    left = tuple(map(sub, have, spent))
     return None if any(x < 0 for x in left) else left
 
 
