@@ -85,7 +85,10 @@ class AgentWiring:
 
     flat = True
     instances: tuple[str, ...] = ("",)
-    hooked = frozenset({"clear_inbox", "claim_inbox"})
+    hooked_events = frozenset(
+        {"send", "cancel", "halt", "start", "dispose", "remove", "take_steering"}
+    )
+    hooked_effects = frozenset({"clear_inbox", "claim_inbox"})
 
     def __init__(self, model: Model, max_reactions: int = 2) -> None:
         self.model = model

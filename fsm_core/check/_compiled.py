@@ -134,12 +134,15 @@ class _Call:
     """A call a step may begin with, from one state without its budgets: the steps it
     begins, searched within ``bound`` on the budgets (None: not searched yet)."""
 
-    __slots__ = ("args", "bound", "event", "found", "i", "spent", "steps")
+    __slots__ = ("args", "bound", "event", "found", "i", "local", "spent", "steps")
 
-    def __init__(self, i: int, found: int, event: str, args: Args, spent: int) -> None:
+    def __init__(self, i: int, found: int, event: str, args: Args, spent: int, local: bool) -> None:
         self.i, self.event, self.args = i, event, args
         self.found = found
         """The row the table fires, or :data:`IGNORED`."""
+        self.local = local
+        """True iff the step changes nothing but the instance's variables (and may record a
+        broken property): no hook acts on the event, and its row performs no effect."""
         self.spent = spent
         """The number of what the call itself spends."""
         self.bound: tuple[int, ...] | None = None
@@ -158,7 +161,7 @@ class CompiledEngine(Engine):
         super().__init__(name, wiring)
         w, m = wiring, self.machine
         self._flat = w.flat
-        code = compile_rows(m, self.notifying | w.hooked | w.reactions)
+        code = compile_rows(m, self.notifying | w.hooked_effects | w.reactions)
         self._lookups = code.lookups
         self._rows = code.rows
         self._contracts = compile_contracts(m)
@@ -187,13 +190,20 @@ class CompiledEngine(Engine):
             (event, args, spending(event, args)) for event, args in reversed(w.listener_calls)
         )
         self._branching = bool(self._options) and w.max_reactions > 0
+        self._hooked_events = w.hooked_events
+        self._local_rows = [all(site.resume < 0 for site in row.sites) for row in self._rows]
+        """Per row: True iff it performs no effect (its code hands none over)."""
+        self._local: dict[tuple[Any, ...], tuple[MoveKey, Any, str]] = {}
+        """The step of each local call searched, by the instance, the event and its row, the
+        instance's variables and the arguments: its move, the variables after it, and what it recorded
+        broken."""
         self._width = len(m.names)
         self._taken: dict[tuple[Any, ...], list[_Option]] = {}
         """The listener calls taken at a reaction point, by the instance's variables there,
         what the path has spent and the bound of the search."""
         self._effects = {
             name: (
-                name in w.hooked,
+                name in w.hooked_effects,
                 self._contracts.get(name),
                 name in self.notifying,
                 name in w.reactions,
@@ -244,8 +254,16 @@ class CompiledEngine(Engine):
         w, lookups = self.wiring, self._lookups
         slots = range(len(w.instances))
         instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
+        local = self._local_rows
         return [
-            _Call(i, found, event, args, self._number(spent))
+            _Call(
+                i,
+                found,
+                event,
+                args,
+                self._number(spent),
+                found == IGNORED or (event not in self._hooked_events and local[found]),
+            )
             for i in instances
             for event, calls in self._calls
             if w.offers(state, i, event)
@@ -273,12 +291,40 @@ class CompiledEngine(Engine):
         """Every step ``c`` begins from ``state`` within its bound, with what each spent."""
         assert c.bound is not None
         out: _Out = []
-        self._bound = c.bound
-        self._search(_Path(state, self._spendings[c.spent]), c, out)
+        if c.local and not state[self.broken]:
+            out.append(self._local_step(state, c))
+        else:
+            self._bound = c.bound
+            self._search(_Path(state, self._spendings[c.spent]), c, out)
         lo, hi = self._lo, self._hi
         return [
             (self._label(key), nxt[:lo], self._number(spent), nxt[hi:]) for key, nxt, spent in out
         ]
+
+    def _local_step(
+        self, state: tuple[Any, ...], c: _Call
+    ) -> tuple[MoveKey, tuple[Any, ...], tuple[int, ...]]:
+        """The one step of a local call, from the step it makes from the same variables
+        of the same instance, if one was searched."""
+        i, broken = c.i, self.broken
+        node = state[: self._width] if self._flat else state[i]
+        where = (i, c.event, c.found, node, c.args)
+        found = self._local.get(where)
+        if found is not None:
+            key, after, record = found
+            store = list(state)
+            if self._flat:
+                store[: self._width] = after
+            else:
+                store[i] = after
+            store[broken] = record
+            return key, tuple(store), self._spendings[c.spent]
+        out: _Out = []
+        self._search(_Path(state, self._spendings[c.spent]), c, out)
+        ((key, nxt, spent),) = out  # no performed effect: no reaction point, no branch
+        after = nxt[: self._width] if self._flat else nxt[i]
+        self._local[where] = (key, after, nxt[broken])
+        return key, nxt, spent
 
     def _label(self, key: MoveKey) -> int:
         found = self._label_of.get(key)
@@ -352,7 +398,8 @@ class CompiledEngine(Engine):
                 path.done = move
             return
         path.frames.append(_Frame(i, event, args, self._rows[found], via))
-        self.wiring.before(path.store, i, event, args)
+        if event in self._hooked_events:
+            self.wiring.before(path.store, i, event, args)
 
     def _run(self, path: _Path, out: _Out, work: list[tuple[_Path, list[_Option], int]]) -> None:
         """Run ``path`` to its end and record its step in ``out``; its reaction points push
@@ -382,7 +429,8 @@ class CompiledEngine(Engine):
             r = f.row.segments[f.resume](path.store if flat else path.live(f.i), f.args)
             if r is None:
                 frames.pop()
-                w.after(path.store, f.i, f.event, f.args)
+                if f.event in self._hooked_events:
+                    w.after(path.store, f.i, f.event, f.args)
                 move = (f.i, f.event, f.args, f.row.id, f.inside, None)
                 if frames:
                     assert f.via is not None

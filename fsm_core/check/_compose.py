@@ -121,9 +121,11 @@ class Wiring(Protocol):
     """What a listener may call inside a ``reactions`` effect, in the order plans try them."""
     reactions: frozenset[str]
     """The notifying effects inside which listeners may call."""
-    hooked: frozenset[str]
-    """The effects :meth:`effect` or :meth:`wire` acts on: on any other both do nothing, so
-    the compiled engine need not call them there."""
+    hooked_events: frozenset[str]
+    """The events :meth:`before` or :meth:`after` acts on: on any other both do nothing."""
+    hooked_effects: frozenset[str]
+    """The effects :meth:`effect` or :meth:`wire` acts on: on any other both do nothing. (The
+    compiled engine calls the hooks only where they act.)"""
     max_reactions: int
     own: tuple[Property, ...]
     """The wiring's own properties, checked in this order after the table's invariants."""

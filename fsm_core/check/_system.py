@@ -103,8 +103,9 @@ def declared(model: Model) -> tuple[Property, ...]:
     return compose(model).properties()
 
 
-def build(model: Model) -> Built:
-    c = compose(model)
+def build(model: Model, *, interpreted: bool = False) -> Built:
+    """``model`` ready to explore; ``interpreted`` as for :func:`compose`."""
+    c = compose(model, interpreted=interpreted)
     properties = c.properties()
     deadlock = next(p.name for p in properties if p.kind == "deadlock-free")
     system = System(
