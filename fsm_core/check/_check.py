@@ -70,9 +70,12 @@ def check(
     progress: Progress | None = None,
     max_states: int | None = None,
     liveness: bool | None = None,
+    interpreted: bool = False,
 ) -> Report:
-    """Explore ``model`` and report. ``liveness`` defaults to on except for bench models."""
-    built = build(model)
+    """Explore ``model`` and report. ``liveness`` defaults to on except for bench models.
+    ``interpreted`` runs an agent's or a tree's steps through the interpreted composition,
+    the slow reference the compiled one is tested against."""
+    built = build(model, interpreted=interpreted)
     live = model.tier != "bench" if liveness is None else liveness
     result = explore(built.system, max_states=max_states, keep_graph=live, progress=progress)
     violation = result.violation
@@ -81,7 +84,8 @@ def check(
         if stuck:
             # In BFS order, so the first has a shortest trace.
             eventually = next(p.name for p in built.properties if p.kind == "eventually")
-            violation = Violation(eventually, trace_to(result.parent, stuck[0]))
+            trace = trace_to(result.parent, stuck[0], built.system.unpack)
+            violation = Violation(eventually, trace)
     taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive

@@ -27,6 +27,7 @@ test holds the two equal. Three things make it fast:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 from operator import add, sub
 from typing import Any
 
@@ -49,12 +50,13 @@ Notice = tuple[str, Args]
 MoveKey = tuple[int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Notice | None]
 """A move as plain data, cheap to hash: (instance, event, args, row, inside, stopped)."""
 
-_Out = list[tuple[MoveKey, tuple[Any, ...], tuple[int, ...]]]
-"""Steps as a search finds them: (move, next state, what it spent of each budget)."""
+_Out = list[tuple[MoveKey, tuple[Any, ...], tuple[int, ...], tuple[int, ...]]]
+"""Steps as a search finds them: (move, next state, what it spent of each budget, the path's
+:attr:`_Path.order`)."""
 
-_Step = tuple[int, tuple[Any, ...], int, tuple[Any, ...]]
-"""A memoized step: (label, positions before the budgets, its spending's number, positions
-after them)."""
+_Step = tuple[int, int, int]
+"""A memoized step: (label, the number of the next state without its budgets times the number
+of budgets' codes, the number of what it spent)."""
 
 
 class _Frame:
@@ -94,7 +96,9 @@ class _Frame:
 class _Path:
     """One way a step goes, in progress: copied at each reaction point it branches on."""
 
-    __slots__ = ("done", "frames", "nodes", "observed", "spent", "start", "store", "used")
+    __slots__ = (
+        "done", "frames", "nodes", "observed", "order", "spent", "start", "store", "used"
+    )  # fmt: skip
 
     def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...]) -> None:
         self.start = start
@@ -109,10 +113,15 @@ class _Path:
         """What the step has spent of each budget."""
         self.frames: list[_Frame] = []
         self.done: MoveKey | None = None
+        self.order: tuple[int, ...] = ()
+        """Where the path is in the search: at each reaction point it branched at, 0 for no
+        listener call, else 1 + the call's index in :attr:`CompiledEngine._options`. The
+        interpreted engine's plans come in the order of these tuples."""
 
     def fork(self) -> _Path:
         p = _Path.__new__(_Path)
         p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
+        p.order = self.order
         p.store = self.store[:]
         p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
         p.observed = self.observed.copy()
@@ -131,10 +140,12 @@ class _Path:
 
 
 class _Call:
-    """A call a step may begin with, from one state without its budgets: the steps it
-    begins, searched within ``bound`` on the budgets (None: not searched yet)."""
+    """A call a step may begin with, from one state without its budgets, and the steps it
+    begins, searched within a bound on the budgets."""
 
-    __slots__ = ("args", "bound", "event", "found", "i", "local", "spent", "steps")
+    __slots__ = (
+        "args", "bound", "event", "found", "i", "local", "orders", "pruned", "spent", "steps"
+    )  # fmt: skip
 
     def __init__(self, i: int, found: int, event: str, args: Args, spent: int, local: bool) -> None:
         self.i, self.event, self.args = i, event, args
@@ -145,13 +156,22 @@ class _Call:
         broken property): no hook acts on the event, and its row performs no effect."""
         self.spent = spent
         """The number of what the call itself spends."""
-        self.bound: tuple[int, ...] | None = None
+        self.bound = -1
+        """The code of the budgets its steps were searched within (-1: not searched yet)."""
         self.steps: list[_Step] = []
+        self.orders: list[tuple[int, ...]] = []
+        """Each step's :attr:`_Path.order`."""
+        self.pruned: list[_Branch] = []
+        """The listener calls the bound left out, where the search met them: a wider bound
+        resumes the search there."""
 
 
-_Option = tuple[int, str, Args, tuple[int, ...]]
-"""A listener call a reaction point may make: (its row or :data:`IGNORED`, event, arguments,
-what it spends of each budget)."""
+_Option = tuple[int, int, str, Args, tuple[int, ...]]
+"""A listener call a reaction point may make: (its index in the calls, its row or
+:data:`IGNORED`, event, arguments, what the path has spent with it)."""
+
+_Branch = tuple["_Path", list[_Option]]
+"""A path as it was at a reaction point, and listener calls to branch on there."""
 
 
 class CompiledEngine(Engine):
@@ -170,10 +190,16 @@ class CompiledEngine(Engine):
         budgets = [i for i, n in enumerate(self.layout.names) if n.startswith("budget.")]
         lo = self._lo = budgets[0] if budgets else 0
         self._hi = lo + len(budgets)
-        if budgets != list(range(lo, self._hi)):
-            raise ValueError(f"{name}: the budget positions are not contiguous: {budgets}")
+        instances = len(m.names) if w.flat else len(w.instances)
+        if budgets != list(range(lo, self._hi)) or instances > lo or self.broken < self._hi:
+            raise ValueError(
+                f"{name}: the layout must hold the instances, the budgets (contiguous) and the "
+                f"record of what broke in this order: {self.layout.names}"
+            )
         self._bound: tuple[int, ...] = ()
         """The budgets the search in progress assumes."""
+        self._pruned: list[_Branch] = []
+        """The listener calls the search in progress left out for its bound."""
 
         def spending(event: str, args: Args) -> tuple[int, ...]:
             spent = [0] * len(budgets)
@@ -193,12 +219,12 @@ class CompiledEngine(Engine):
         self._hooked_events = w.hooked_events
         self._local_rows = [all(site.resume < 0 for site in row.sites) for row in self._rows]
         """Per row: True iff it performs no effect (its code hands none over)."""
-        self._local: dict[tuple[Any, ...], tuple[MoveKey, Any, str]] = {}
+        self._local: dict[tuple[Any, ...], tuple[int, Any, str]] = {}
         """The step of each local call searched, by the instance, the event and its row, the
-        instance's variables and the arguments: its move, the variables after it, and what it recorded
-        broken."""
+        instance's variables and the arguments: its label, the variables after it, and what
+        it recorded broken."""
         self._width = len(m.names)
-        self._taken: dict[tuple[Any, ...], list[_Option]] = {}
+        self._taken: dict[tuple[Any, ...], tuple[list[_Option], list[_Option]]] = {}
         """The listener calls taken at a reaction point, by the instance's variables there,
         what the path has spent and the bound of the search."""
         self._effects = {
@@ -212,41 +238,144 @@ class CompiledEngine(Engine):
         }
         """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
         whether listeners may call inside it."""
-        self._memo: dict[tuple[Any, ...], list[_Call]] = {}
-        """The calls a step may begin with from each state without its budgets."""
         self._label_of: dict[MoveKey, int] = {}
         self._numbers: dict[tuple[int, ...], int] = {}
         self._spendings: list[tuple[int, ...]] = []
         """Every spending a call or a memoized step records, by number."""
-        self._left: dict[tuple[int, ...], list[tuple[int, ...] | None]] = {}
-        """For each budgets seen, what each numbered spending leaves of them (None: too much)."""
+        # Packed states: the budgets in mixed radix below the model's (budgets only fall),
+        # above them the number of the rest of the state.
+        self._radix = tuple(b + 1 for b in w.initial()[lo : self._hi])
+        self._codes: int = prod(self._radix)
+        self._keys: list[tuple[Any, ...]] = []
+        """The states without their budgets, by number."""
+        self._key_of: dict[tuple[Any, ...], int] = {}
+        self._calls_of: list[list[_Call] | None] = []
+        """The calls a step may begin with from each state without its budgets."""
+        self._verdicts: list[tuple[str | None, bool] | None] = []
+        """What :meth:`first_violated` and :meth:`quiescent` say of each, once asked."""
+        self._budgets: dict[int, tuple[int, ...]] = {}
+        """The budgets of each code met."""
+        self._after: dict[int, list[int]] = {}
+        """For each budgets' code, the code of what each numbered spending leaves of them
+        (-1: more than they have)."""
+        self._covers: dict[int, bool] = {}
+        """For a bound's code times the number of codes plus budgets' code: True iff the
+        bound covers the budgets."""
+
+    # --- packed states ----------------------------------------------------------------------------
+
+    def initial(self) -> int:
+        return self.pack(tuple(self.wiring.initial()))
+
+    def pack(self, state: tuple[Any, ...]) -> int:
+        """The number of ``state``."""
+        lo, hi = self._lo, self._hi
+        return self._key(state[:lo] + state[hi:]) * self._codes + self._code(state[lo:hi])
+
+    def unpack(self, state: Any) -> tuple[Any, ...]:
+        """The state numbered ``state``, as the layout names its positions."""
+        key, code = divmod(int(state), self._codes)
+        rest = self._keys[key]
+        return rest[: self._lo] + self._budget(code) + rest[self._lo :]
+
+    def _key(self, rest: tuple[Any, ...]) -> int:
+        found = self._key_of.get(rest)
+        if found is None:
+            found = self._key_of[rest] = len(self._keys)
+            self._keys.append(rest)
+            self._calls_of.append(None)
+            self._verdicts.append(None)
+        return found
+
+    def _code(self, budgets: tuple[int, ...]) -> int:
+        code = 0
+        for b, r in zip(budgets, self._radix, strict=True):
+            if not 0 <= b < r:
+                raise ValueError(f"{self.name}: a budget of {b} is not within the model's")
+            code = code * r + b
+        return code
+
+    def _budget(self, code: int) -> tuple[int, ...]:
+        found = self._budgets.get(code)
+        if found is None:
+            digits: list[int] = []
+            rest = code
+            for r in reversed(self._radix):
+                rest, b = divmod(rest, r)
+                digits.append(b)
+            found = self._budgets[code] = tuple(reversed(digits))
+        return found
+
+    def first_violated(self, state: Any) -> str | None:
+        return self._verdict(state)[0]
+
+    def quiescent(self, state: Any) -> bool:
+        return self._verdict(state)[1]
+
+    def _verdict(self, state: int) -> tuple[str | None, bool]:
+        """No property reads a budget: a verdict holds for every state that differs only in
+        its budgets."""
+        key = state // self._codes
+        found = self._verdicts[key]
+        if found is None:
+            full = self.unpack(state)
+            found = self._verdicts[key] = (
+                Engine.first_violated(self, full),
+                Engine.quiescent(self, full),
+            )
+        return found
 
     # --- a state's steps, from its memoized steps -------------------------------------------------
 
-    def steps(self, state: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
-        lo, hi = self._lo, self._hi
-        have = state[lo:hi]
-        key = state[:lo] + state[hi:]
-        calls = self._memo.get(key)
+    def steps(self, state: Any) -> list[tuple[int, Any]]:
+        key, code = divmod(state, self._codes)
+        full: tuple[Any, ...] | None = None
+        calls = self._calls_of[key]
         if calls is None:
-            calls = self._memo[key] = self._calls_from(state)
-        left = self._leaves(have)
-        out: list[tuple[int, tuple[Any, ...]]] = []
+            full = self.unpack(state)
+            calls = self._calls_of[key] = self._calls_from(full)
+        after = self._spend(code)
+        out: list[tuple[int, int]] = []
         append = out.append
         for c in calls:
-            if left[c.spent] is None:
+            if after[c.spent] < 0:
                 continue  # the budgets do not cover the call itself
-            if c.bound is None or (self._branching and _left(c.bound, have) is None):
+            if c.bound < 0 or (self._branching and not self._covered(c.bound, code)):
                 # Search within the most of each budget the states of this key have had: a
                 # state with more widens it (breadth first, the richest tend to come first).
-                c.bound = have if c.bound is None else tuple(map(max, c.bound, have))
-                c.steps = self._memoize(state, c)
-                left = self._leaves(have)
-            for label, before, k, after in c.steps:
-                rest = left[k]
-                if rest is not None:
-                    append((label, before + rest + after))
+                first = c.bound < 0
+                if first:
+                    c.bound = code
+                else:
+                    c.bound = self._code(tuple(map(max, self._budget(c.bound), self._budget(code))))
+                if full is None:
+                    full = self.unpack(state)
+                self._memoize(full, c, first)
+                after = self._spend(code)
+            for label, base, k in c.steps:
+                left = after[k]
+                if left >= 0:
+                    append((label, base + left))
         return out
+
+    def _spend(self, code: int) -> list[int]:
+        """What each numbered spending leaves of the budgets coded ``code``."""
+        after = self._after.get(code)
+        if after is None:
+            after = self._after[code] = []
+        if len(after) < len(self._spendings):
+            have = self._budget(code)
+            for spent in self._spendings[len(after) :]:
+                left = _left(have, spent)
+                after.append(-1 if left is None else self._code(left))
+        return after
+
+    def _covered(self, bound: int, code: int) -> bool:
+        where = bound * self._codes + code
+        found = self._covers.get(where)
+        if found is None:
+            found = self._covers[where] = _left(self._budget(bound), self._budget(code)) is not None
+        return found
 
     def _calls_from(self, state: tuple[Any, ...]) -> list[_Call]:
         """The calls the environment and the driver may begin a step with from ``state``, and
@@ -278,53 +407,63 @@ class CompiledEngine(Engine):
             self._spendings.append(spent)
         return found
 
-    def _leaves(self, have: tuple[int, ...]) -> list[tuple[int, ...] | None]:
-        """What each numbered spending leaves of ``have``."""
-        left = self._left.get(have)
-        if left is None:
-            left = self._left[have] = []
-        if len(left) < len(self._spendings):
-            left += [_left(have, spent) for spent in self._spendings[len(left) :]]
-        return left
-
-    def _memoize(self, state: tuple[Any, ...], c: _Call) -> list[_Step]:
-        """Every step ``c`` begins from ``state`` within its bound, with what each spent."""
-        assert c.bound is not None
-        out: _Out = []
+    def _memoize(self, state: tuple[Any, ...], c: _Call, first: bool) -> None:
+        """Search the steps ``c`` begins from ``state`` within its bound: all of them the
+        ``first`` time, else only those the last bound left out, merged in."""
         if c.local and not state[self.broken]:
-            out.append(self._local_step(state, c))
+            c.steps = [self._local_step(state, c)]
+            return
+        out: _Out = []
+        bound = self._bound = self._budget(c.bound)
+        work: list[tuple[_Path, list[_Option], int, bool]] = []
+        pruned, self._pruned = self._pruned, []
+        if first:
+            path = _Path(state, self._spendings[c.spent])
+            self._enter(path, c.found, c.i, c.event, c.args, None)
+            self._run(path, out, work)
         else:
-            self._bound = c.bound
-            self._search(_Path(state, self._spendings[c.spent]), c, out)
-        lo, hi = self._lo, self._hi
-        return [
-            (self._label(key), nxt[:lo], self._number(spent), nxt[hi:]) for key, nxt, spent in out
+            for snap, options in c.pruned:
+                fits = [o for o in options if _left(bound, o[4]) is not None]
+                if len(fits) < len(options):
+                    self._pruned.append((snap, [o for o in options if o not in fits]))
+                if fits:
+                    work.append((snap, fits, 0, True))
+        self._drain(work, out)
+        c.pruned, self._pruned = self._pruned, pruned
+        lo, hi, codes = self._lo, self._hi, self._codes
+        found = [
+            (order, (self._label(key), self._key(nxt[:lo] + nxt[hi:]) * codes, self._number(spent)))
+            for key, nxt, spent, order in out
         ]
+        if not first:
+            found += zip(c.orders, c.steps, strict=True)
+            found.sort()
+        c.orders = [order for order, _ in found]
+        c.steps = [step for _, step in found]
 
-    def _local_step(
-        self, state: tuple[Any, ...], c: _Call
-    ) -> tuple[MoveKey, tuple[Any, ...], tuple[int, ...]]:
-        """The one step of a local call, from the step it makes from the same variables
-        of the same instance, if one was searched."""
-        i, broken = c.i, self.broken
+    def _local_step(self, state: tuple[Any, ...], c: _Call) -> _Step:
+        """The one step of a local call: the instance's variables after it, and what it
+        recorded broken, are those of the step searched from the same variables."""
+        i, lo, hi = c.i, self._lo, self._hi
         node = state[: self._width] if self._flat else state[i]
         where = (i, c.event, c.found, node, c.args)
         found = self._local.get(where)
-        if found is not None:
-            key, after, record = found
-            store = list(state)
-            if self._flat:
-                store[: self._width] = after
-            else:
-                store[i] = after
-            store[broken] = record
-            return key, tuple(store), self._spendings[c.spent]
-        out: _Out = []
-        self._search(_Path(state, self._spendings[c.spent]), c, out)
-        ((key, nxt, spent),) = out  # no performed effect: no reaction point, no branch
-        after = nxt[: self._width] if self._flat else nxt[i]
-        self._local[where] = (key, after, nxt[broken])
-        return key, nxt, spent
+        if found is None:
+            out: _Out = []
+            path = _Path(state, self._spendings[c.spent])
+            self._enter(path, c.found, c.i, c.event, c.args, None)
+            self._run(path, out, [])
+            ((key, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
+            after = nxt[: self._width] if self._flat else nxt[i]
+            found = self._local[where] = (self._label(key), after, nxt[self.broken])
+        label, after, record = found
+        rest = list(state[:lo] + state[hi:])  # the instance and the record come before or
+        if self._flat:  # after the budgets
+            rest[: self._width] = after
+        else:
+            rest[i] = after
+        rest[self.broken - (hi - lo)] = record
+        return label, self._key(tuple(rest)) * self._codes, c.spent
 
     def _label(self, key: MoveKey) -> int:
         found = self._label_of.get(key)
@@ -339,33 +478,31 @@ class CompiledEngine(Engine):
 
     # --- one step, every plan --------------------------------------------------------------------
 
-    def _search(self, path: _Path, c: _Call, out: _Out) -> None:
-        """Every way the call ``c`` can go, in the interpreted engine's order.
+    def _drain(self, work: list[tuple[_Path, list[_Option], int, bool]], out: _Out) -> None:
+        """Branch on every listener call pushed on ``work``, and on those the branches push.
 
-        A path that reaches a reaction point with calls left pushes its copy there, with the
-        calls the table takes, to be branched on once the path itself and every branch it
-        pushed later have ended: that is the plan stack's order, where a plan's alternatives
-        at later points come before those at earlier ones, and a point's listener calls go
-        last one first.
+        The branches are run in the interpreted engine's plan stack order (the latest point
+        first, a point's listener calls last one first), though the steps are sorted by their
+        :attr:`_Path.order` in the end anyway. A snapshot ``kept`` for a wider bound is
+        copied for every call; else the last call runs on the snapshot itself.
         """
-        self._enter(path, c.found, c.i, c.event, c.args, None)
-        work: list[tuple[_Path, list[_Option], int]] = []
-        self._run(path, out, work)
         while work:
-            snap, options, j = work.pop()
+            snap, options, j, kept = work.pop()
             last = j + 1 == len(options)
             if not last:
-                work.append((snap, options, j + 1))
-            found, event, args, spent = options[j]
-            p = snap if last else snap.fork()
+                work.append((snap, options, j + 1, kept))
+            q, found, event, args, spent = options[j]
+            p = snap if last and not kept else snap.fork()
             p.spent = spent
             p.used += 1
+            p.order += (q + 1,)
             self._enter(p, found, p.frames[-1].i, event, args, p.frames[-1].effect)
             self._run(p, out, work)
 
-    def _branches(self, path: _Path, f: _Frame) -> list[_Option]:
-        """The listener calls ``path`` may make at ``f``'s reaction point: those the table
-        takes there (the others make the plan invalid) and whose spending fits the bound."""
+    def _branches(self, path: _Path, f: _Frame) -> tuple[list[_Option], list[_Option]]:
+        """The listener calls ``path`` may make at ``f``'s reaction point, of those the table
+        takes there (the others make the plan invalid): the ones whose spending fits the
+        bound, and the ones it does not."""
         node = path.store if self._flat else path.live(f.i)
         where = (tuple(node[: self._width]), path.spent, self._bound)
         found = self._taken.get(where)
@@ -373,17 +510,20 @@ class CompiledEngine(Engine):
             found = self._taken[where] = self._takes(node, path.spent)
         return found
 
-    def _takes(self, node: Sequence[Value], spent: tuple[int, ...]) -> list[_Option]:
+    def _takes(
+        self, node: Sequence[Value], spent: tuple[int, ...]
+    ) -> tuple[list[_Option], list[_Option]]:
         lookups, bound = self._lookups, self._bound
-        out: list[_Option] = []
-        for event, args, cost in self._options:
-            total = tuple(map(add, spent, cost))
-            if _left(bound, total) is None:
-                continue  # no state has the budget: every plan with this call is invalid
+        fits: list[_Option] = []
+        beyond: list[_Option] = []
+        for q, (event, args, cost) in enumerate(self._options):
             found = lookups[event](node, args)
             if found != REFUSED:
-                out.append((found, event, args, total))
-        return out
+                total = tuple(map(add, spent, cost))
+                (fits if _left(bound, total) is not None else beyond).append(
+                    (q, found, event, args, total)
+                )
+        return fits, beyond
 
     def _enter(
         self, path: _Path, found: int, i: int, event: str, args: Args, via: Notice | None
@@ -401,7 +541,9 @@ class CompiledEngine(Engine):
         if event in self._hooked_events:
             self.wiring.before(path.store, i, event, args)
 
-    def _run(self, path: _Path, out: _Out, work: list[tuple[_Path, list[_Option], int]]) -> None:
+    def _run(
+        self, path: _Path, out: _Out, work: list[tuple[_Path, list[_Option], int, bool]]
+    ) -> None:
         """Run ``path`` to its end and record its step in ``out``; its reaction points push
         their branches on ``work``."""
         frames, w, flat, lookups = path.frames, self.wiring, self._flat, self._lookups
@@ -422,9 +564,14 @@ class CompiledEngine(Engine):
             if f.point:
                 f.point = False
                 if path.used < w.max_reactions:
-                    options = self._branches(path, f)
-                    if options:
-                        work.append((path.fork(), options, 0))
+                    fits, beyond = self._branches(path, f)
+                    if fits or beyond:
+                        snap = path.fork()
+                        if fits:
+                            work.append((snap, fits, 0, bool(beyond)))
+                        if beyond:
+                            self._pruned.append((snap, beyond))
+                        path.order += (0,)
                 continue
             r = f.row.segments[f.resume](path.store if flat else path.live(f.i), f.args)
             if r is None:
@@ -475,7 +622,7 @@ class CompiledEngine(Engine):
                 if not holds_at(store, f.effect):
                     self._stop(path, prop, f.effect, out)
                     return False
-            if self.first_violated(store) is not None:
+            if Engine.first_violated(self, store) is not None:
                 self._stop(path, None, f.effect, out)
                 return False
         if hooked:
@@ -504,7 +651,7 @@ class CompiledEngine(Engine):
                 inside = (*inside, (via, nested))
             nested = (f.i, f.event, f.args, f.row.id, inside, at if nested is None else None)
         assert nested is not None
-        out.append((nested, tuple(path.store), path.spent))
+        out.append((nested, tuple(path.store), path.spent, path.order))
 
     def _finish(self, path: _Path, out: _Out) -> None:
         """The step ran out: prove the step invariants of every instance it touched."""
@@ -518,7 +665,7 @@ class CompiledEngine(Engine):
                 store[self.broken] = self._named(self._stable[k], i)
         path.flush()
         assert path.done is not None
-        out.append((path.done, tuple(store), path.spent))
+        out.append((path.done, tuple(store), path.spent, path.order))
 
 
 def _left(have: tuple[int, ...], spent: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 S = TypeVar("S", bound=Hashable)
 
@@ -28,7 +28,8 @@ class System(Generic[S]):
 
     ``successors(s)`` returns ``(label, next)`` pairs, labels being indices into ``labels``;
     ``first_violated(s)`` names the first invariant ``s`` breaks, or None; a state with no
-    successor that is not ``quiescent`` breaks the property named ``deadlock``.
+    successor that is not ``quiescent`` breaks the property named ``deadlock``. A system may
+    store its states packed: ``unpack`` gives one as a trace shows it.
     """
 
     name: str
@@ -38,6 +39,7 @@ class System(Generic[S]):
     first_violated: Callable[[S], str | None]
     quiescent: Callable[[S], bool]
     deadlock: str
+    unpack: Callable[[S], Hashable] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,8 @@ class Result(Generic[S]):
     depth: int
     seconds: float
     complete: bool
-    violation: Violation[S] | None = None
+    violation: Violation[Any] | None = None
+    """The first property broken, with a shortest trace to it, its states unpacked."""
     labels_taken: set[int] = field(default_factory=set)
     graph: dict[S, list[S]] | None = None
     parent: dict[S, tuple[S, int] | None] = field(default_factory=dict)
@@ -170,15 +173,19 @@ def _explore(
     )  # fmt: skip
 
 
-def trace_to(parent: dict[S, tuple[S, int] | None], s: S) -> tuple[tuple[int | None, S], ...]:
-    """The path from the initial state to ``s`` along parent pointers."""
+def trace_to(
+    parent: dict[S, tuple[S, int] | None], s: S, unpack: Callable[[S], Any] | None = None
+) -> tuple[tuple[int | None, Any], ...]:
+    """The path from the initial state to ``s`` along parent pointers, each state unpacked."""
     steps: list[tuple[int | None, S]] = []
     node: S = s
     while (link := parent[node]) is not None:
         steps.append((link[1], node))
         node = link[0]
     steps.append((None, node))
-    return tuple(reversed(steps))
+    return tuple(
+        (label, state if unpack is None else unpack(state)) for label, state in reversed(steps)
+    )
 
 
 def _stop(
@@ -194,8 +201,8 @@ def _stop(
 ) -> Result[S]:
     return Result(
         system.name, len(parent), transitions, depth, time.perf_counter() - start,
-        complete=False, violation=Violation(prop, trace_to(parent, s)), labels_taken=taken,
-        graph=graph, parent=parent,
+        complete=False, violation=Violation(prop, trace_to(parent, s, system.unpack)),
+        labels_taken=taken, graph=graph, parent=parent,
     )  # fmt: skip
 
 

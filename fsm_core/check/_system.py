@@ -68,6 +68,9 @@ class TableComposition:
     def initial(self) -> tuple[Any, ...]:
         return self._initial
 
+    def unpack(self, state: Any) -> tuple[Any, ...]:
+        return tuple(state)
+
     def properties(self) -> tuple[Property, ...]:
         return self._properties
 
@@ -109,6 +112,7 @@ def build(model: Model, *, interpreted: bool = False) -> Built:
     properties = c.properties()
     deadlock = next(p.name for p in properties if p.kind == "deadlock-free")
     system = System(
-        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock
-    )
+        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock,
+        c.unpack,
+    )  # fmt: skip
     return Built(system, c.layout.names, c.moves, properties)
