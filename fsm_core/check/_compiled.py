@@ -139,6 +139,11 @@ class _Path:
             self.store[i] = tuple(values)
 
 
+_Start = tuple[int, int, str, Args, int, bool]
+"""A call a step may begin with: (instance, its row or :data:`IGNORED`, event, arguments, the
+number of what it spends, whether it is local: see :attr:`_Call.local`)."""
+
+
 class _Call:
     """A call a step may begin with, from one state without its budgets, and the steps it
     begins, searched within a bound on the budgets."""
@@ -251,6 +256,12 @@ class CompiledEngine(Engine):
         self._key_of: dict[tuple[Any, ...], int] = {}
         self._calls_of: list[list[_Call] | None] = []
         """The calls a step may begin with from each state without its budgets."""
+        self._takes_at: dict[
+            tuple[Any, ...], list[tuple[str, list[tuple[int, Args, int, bool]]]]
+        ] = {}
+        """:meth:`_taken_at`'s answers."""
+        self._steps_of: list[list[_Step] | None] = []
+        """Without listener calls: the steps from each state without its budgets."""
         self._verdicts: list[tuple[str | None, bool] | None] = []
         """What :meth:`first_violated` and :meth:`quiescent` say of each, once asked."""
         self._budgets: dict[int, tuple[int, ...]] = {}
@@ -284,6 +295,7 @@ class CompiledEngine(Engine):
             found = self._key_of[rest] = len(self._keys)
             self._keys.append(rest)
             self._calls_of.append(None)
+            self._steps_of.append(None)
             self._verdicts.append(None)
         return found
 
@@ -329,18 +341,30 @@ class CompiledEngine(Engine):
 
     def steps(self, state: Any) -> list[tuple[int, Any]]:
         key, code = divmod(state, self._codes)
-        full: tuple[Any, ...] | None = None
+        if not self._branching:
+            # No listener call: every step of a call spends what the call does, so a state
+            # without budgets has one list of steps, searched at once.
+            found = self._steps_of[key]
+            if found is None:
+                full = self.unpack(state)
+                found = self._steps_of[key] = [
+                    step for start in self._starts(full) for step in self._steps(full, start)
+                ]
+            after = self._spend(code)
+            return [(label, base + left) for label, base, k in found if (left := after[k]) >= 0]
+        full_state: tuple[Any, ...] | None = None
         calls = self._calls_of[key]
         if calls is None:
-            full = self.unpack(state)
-            calls = self._calls_of[key] = self._calls_from(full)
+            full_state = self.unpack(state)
+            calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
         after = self._spend(code)
         out: list[tuple[int, int]] = []
         append = out.append
+        covers, codes = self._covers, self._codes
         for c in calls:
             if after[c.spent] < 0:
                 continue  # the budgets do not cover the call itself
-            if c.bound < 0 or (self._branching and not self._covered(c.bound, code)):
+            if c.bound < 0 or not (covers.get(c.bound * codes + code) or self._covered(c, code)):
                 # Search within the most of each budget the states of this key have had: a
                 # state with more widens it (breadth first, the richest tend to come first).
                 first = c.bound < 0
@@ -348,9 +372,9 @@ class CompiledEngine(Engine):
                     c.bound = code
                 else:
                     c.bound = self._code(tuple(map(max, self._budget(c.bound), self._budget(code))))
-                if full is None:
-                    full = self.unpack(state)
-                self._memoize(full, c, first)
+                if full_state is None:
+                    full_state = self.unpack(state)
+                self._memoize(full_state, c, first)
                 after = self._spend(code)
             for label, base, k in c.steps:
                 left = after[k]
@@ -370,35 +394,66 @@ class CompiledEngine(Engine):
                 after.append(-1 if left is None else self._code(left))
         return after
 
-    def _covered(self, bound: int, code: int) -> bool:
-        where = bound * self._codes + code
-        found = self._covers.get(where)
-        if found is None:
-            found = self._covers[where] = _left(self._budget(bound), self._budget(code)) is not None
+    def _covered(self, c: _Call, code: int) -> bool:
+        """True iff ``c``'s bound covers the budgets coded ``code``."""
+        where = c.bound * self._codes + code
+        found = _left(self._budget(c.bound), self._budget(code)) is not None
+        self._covers[where] = found
         return found
 
-    def _calls_from(self, state: tuple[Any, ...]) -> list[_Call]:
+    def _starts(self, state: tuple[Any, ...]) -> list[_Start]:
         """The calls the environment and the driver may begin a step with from ``state``, and
         the table takes there."""
-        w, lookups = self.wiring, self._lookups
+        w = self.wiring
         slots = range(len(w.instances))
         instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
-        local = self._local_rows
-        return [
-            _Call(
-                i,
-                found,
-                event,
-                args,
-                self._number(spent),
-                found == IGNORED or (event not in self._hooked_events and local[found]),
-            )
-            for i in instances
-            for event, calls in self._calls
-            if w.offers(state, i, event)
-            for args, spent in calls
-            if (found := lookups[event](state if self._flat else state[i], args)) != REFUSED
-        ]
+        out: list[_Start] = []
+        for i in instances:
+            for event, taken in self._taken_at(state[: self._width] if self._flat else state[i]):
+                if w.offers(state, i, event):
+                    out += [
+                        (i, found, event, args, spent, local) for found, args, spent, local in taken
+                    ]
+        return out
+
+    def _taken_at(
+        self, node: tuple[Any, ...]
+    ) -> list[tuple[str, list[tuple[int, Args, int, bool]]]]:
+        """Per event, the calls the table takes from an instance's variables ``node``: (row,
+        arguments, the number of what the call spends, whether it is local)."""
+        found = self._takes_at.get(node)
+        if found is None:
+            lookups, local = self._lookups, self._local_rows
+            found = self._takes_at[node] = []
+            for event, calls in self._calls:
+                taken = [
+                    (
+                        row,
+                        args,
+                        self._number(spent),
+                        row == IGNORED or (event not in self._hooked_events and local[row]),
+                    )
+                    for args, spent in calls
+                    if (row := lookups[event](node, args)) != REFUSED
+                ]
+                if taken:
+                    found.append((event, taken))
+        return found
+
+    def _steps(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
+        """The steps a call without listener calls begins from ``state``."""
+        i, found, event, args, spent, local = start
+        if local and not state[self.broken]:
+            return [self._local_step(state, start)]
+        out: _Out = []
+        path = _Path(state, self._spendings[spent])
+        self._enter(path, found, i, event, args, None)
+        self._run(path, out, [])
+        return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
+
+    def _step(self, key: MoveKey, nxt: tuple[Any, ...], spent: tuple[int, ...]) -> _Step:
+        lo, hi = self._lo, self._hi
+        return self._label(key), self._key(nxt[:lo] + nxt[hi:]) * self._codes, self._number(spent)
 
     def _number(self, spent: tuple[int, ...]) -> int:
         found = self._numbers.get(spent)
@@ -411,7 +466,7 @@ class CompiledEngine(Engine):
         """Search the steps ``c`` begins from ``state`` within its bound: all of them the
         ``first`` time, else only those the last bound left out, merged in."""
         if c.local and not state[self.broken]:
-            c.steps = [self._local_step(state, c)]
+            c.steps = [self._local_step(state, (c.i, c.found, c.event, c.args, c.spent, True))]
             return
         out: _Out = []
         bound = self._bound = self._budget(c.bound)
@@ -430,40 +485,37 @@ class CompiledEngine(Engine):
                     work.append((snap, fits, 0, True))
         self._drain(work, out)
         c.pruned, self._pruned = self._pruned, pruned
-        lo, hi, codes = self._lo, self._hi, self._codes
-        found = [
-            (order, (self._label(key), self._key(nxt[:lo] + nxt[hi:]) * codes, self._number(spent)))
-            for key, nxt, spent, order in out
-        ]
+        found = [(order, self._step(key, nxt, spent)) for key, nxt, spent, order in out]
         if not first:
             found += zip(c.orders, c.steps, strict=True)
             found.sort()
         c.orders = [order for order, _ in found]
         c.steps = [step for _, step in found]
 
-    def _local_step(self, state: tuple[Any, ...], c: _Call) -> _Step:
+    def _local_step(self, state: tuple[Any, ...], start: _Start) -> _Step:
         """The one step of a local call: the instance's variables after it, and what it
         recorded broken, are those of the step searched from the same variables."""
-        i, lo, hi = c.i, self._lo, self._hi
+        i, found, event, args, spent, _ = start
+        lo, hi = self._lo, self._hi
         node = state[: self._width] if self._flat else state[i]
-        where = (i, c.event, c.found, node, c.args)
-        found = self._local.get(where)
-        if found is None:
+        where = (i, event, found, node, args)
+        known = self._local.get(where)
+        if known is None:
             out: _Out = []
-            path = _Path(state, self._spendings[c.spent])
-            self._enter(path, c.found, c.i, c.event, c.args, None)
+            path = _Path(state, self._spendings[spent])
+            self._enter(path, found, i, event, args, None)
             self._run(path, out, [])
             ((key, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
             after = nxt[: self._width] if self._flat else nxt[i]
-            found = self._local[where] = (self._label(key), after, nxt[self.broken])
-        label, after, record = found
+            known = self._local[where] = (self._label(key), after, nxt[self.broken])
+        label, after, record = known
         rest = list(state[:lo] + state[hi:])  # the instance and the record come before or
         if self._flat:  # after the budgets
             rest[: self._width] = after
         else:
             rest[i] = after
         rest[self.broken - (hi - lo)] = record
-        return label, self._key(tuple(rest)) * self._codes, c.spent
+        return label, self._key(tuple(rest)) * self._codes, spent
 
     def _label(self, key: MoveKey) -> int:
         found = self._label_of.get(key)
