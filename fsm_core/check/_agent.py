@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from fsm_core.check._codegen import compile_predicates
+from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
@@ -84,11 +85,14 @@ class AgentWiring:
 
     flat = True
     instances: tuple[str, ...] = ("",)
+    hooked_events = frozenset(
+        {"send", "cancel", "halt", "start", "dispose", "remove", "take_steering"}
+    )
+    hooked_effects = frozenset({"clear_inbox", "claim_inbox"})
 
     def __init__(self, model: Model, max_reactions: int = 2) -> None:
         self.model = model
         self.machine = m = model.machine
-        self.n = len(m.names)
         self.layout = layout = Layout(
             (*m.names, *(f"budget.{e}" for e in model.budgets), OWED, PRERUN, BROKEN)
         )
@@ -113,7 +117,7 @@ class AgentWiring:
         self._keep_inbox = params["cancel"].index("keep_inbox")
         self._rest = {e: params[e].index("rest") for e in ("remove", "take_steering")}
         # Compiled once: evaluated on the agent's positions of every state and notification.
-        # The generated code only unpacks the positions, so a list's prefix does as well as a tuple.
+        # The generated code reads the agent's positions, the first of the composite state's.
         self._violated = cast(
             _Predicates, compile_predicates(m, {i.id: i.expr for i in m.table.invariants})
         )
@@ -142,10 +146,10 @@ class AgentWiring:
     # --- properties ------------------------------------------------------------------------------
 
     def table_violated(self, state: Sequence[Any]) -> str | None:
-        return self._violated(state[: self.n])
+        return self._violated(state)
 
     def quiescent(self, state: Sequence[Any]) -> bool:
-        return self._unquiet(state[: self.n]) is None
+        return self._unquiet(state) is None
 
     def _no_parked_wake(self, s: Sequence[Any], _: Notice | None) -> bool:
         """Idle with nothing scheduled (quiescent, and ``phase`` idle) owes no wake."""
@@ -202,6 +206,8 @@ class AgentWiring:
         return ()
 
 
-def agent_engine(model: Model) -> Engine:
-    """The composition of an ``agent`` model, ready to explore."""
-    return Engine(model.name, AgentWiring(model))
+def agent_engine(model: Model, *, interpreted: bool = False) -> Engine:
+    """The composition of an ``agent`` model, ready to explore: compiled unless
+    ``interpreted`` (the reference the compiled engine is tested against)."""
+    wiring = AgentWiring(model)
+    return Engine(model.name, wiring) if interpreted else CompiledEngine(model.name, wiring)

@@ -80,11 +80,13 @@ def check(
     max_states: int | None = None,
     liveness: bool | None = None,
     backend: Backend = "auto",
+    interpreted: bool = False,
 ) -> Report:
     """Explore ``model`` with ``backend`` and report. ``liveness`` defaults to on except for
     bench models. The report names the backend that explored, and why the vector backend did
-    not when it was asked to."""
-    built = build(model)
+    not when it was asked to. ``interpreted`` runs an agent's or a tree's steps through the
+    interpreted composition, the slow reference the compiled one is tested against."""
+    built = build(model, interpreted=interpreted)
     live = model.tier != "bench" if liveness is None else liveness
     fallback: str | None = None
     result: Result[Any] | None = None
@@ -108,7 +110,7 @@ def check(
         if result.violation is None and result.complete and live and result.graph is not None:
             stuck = unreachable_quiescence(result.graph, built.system.quiescent)
             if stuck:  # in BFS order, so the first has a shortest trace
-                unsettled = trace_to(result.parent, stuck[0])
+                unsettled = trace_to(result.parent, stuck[0], built.system.unpack)
     violation = result.violation
     if unsettled is not None:
         eventually = next(p.name for p in built.properties if p.kind == "eventually")

@@ -51,16 +51,24 @@ BROKEN = "ghost.broken"
 
 
 class Composition(Protocol):
-    """What the explorer checks: a model kind's states, steps and properties."""
+    """What the explorer checks: a model kind's states, steps and properties.
+
+    A state is whatever the composition finds cheapest to store (a tuple, or a number the
+    compiled engine packs one into); :meth:`unpack` gives it as the layout names it.
+    """
 
     name: str
     layout: Layout
     moves: list[Move]
     """The labels :meth:`steps` returns, by index."""
 
-    def initial(self) -> tuple[Any, ...]: ...
+    def initial(self) -> Any: ...
 
-    def steps(self, state: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
+    def unpack(self, state: Any) -> tuple[Any, ...]:
+        """``state`` as a tuple whose positions :attr:`layout` names."""
+        ...
+
+    def steps(self, state: Any) -> list[tuple[int, Any]]:
         """Every ``(label, next state)`` from ``state``, in a deterministic order."""
         ...
 
@@ -68,12 +76,12 @@ class Composition(Protocol):
         """Every property the model can report broken, the table's own included."""
         ...
 
-    def first_violated(self, state: Sequence[Any]) -> str | None:
+    def first_violated(self, state: Any) -> str | None:
         """The first property ``state`` breaks between steps (a table invariant, an ``always``
         property, or what the step that reached it recorded broken), or None."""
         ...
 
-    def quiescent(self, state: Sequence[Any]) -> bool: ...
+    def quiescent(self, state: Any) -> bool: ...
 
 
 class Layout:
@@ -121,6 +129,11 @@ class Wiring(Protocol):
     """What a listener may call inside a ``reactions`` effect, in the order plans try them."""
     reactions: frozenset[str]
     """The notifying effects inside which listeners may call."""
+    hooked_events: frozenset[str]
+    """The events :meth:`before` or :meth:`after` acts on: on any other both do nothing."""
+    hooked_effects: frozenset[str]
+    """The effects :meth:`effect` or :meth:`wire` acts on: on any other both do nothing. (The
+    compiled engine calls the hooks only where they act.)"""
     max_reactions: int
     own: tuple[Property, ...]
     """The wiring's own properties, checked in this order after the table's invariants."""
@@ -194,18 +207,21 @@ class Engine:
         self._labels = Labels()
         self.moves = self._labels.moves
 
-    def initial(self) -> tuple[Any, ...]:
+    def initial(self) -> Any:
         return self.wiring.initial()
+
+    def unpack(self, state: Any) -> tuple[Any, ...]:
+        return tuple(state)
 
     def properties(self) -> tuple[Property, ...]:
         w = self.wiring
         own = table_properties(self.machine.table, w.instances)
         return (*own, *w.own, *explorer_properties(self.quiescent))
 
-    def quiescent(self, state: Sequence[Any]) -> bool:
+    def quiescent(self, state: Any) -> bool:
         return self.wiring.quiescent(state)
 
-    def first_violated(self, state: Sequence[Any]) -> str | None:
+    def first_violated(self, state: Any) -> str | None:
         broken = state[self.broken]
         if broken:
             return str(broken)
@@ -217,7 +233,7 @@ class Engine:
                 return prop
         return None
 
-    def steps(self, state: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
+    def steps(self, state: Any) -> list[tuple[int, Any]]:
         w = self.wiring
         out: list[tuple[int, tuple[Any, ...]]] = []
         instances = (0,) if w.flat else [i for i in range(len(w.instances)) if state[i] is not None]

@@ -68,6 +68,9 @@ class TableComposition:
     def initial(self) -> tuple[Any, ...]:
         return self._initial
 
+    def unpack(self, state: Any) -> tuple[Any, ...]:
+        return tuple(state)
+
     def properties(self) -> tuple[Property, ...]:
         return self._properties
 
@@ -86,11 +89,13 @@ def table_kind_properties(
     return (*own, *explorer_properties(quiescent))
 
 
-def compose(model: Model) -> Composition:
-    """The composition of ``model``'s kind."""
+def compose(model: Model, *, interpreted: bool = False) -> Composition:
+    """The composition of ``model``'s kind; an agent's or a tree's steps run compiled unless
+    ``interpreted``."""
     if model.kind == "table":
         return TableComposition(model)
-    return agent_engine(model) if model.kind == "agent" else tree_engine(model)
+    engine = agent_engine if model.kind == "agent" else tree_engine
+    return engine(model, interpreted=interpreted)
 
 
 def declared(model: Model) -> tuple[Property, ...]:
@@ -101,11 +106,13 @@ def declared(model: Model) -> tuple[Property, ...]:
     return compose(model).properties()
 
 
-def build(model: Model) -> Built:
-    c = compose(model)
+def build(model: Model, *, interpreted: bool = False) -> Built:
+    """``model`` ready to explore; ``interpreted`` as for :func:`compose`."""
+    c = compose(model, interpreted=interpreted)
     properties = c.properties()
     deadlock = next(p.name for p in properties if p.kind == "deadlock-free")
     system = System(
-        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock
-    )
+        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock,
+        c.unpack,
+    )  # fmt: skip
     return Built(system, c.layout.names, c.moves, properties)

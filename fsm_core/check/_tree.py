@@ -34,10 +34,12 @@ invariants at each notifying effect and between steps. Tree properties besides:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from fsm_core.check._codegen import compile_predicates
+from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
@@ -63,6 +65,8 @@ NEEDS = Needs(
 matched by name: a table without them wires nothing there)."""
 
 _WIRED_ONLY = frozenset({"child_settled"})
+
+_Predicates = Callable[[Sequence[Any]], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,17 @@ class TreeWiring:
 
     flat = False
     reactions: frozenset[str] = frozenset()
+    hooked_events: frozenset[str] = frozenset()
+    hooked_effects = frozenset(
+        {
+            "close_inbox",
+            "dispose_children",
+            "request_dispose",
+            "dispose_in_maintenance",
+            "admit_child",
+            "notify_parent",
+        }
+    )
     listener_calls: tuple[tuple[str, Args], ...] = ()
     max_reactions = 0
 
@@ -140,6 +155,12 @@ class TreeWiring:
         self._closes = tuple(layout[f"ghost.closes.{x}"] for x in shape.names)
         self._notices = tuple(layout[f"ghost.notices.{x}"] for x in shape.names)
         self._resident = m.names.index("resident")
+        # Compiled once: evaluated on every node of every state and notification.
+        invariants = {i.id: i.expr for i in m.table.invariants}
+        self._violated = cast(_Predicates, compile_predicates(m, invariants))
+        self._unsettled = cast(
+            _Predicates, compile_predicates(m, {"quiescent": m.table.defs["quiescent"].expr})
+        )
         self.offered = tuple(
             (e, tuple(m.all_arguments(e))) for e in m.table.events if e not in _WIRED_ONLY
         )
@@ -182,9 +203,9 @@ class TreeWiring:
         for i in self._slots:
             node = state[i]
             if node is not None:
-                bad = self.machine.violated(node)
-                if bad:
-                    return at_node(bad[0], self.instances[i])
+                bad = self._violated(node)
+                if bad is not None:
+                    return at_node(bad, self.instances[i])
         return None
 
     def _parent_leaves_after_children(self, s: Sequence[Any], _: Notice | None) -> bool:
@@ -203,7 +224,7 @@ class TreeWiring:
 
     def _settled(self, node: tuple[Any, ...]) -> bool:
         # The table's ``quiescent``: the activation reached ``settled``.
-        return self.machine.holds("quiescent", node)
+        return self._unsettled(node) is None
 
     # --- environment -----------------------------------------------------------------------------
 
@@ -254,6 +275,8 @@ class TreeWiring:
         return ()
 
 
-def tree_engine(model: Model) -> Engine:
-    """The composition of an ``activation-tree`` model, ready to explore."""
-    return Engine(model.name, TreeWiring(model))
+def tree_engine(model: Model, *, interpreted: bool = False) -> Engine:
+    """The composition of an ``activation-tree`` model, ready to explore: compiled unless
+    ``interpreted`` (the reference the compiled engine is tested against)."""
+    wiring = TreeWiring(model)
+    return Engine(model.name, wiring) if interpreted else CompiledEngine(model.name, wiring)

@@ -292,10 +292,10 @@ def _explore(model: Model) -> _Explored:
     """Explore ``model`` breadth-first, as the checker does; refuse one that breaks a property
     (its vectors would pin a bug)."""
     c = compose(model)
-    moves = c.moves
+    moves, unpack = c.moves, c.unpack
     init = c.initial()
     seen = {init}
-    found = _Explored(model, c, [init], [])
+    found = _Explored(model, c, [unpack(init)], [])
     frontier = [init]
     while frontier:
         following = []
@@ -305,10 +305,10 @@ def _explore(model: Model) -> _Explored:
                 raise VectorError(f"{model.name} breaks {bad}: run `fsm-core check {model.name}`")
             for label, t in c.steps(s):
                 if moves[label].inside:
-                    found.edges.append((s, label, t))
+                    found.edges.append((unpack(s), label, unpack(t)))
                 if t not in seen:
                     seen.add(t)
-                    found.states.append(t)
+                    found.states.append(unpack(t))
                     following.append(t)
         frontier = following
     return found

@@ -1,0 +1,731 @@
+"""The compiled composition: :class:`~fsm_core.check._compose.Engine`'s steps, made fast.
+
+:class:`CompiledEngine` takes the same :class:`~fsm_core.check._compose.Wiring` and returns the
+same steps, in the same order, with the same moves and the same properties; a differential
+test holds the two equal. Three things make it fast:
+
+- **Rows as code.** :func:`~fsm_core.check._codegen.compile_rows` turns each row into straight
+  Python over an instance's variables, cut at the effects the engine performs (notifications,
+  effects the wiring reacts to): a segment runs up to such an effect and hands it over with its
+  arguments, the engine performs it (the checks, the reactions inside it), then runs the
+  segment after it. Contracts of the other effects are proven inline.
+- **Plans as a search.** The interpreted engine runs one whole step per plan of listener calls,
+  from the start. Here a step is a depth-first search over its reaction points: at each, the
+  path that lets no listener in runs on, and each listener call runs on a copy of the path as
+  it is there, so plans that agree up to a point share the work before it, and a call the table
+  refuses costs one lookup. The copies are visited in the order the interpreted engine's plan
+  stack visits its plans, so the steps come out in the same order.
+- **Steps memoized without budgets.** No hook, property or row reads a budget: a budget only
+  decides whether a call may be made. So the steps of a state are computed once per state
+  *without its budgets*, as if every budget were unlimited, each step recording what it spent;
+  a state's steps are those whose spending its budgets cover, in the same order (a step a
+  budget forbids here is one whose plan the interpreted engine finds invalid, and so is every
+  step that extends it). The budgets are the positions named ``budget.*``; they must be
+  contiguous in the layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from operator import add, sub
+from typing import Any
+
+from fsm_core.check._codegen import (
+    IGNORED,
+    REFUSED,
+    RowCode,
+    compile_contracts,
+    compile_rows,
+    compile_stability,
+)
+from fsm_core.check._compose import Args, Engine, Wiring
+from fsm_core.check._moves import Move
+from fsm_core.check._property import requires_name
+from fsm_core.table._expr import Value, show
+
+Notice = tuple[str, Args]
+"""A performed effect as a listener sees it: its name and arguments."""
+
+MoveKey = tuple[int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Notice | None]
+"""A move as plain data, cheap to hash: (instance, event, args, row, inside, stopped)."""
+
+_Out = list[tuple[MoveKey, tuple[Any, ...], tuple[int, ...], tuple[int, ...]]]
+"""Steps as a search finds them: (move, next state, what it spent of each budget, the path's
+:attr:`_Path.order`)."""
+
+_Step = tuple[int, int, int]
+"""A memoized step: (label, the number of the next state without its budgets times the number
+of budgets' codes, the number of what it spent)."""
+
+
+class _Frame:
+    """One event firing in a path: its row, where its code resumes, and what ran inside it.
+
+    Its sequences are tuples, so a path's copy copies each frame shallowly.
+    """
+
+    __slots__ = (
+        "args", "effect", "event", "i", "inside", "pending", "point", "resume", "row", "via"
+    )  # fmt: skip
+
+    def __init__(self, i: int, event: str, args: Args, row: RowCode, via: Notice | None) -> None:
+        self.i = i
+        self.event = event
+        self.args = args
+        self.row = row
+        self.resume = 0
+        self.inside: tuple[tuple[Notice, MoveKey], ...] = ()
+        self.pending: Sequence[tuple[int, str, Args]] = ()
+        """The wired reactions of the effect in progress still to fire, in order."""
+        self.effect: Notice = ("", ())
+        """The effect in progress (the last one the code handed over)."""
+        self.point = False
+        """True iff the effect in progress is a reaction point not yet branched on."""
+        self.via = via
+        """The effect this firing re-entered through; None for the step's own event."""
+
+    def copy(self) -> _Frame:
+        f = _Frame.__new__(_Frame)
+        f.i, f.event, f.args, f.row, f.via = self.i, self.event, self.args, self.row, self.via
+        f.resume, f.inside, f.pending = self.resume, self.inside, self.pending
+        f.effect, f.point = self.effect, self.point
+        return f
+
+
+class _Path:
+    """One way a step goes, in progress: copied at each reaction point it branches on."""
+
+    __slots__ = (
+        "done", "frames", "nodes", "observed", "order", "spent", "start", "store", "used"
+    )  # fmt: skip
+
+    def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...]) -> None:
+        self.start = start
+        self.store: list[Any] = list(start)
+        self.nodes: dict[int, list[Value]] = {}
+        """A tree's instances touched by the step, as mutable copies of their slots."""
+        self.observed: dict[int, Sequence[Any]] = {}
+        """The last state of each instance a listener observed (the step's start until then)."""
+        self.used = 0
+        """Listener calls made so far."""
+        self.spent = spent
+        """What the step has spent of each budget."""
+        self.frames: list[_Frame] = []
+        self.done: MoveKey | None = None
+        self.order: tuple[int, ...] = ()
+        """Where the path is in the search: at each reaction point it branched at, 0 for no
+        listener call, else 1 + the call's index in :attr:`CompiledEngine._options`. The
+        interpreted engine's plans come in the order of these tuples."""
+
+    def fork(self) -> _Path:
+        p = _Path.__new__(_Path)
+        p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
+        p.order = self.order
+        p.store = self.store[:]
+        p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
+        p.observed = self.observed.copy()
+        p.frames = [f.copy() for f in self.frames]
+        return p
+
+    def live(self, i: int) -> list[Value]:
+        node = self.nodes.get(i)
+        if node is None:
+            node = self.nodes[i] = list(self.store[i])
+        return node
+
+    def flush(self) -> None:
+        for i, values in self.nodes.items():
+            self.store[i] = tuple(values)
+
+
+_Start = tuple[int, int, str, Args, int, bool]
+"""A call a step may begin with: (instance, its row or :data:`IGNORED`, event, arguments, the
+number of what it spends, whether it is local: see :attr:`_Call.local`)."""
+
+
+class _Call:
+    """A call a step may begin with, from one state without its budgets, and the steps it
+    begins, searched within a bound on the budgets."""
+
+    __slots__ = (
+        "args", "bound", "event", "found", "i", "local", "orders", "pruned", "spent", "steps"
+    )  # fmt: skip
+
+    def __init__(self, i: int, found: int, event: str, args: Args, spent: int, local: bool) -> None:
+        self.i, self.event, self.args = i, event, args
+        self.found = found
+        """The row the table fires, or :data:`IGNORED`."""
+        self.local = local
+        """True iff the step changes nothing but the instance's variables (and may record a
+        broken property): no hook acts on the event, and its row performs no effect."""
+        self.spent = spent
+        """The number of what the call itself spends."""
+        self.bound = -1
+        """The code of the budgets its steps were searched within (-1: not searched yet)."""
+        self.steps: list[_Step] = []
+        self.orders: list[tuple[int, ...]] = []
+        """Each step's :attr:`_Path.order`."""
+        self.pruned: list[_Branch] = []
+        """The listener calls the bound left out, where the search met them: a wider bound
+        resumes the search there."""
+
+
+_Option = tuple[int, int, str, Args, tuple[int, ...]]
+"""A listener call a reaction point may make: (its index in the calls, its row or
+:data:`IGNORED`, event, arguments, what the path has spent with it)."""
+
+_Branch = tuple["_Path", list[_Option]]
+"""A path as it was at a reaction point, and listener calls to branch on there."""
+
+
+class CompiledEngine(Engine):
+    """A :class:`~fsm_core.check._compose.Engine` whose steps run as generated code."""
+
+    def __init__(self, name: str, wiring: Wiring) -> None:
+        super().__init__(name, wiring)
+        w, m = wiring, self.machine
+        self._flat = w.flat
+        code = compile_rows(m, self.notifying | w.hooked_effects | w.reactions)
+        self._lookups = code.lookups
+        self._rows = code.rows
+        self._contracts = compile_contracts(m)
+        self._first_unstable = compile_stability(m)
+        self._stable = tuple(s.id for s in m.table.stable)
+        budgets = [i for i, n in enumerate(self.layout.names) if n.startswith("budget.")]
+        lo = self._lo = budgets[0] if budgets else 0
+        self._hi = lo + len(budgets)
+        instances = len(m.names) if w.flat else len(w.instances)
+        if budgets != list(range(lo, self._hi)) or instances > lo or self.broken < self._hi:
+            raise ValueError(
+                f"{name}: the layout must hold the instances, the budgets (contiguous) and the "
+                f"record of what broke in this order: {self.layout.names}"
+            )
+        self._bound: tuple[int, ...] = ()
+        """The budgets the search in progress assumes."""
+        self._pruned: list[_Branch] = []
+        """The listener calls the search in progress left out for its bound."""
+
+        def spending(event: str, args: Args) -> tuple[int, ...]:
+            spent = [0] * len(budgets)
+            for slot in w.charges(event, args):
+                spent[slot - lo] += 1
+            return tuple(spent)
+
+        self._calls = tuple(
+            (event, tuple((args, spending(event, args)) for args in arguments))
+            for event, arguments in w.offered
+        )
+        # A reaction point tries the listener calls last one first (the plan stack's order).
+        self._options = tuple(
+            (event, args, spending(event, args)) for event, args in reversed(w.listener_calls)
+        )
+        self._branching = bool(self._options) and w.max_reactions > 0
+        self._hooked_events = w.hooked_events
+        self._local_rows = [all(site.resume < 0 for site in row.sites) for row in self._rows]
+        """Per row: True iff it performs no effect (its code hands none over)."""
+        self._local: dict[tuple[Any, ...], tuple[int, Any, str]] = {}
+        """The step of each local call searched, by the instance, the event and its row, the
+        instance's variables and the arguments: its label, the variables after it, and what
+        it recorded broken."""
+        self._width = len(m.names)
+        self._taken: dict[tuple[Any, ...], tuple[list[_Option], list[_Option]]] = {}
+        """The listener calls taken at a reaction point, by the instance's variables there,
+        what the path has spent and the bound of the search."""
+        self._effects = {
+            name: (
+                name in w.hooked_effects,
+                self._contracts.get(name),
+                name in self.notifying,
+                name in w.reactions,
+            )
+            for name in m.table.effects
+        }
+        """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
+        whether listeners may call inside it."""
+        self._label_of: dict[MoveKey, int] = {}
+        self._numbers: dict[tuple[int, ...], int] = {}
+        self._spendings: list[tuple[int, ...]] = []
+        """Every spending a call or a memoized step records, by number."""
+        # Packed states: the budgets in mixed radix below the model's (budgets only fall),
+        # above them the number of the rest of the state.
+        self._radix = tuple(b + 1 for b in w.initial()[lo : self._hi])
+        self._codes: int = prod(self._radix)
+        self._keys: list[tuple[Any, ...]] = []
+        """The states without their budgets, by number."""
+        self._key_of: dict[tuple[Any, ...], int] = {}
+        self._calls_of: list[list[_Call] | None] = []
+        """The calls a step may begin with from each state without its budgets."""
+        self._takes_at: dict[
+            tuple[Any, ...], list[tuple[str, list[tuple[int, Args, int, bool]]]]
+        ] = {}
+        """:meth:`_taken_at`'s answers."""
+        self._steps_of: list[list[_Step] | None] = []
+        """Without listener calls: the steps from each state without its budgets."""
+        self._verdicts: list[tuple[str | None, bool] | None] = []
+        """What :meth:`first_violated` and :meth:`quiescent` say of each, once asked."""
+        self._budgets: dict[int, tuple[int, ...]] = {}
+        """The budgets of each code met."""
+        self._after: dict[int, list[int]] = {}
+        """For each budgets' code, the code of what each numbered spending leaves of them
+        (-1: more than they have)."""
+        self._covers: dict[int, bool] = {}
+        """For a bound's code times the number of codes plus budgets' code: True iff the
+        bound covers the budgets."""
+
+    # --- packed states ----------------------------------------------------------------------------
+
+    def initial(self) -> int:
+        return self.pack(tuple(self.wiring.initial()))
+
+    def pack(self, state: tuple[Any, ...]) -> int:
+        """The number of ``state``."""
+        lo, hi = self._lo, self._hi
+        return self._key(state[:lo] + state[hi:]) * self._codes + self._code(state[lo:hi])
+
+    def unpack(self, state: Any) -> tuple[Any, ...]:
+        """The state numbered ``state``, as the layout names its positions."""
+        key, code = divmod(int(state), self._codes)
+        rest = self._keys[key]
+        return rest[: self._lo] + self._budget(code) + rest[self._lo :]
+
+    def _key(self, rest: tuple[Any, ...]) -> int:
+        found = self._key_of.get(rest)
+        if found is None:
+            found = self._key_of[rest] = len(self._keys)
+            self._keys.append(rest)
+            self._calls_of.append(None)
+            self._steps_of.append(None)
+            self._verdicts.append(None)
+        return found
+
+    def _code(self, budgets: tuple[int, ...]) -> int:
+        code = 0
+        for b, r in zip(budgets, self._radix, strict=True):
+            if not 0 <= b < r:
+                raise ValueError(f"{self.name}: a budget of {b} is not within the model's")
+            code = code * r + b
+        return code
+
+    def _budget(self, code: int) -> tuple[int, ...]:
+        found = self._budgets.get(code)
+        if found is None:
+            digits: list[int] = []
+            rest = code
+            for r in reversed(self._radix):
+                rest, b = divmod(rest, r)
+                digits.append(b)
+            found = self._budgets[code] = tuple(reversed(digits))
+        return found
+
+    def first_violated(self, state: Any) -> str | None:
+        return self._verdict(state)[0]
+
+    def quiescent(self, state: Any) -> bool:
+        return self._verdict(state)[1]
+
+    def _verdict(self, state: int) -> tuple[str | None, bool]:
+        """No property reads a budget: a verdict holds for every state that differs only in
+        its budgets."""
+        key = state // self._codes
+        found = self._verdicts[key]
+        if found is None:
+            full = self.unpack(state)
+            found = self._verdicts[key] = (
+                Engine.first_violated(self, full),
+                Engine.quiescent(self, full),
+            )
+        return found
+
+    # --- a state's steps, from its memoized steps -------------------------------------------------
+
+    def steps(self, state: Any) -> list[tuple[int, Any]]:
+        key, code = divmod(state, self._codes)
+        if not self._branching:
+            # No listener call: every step of a call spends what the call does, so a state
+            # without budgets has one list of steps, searched at once.
+            found = self._steps_of[key]
+            if found is None:
+                full = self.unpack(state)
+                found = self._steps_of[key] = [
+                    step for start in self._starts(full) for step in self._steps(full, start)
+                ]
+            after = self._spend(code)
+            return [(label, base + left) for label, base, k in found if (left := after[k]) >= 0]
+        full_state: tuple[Any, ...] | None = None
+        calls = self._calls_of[key]
+        if calls is None:
+            full_state = self.unpack(state)
+            calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
+        after = self._spend(code)
+        out: list[tuple[int, int]] = []
+        append = out.append
+        covers, codes = self._covers, self._codes
+        for c in calls:
+            if after[c.spent] < 0:
+                continue  # the budgets do not cover the call itself
+            if c.bound < 0 or not (covers.get(c.bound * codes + code) or self._covered(c, code)):
+                # Search within the most of each budget the states of this key have had: a
+                # state with more widens it (breadth first, the richest tend to come first).
+                first = c.bound < 0
+                if first:
+                    c.bound = code
+                else:
+                    c.bound = self._code(tuple(map(max, self._budget(c.bound), self._budget(code))))
+                if full_state is None:
+                    full_state = self.unpack(state)
+                self._memoize(full_state, c, first)
+                after = self._spend(code)
+            for label, base, k in c.steps:
+                left = after[k]
+                if left >= 0:
+                    append((label, base + left))
+        return out
+
+    def _spend(self, code: int) -> list[int]:
+        """What each numbered spending leaves of the budgets coded ``code``."""
+        after = self._after.get(code)
+        if after is None:
+            after = self._after[code] = []
+        if len(after) < len(self._spendings):
+            have = self._budget(code)
+            for spent in self._spendings[len(after) :]:
+                left = _left(have, spent)
+                after.append(-1 if left is None else self._code(left))
+        return after
+
+    def _covered(self, c: _Call, code: int) -> bool:
+        """True iff ``c``'s bound covers the budgets coded ``code``."""
+        where = c.bound * self._codes + code
+        found = _left(self._budget(c.bound), self._budget(code)) is not None
+        self._covers[where] = found
+        return found
+
+    def _starts(self, state: tuple[Any, ...]) -> list[_Start]:
+        """The calls the environment and the driver may begin a step with from ``state``, and
+        the table takes there."""
+        w = self.wiring
+        slots = range(len(w.instances))
+        instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
+        out: list[_Start] = []
+        for i in instances:
+            for event, taken in self._taken_at(state[: self._width] if self._flat else state[i]):
+                if w.offers(state, i, event):
+                    out += [
+                        (i, found, event, args, spent, local) for found, args, spent, local in taken
+                    ]
+        return out
+
+    def _taken_at(
+        self, node: tuple[Any, ...]
+    ) -> list[tuple[str, list[tuple[int, Args, int, bool]]]]:
+        """Per event, the calls the table takes from an instance's variables ``node``: (row,
+        arguments, the number of what the call spends, whether it is local)."""
+        found = self._takes_at.get(node)
+        if found is None:
+            lookups, local = self._lookups, self._local_rows
+            found = self._takes_at[node] = []
+            for event, calls in self._calls:
+                taken = [
+                    (
+                        row,
+                        args,
+                        self._number(spent),
+                        row == IGNORED or (event not in self._hooked_events and local[row]),
+                    )
+                    for args, spent in calls
+                    if (row := lookups[event](node, args)) != REFUSED
+                ]
+                if taken:
+                    found.append((event, taken))
+        return found
+
+    def _steps(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
+        """The steps a call without listener calls begins from ``state``."""
+        i, found, event, args, spent, local = start
+        if local and not state[self.broken]:
+            return [self._local_step(state, start)]
+        out: _Out = []
+        path = _Path(state, self._spendings[spent])
+        self._enter(path, found, i, event, args, None)
+        self._run(path, out, [])
+        return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
+
+    def _step(self, key: MoveKey, nxt: tuple[Any, ...], spent: tuple[int, ...]) -> _Step:
+        lo, hi = self._lo, self._hi
+        return self._label(key), self._key(nxt[:lo] + nxt[hi:]) * self._codes, self._number(spent)
+
+    def _number(self, spent: tuple[int, ...]) -> int:
+        found = self._numbers.get(spent)
+        if found is None:
+            found = self._numbers[spent] = len(self._spendings)
+            self._spendings.append(spent)
+        return found
+
+    def _memoize(self, state: tuple[Any, ...], c: _Call, first: bool) -> None:
+        """Search the steps ``c`` begins from ``state`` within its bound: all of them the
+        ``first`` time, else only those the last bound left out, merged in."""
+        if c.local and not state[self.broken]:
+            c.steps = [self._local_step(state, (c.i, c.found, c.event, c.args, c.spent, True))]
+            return
+        out: _Out = []
+        bound = self._bound = self._budget(c.bound)
+        work: list[tuple[_Path, list[_Option], int, bool]] = []
+        pruned, self._pruned = self._pruned, []
+        if first:
+            path = _Path(state, self._spendings[c.spent])
+            self._enter(path, c.found, c.i, c.event, c.args, None)
+            self._run(path, out, work)
+        else:
+            for snap, options in c.pruned:
+                fits = [o for o in options if _left(bound, o[4]) is not None]
+                if len(fits) < len(options):
+                    self._pruned.append((snap, [o for o in options if o not in fits]))
+                if fits:
+                    work.append((snap, fits, 0, True))
+        self._drain(work, out)
+        c.pruned, self._pruned = self._pruned, pruned
+        found = [(order, self._step(key, nxt, spent)) for key, nxt, spent, order in out]
+        if not first:
+            found += zip(c.orders, c.steps, strict=True)
+            found.sort()
+        c.orders = [order for order, _ in found]
+        c.steps = [step for _, step in found]
+
+    def _local_step(self, state: tuple[Any, ...], start: _Start) -> _Step:
+        """The one step of a local call: the instance's variables after it, and what it
+        recorded broken, are those of the step searched from the same variables."""
+        i, found, event, args, spent, _ = start
+        lo, hi = self._lo, self._hi
+        node = state[: self._width] if self._flat else state[i]
+        where = (i, event, found, node, args)
+        known = self._local.get(where)
+        if known is None:
+            out: _Out = []
+            path = _Path(state, self._spendings[spent])
+            self._enter(path, found, i, event, args, None)
+            self._run(path, out, [])
+            ((key, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
+            after = nxt[: self._width] if self._flat else nxt[i]
+            known = self._local[where] = (self._label(key), after, nxt[self.broken])
+        label, after, record = known
+        rest = list(state[:lo] + state[hi:])  # the instance and the record come before or
+        if self._flat:  # after the budgets
+            rest[: self._width] = after
+        else:
+            rest[i] = after
+        rest[self.broken - (hi - lo)] = record
+        return label, self._key(tuple(rest)) * self._codes, spent
+
+    def _label(self, key: MoveKey) -> int:
+        found = self._label_of.get(key)
+        if found is None:
+            found = self._label_of[key] = self._labels.index(self._move(key))
+        return found
+
+    def _move(self, key: MoveKey) -> Move:
+        i, event, args, row, inside, stopped = key
+        nested = tuple((_notice(n), self._move(k)) for n, k in inside)
+        return self.move(i, event, args, row, nested, _notice(stopped) if stopped else "")
+
+    # --- one step, every plan --------------------------------------------------------------------
+
+    def _drain(self, work: list[tuple[_Path, list[_Option], int, bool]], out: _Out) -> None:
+        """Branch on every listener call pushed on ``work``, and on those the branches push.
+
+        The branches are run in the interpreted engine's plan stack order (the latest point
+        first, a point's listener calls last one first), though the steps are sorted by their
+        :attr:`_Path.order` in the end anyway. A snapshot ``kept`` for a wider bound is
+        copied for every call; else the last call runs on the snapshot itself.
+        """
+        while work:
+            snap, options, j, kept = work.pop()
+            last = j + 1 == len(options)
+            if not last:
+                work.append((snap, options, j + 1, kept))
+            q, found, event, args, spent = options[j]
+            p = snap if last and not kept else snap.fork()
+            p.spent = spent
+            p.used += 1
+            p.order += (q + 1,)
+            self._enter(p, found, p.frames[-1].i, event, args, p.frames[-1].effect)
+            self._run(p, out, work)
+
+    def _branches(self, path: _Path, f: _Frame) -> tuple[list[_Option], list[_Option]]:
+        """The listener calls ``path`` may make at ``f``'s reaction point, of those the table
+        takes there (the others make the plan invalid): the ones whose spending fits the
+        bound, and the ones it does not."""
+        node = path.store if self._flat else path.live(f.i)
+        where = (tuple(node[: self._width]), path.spent, self._bound)
+        found = self._taken.get(where)
+        if found is None:
+            found = self._taken[where] = self._takes(node, path.spent)
+        return found
+
+    def _takes(
+        self, node: Sequence[Value], spent: tuple[int, ...]
+    ) -> tuple[list[_Option], list[_Option]]:
+        lookups, bound = self._lookups, self._bound
+        fits: list[_Option] = []
+        beyond: list[_Option] = []
+        for q, (event, args, cost) in enumerate(self._options):
+            found = lookups[event](node, args)
+            if found != REFUSED:
+                total = tuple(map(add, spent, cost))
+                (fits if _left(bound, total) is not None else beyond).append(
+                    (q, found, event, args, total)
+                )
+        return fits, beyond
+
+    def _enter(
+        self, path: _Path, found: int, i: int, event: str, args: Args, via: Notice | None
+    ) -> None:
+        """Begin firing ``event`` on ``i``, whose lookup ``found`` a row or :data:`IGNORED`."""
+        if found == IGNORED:
+            move: MoveKey = (i, event, args, None, (), None)
+            if path.frames:
+                assert via is not None
+                path.frames[-1].inside += ((via, move),)
+            else:
+                path.done = move
+            return
+        path.frames.append(_Frame(i, event, args, self._rows[found], via))
+        if event in self._hooked_events:
+            self.wiring.before(path.store, i, event, args)
+
+    def _run(
+        self, path: _Path, out: _Out, work: list[tuple[_Path, list[_Option], int, bool]]
+    ) -> None:
+        """Run ``path`` to its end and record its step in ``out``; its reaction points push
+        their branches on ``work``."""
+        frames, w, flat, lookups = path.frames, self.wiring, self._flat, self._lookups
+        while frames:
+            f = frames[-1]
+            if f.pending:
+                (target, event, args), *rest = f.pending
+                f.pending = rest
+                found = lookups[event](path.store if flat else path.live(target), args)
+                if found != REFUSED:
+                    self._enter(path, found, target, event, args, f.effect)
+                    continue
+                for prop, holds in self.delivered:
+                    if not holds(path.store, (event, args)):
+                        self._stop(path, prop, f.effect, out)
+                        return
+                continue
+            if f.point:
+                f.point = False
+                if path.used < w.max_reactions:
+                    fits, beyond = self._branches(path, f)
+                    if fits or beyond:
+                        snap = path.fork()
+                        if fits:
+                            work.append((snap, fits, 0, bool(beyond)))
+                        if beyond:
+                            self._pruned.append((snap, beyond))
+                        path.order += (0,)
+                continue
+            r = f.row.segments[f.resume](path.store if flat else path.live(f.i), f.args)
+            if r is None:
+                frames.pop()
+                if f.event in self._hooked_events:
+                    w.after(path.store, f.i, f.event, f.args)
+                move = (f.i, f.event, f.args, f.row.id, f.inside, None)
+                if frames:
+                    assert f.via is not None
+                    frames[-1].inside += ((f.via, move),)
+                else:
+                    path.done = move
+                continue
+            site, values = r
+            s = f.row.sites[site]
+            f.effect = (s.effect, values)
+            if s.resume < 0:
+                self._stop(path, self._named(requires_name(s.effect), f.i), f.effect, out)
+                return
+            f.resume = s.resume
+            if not self._perform(path, f, out):
+                return
+        self._finish(path, out)
+
+    def _perform(self, path: _Path, f: _Frame, out: _Out) -> bool:
+        """Perform ``f``'s effect in progress: its hooks and checks, then queue its wired
+        reactions and its reaction point. False iff a property broke there (the step ended)."""
+        name, values = f.effect
+        i, store, w = f.i, path.store, self.wiring
+        node = store if self._flat else path.live(i)
+        hooked, holds, notifies, reacts = self._effects[name]
+        if hooked:
+            w.effect(store, i, name, values)
+        if holds is not None and not holds(node, values):
+            self._stop(path, self._named(requires_name(name), i), f.effect, out)
+            return False
+        if notifies:
+            path.flush()
+            before = path.observed.get(i)
+            if before is None:
+                before = path.start if self._flat else path.start[i]
+            path.observed[i] = tuple(node)
+            k = self._first_unstable(before, node)
+            if k >= 0:
+                self._stop(path, self._named(self._stable[k], i), f.effect, out)
+                return False
+            for prop, holds_at in self.notified:
+                if not holds_at(store, f.effect):
+                    self._stop(path, prop, f.effect, out)
+                    return False
+            if Engine.first_violated(self, store) is not None:
+                self._stop(path, None, f.effect, out)
+                return False
+        if hooked:
+            f.pending = w.wire(store, i, name, values)
+        f.point = reacts
+        return True
+
+    def _named(self, prop: str, i: int) -> str:
+        node = self.wiring.instances[i]
+        return f"{prop}@{node}" if node else prop
+
+    def _stop(self, path: _Path, prop: str | None, at: Notice, out: _Out) -> None:
+        """End the step at the effect ``at``, recording ``prop`` as broken (None: the state
+        there breaks a property between steps, which needs no record)."""
+        path.flush()
+        if prop is not None:
+            path.store[self.broken] = prop
+        nested: MoveKey | None = None
+        frames = path.frames
+        for d in range(len(frames) - 1, -1, -1):
+            f = frames[d]
+            inside = f.inside
+            if nested is not None:
+                via = frames[d + 1].via
+                assert via is not None  # only the step's own event has none
+                inside = (*inside, (via, nested))
+            nested = (f.i, f.event, f.args, f.row.id, inside, at if nested is None else None)
+        assert nested is not None
+        out.append((nested, tuple(path.store), path.spent, path.order))
+
+    def _finish(self, path: _Path, out: _Out) -> None:
+        """The step ran out: prove the step invariants of every instance it touched."""
+        store = path.store
+        for i in (0,) if self._flat else tuple(path.nodes):
+            before = path.observed.get(i)
+            if before is None:
+                before = path.start if self._flat else path.start[i]
+            k = self._first_unstable(before, store if self._flat else path.live(i))
+            if k >= 0:
+                store[self.broken] = self._named(self._stable[k], i)
+        path.flush()
+        assert path.done is not None
+        out.append((path.done, tuple(store), path.spent, path.order))
+
+
+def _left(have: tuple[int, ...], spent: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The budgets left after spending ``spent`` of ``have``; None if they do not cover it."""
+    left = tuple(map(sub, have, spent))
+    return None if any(x < 0 for x in left) else left
+
+
+def _notice(n: Notice) -> str:
+    name, values = n
+    return f"{name}({', '.join(show(v) for v in values)})"
