@@ -16,6 +16,7 @@ from fsm_core import cli
 from fsm_core.tools._mutants import MUTANTS as SPEC_MUTANTS
 from tests.helpers import head, interrupt
 from tests.race.runtime_mutants import MUTANTS as RUNTIME_MUTANTS
+from tests.race.teardown_mutants import TEARDOWN_MUTANTS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -44,6 +45,7 @@ def test_readme_counts_the_mutant_catalogues_as_they_are() -> None:
     text = " ".join(README.read_text(encoding="utf-8").split())
     assert f"`fsm-core mutants --spec` plants {len(SPEC_MUTANTS)} plausible" in text
     assert f"plants {len(RUNTIME_MUTANTS)} plausible bugs in the runtime's own Python" in text
+    assert f"runs seed 004's {len(TEARDOWN_MUTANTS)} teardown mutants" in text
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,11 @@ the property exists.
 
 ``fsm-core mutants --runtime`` is the same idea one layer down: plausible bugs in the runtime's
 own Python (effect handlers, event order, awaits, signals, waiters), each run against the race
-machine of ``tests/race``. That catalogue and the switch that turns a mutant on live only in the
-repository's tests (``tests/race/runtime_mutants.py``); :func:`run_runtime` finds them from the
-package's location and prints their kill table.
+machine of ``tests/race``; beside them, seed 004's teardown mutants (bugs in the activation
+registry), each run against the subagent behaviour tests. Those catalogues and the switch that
+turns a mutant on live only in the repository's tests (``tests/race/runtime_mutants.py``,
+``tests/race/teardown_mutants.py``); :func:`run_runtime` finds them from the package's location
+and prints their kill tables.
 """
 
 from __future__ import annotations
@@ -517,7 +519,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--runtime",
         action="store_true",
         help="mutate the runtime's own Python and run the race machine of tests/race against "
-        "each mutant (needs a checkout of the repository)",
+        "each mutant, and the subagent tests against each teardown mutant (needs a checkout of "
+        "the repository)",
     )
     parser.add_argument(
         "--jobs", type=positive_int, default=None, metavar="N", help="processes to use (default: 2)"
@@ -604,6 +607,15 @@ def format_table(mutants: Sequence[Mutant], kills: Sequence[Kill]) -> str:
 
 RUNTIME_MUTANTS = "tests.race.runtime_mutants"
 """The module holding the runtime mutant catalogue and its runner, under the repository root."""
+TEARDOWN_MUTANTS = "tests.race.teardown_mutants"
+"""The module holding the teardown mutants of the activation registry and their runner; its
+``hunt_by_name`` runs the subagent behaviour tests and names the first that fails."""
+
+_UNMUTATED_FAILS = {
+    RUNTIME_MUTANTS: "the race machine already fails on the unmutated runtime after {examples} "
+    "examples ({error})",
+    TEARDOWN_MUTANTS: "the subagent tests already fail on the unmutated registry ({error})",
+}
 
 
 class _RuntimeKill(Protocol):
@@ -638,14 +650,14 @@ def repository_root() -> Path:
     return root
 
 
-def _import_runtime_mutants(root: Path) -> ModuleType:
-    """``tests.race.runtime_mutants`` of the checkout at ``root`` (never another ``tests``)."""
+def _import_runtime_mutants(root: Path, catalogue: str) -> ModuleType:
+    """The module ``catalogue`` of the checkout at ``root`` (never another ``tests``)."""
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    module = importlib.import_module(RUNTIME_MUTANTS)
+    module = importlib.import_module(catalogue)
     found = Path(module.__file__ or "").resolve()
     if not found.is_relative_to(root):
-        raise MutantError(f"{RUNTIME_MUTANTS} was imported from {found}, not from {root}")
+        raise MutantError(f"{catalogue} was imported from {found}, not from {root}")
     return module
 
 
@@ -668,43 +680,80 @@ def _quiet_runtime_logs() -> None:
             logger.addHandler(logging.NullHandler())
 
 
+def _hunt(catalogue: str, name: str, shrink: bool) -> _RuntimeKill:
+    """``hunt_by_name`` of the module ``catalogue`` (already on sys.path) for one mutant."""
+    kill: _RuntimeKill = importlib.import_module(catalogue).hunt_by_name(name, shrink=shrink)
+    return kill
+
+
 def _hunt_all(
-    module: ModuleType, root: Path, names: Sequence[str], jobs: int | None, shrink: bool
+    root: Path, work: Sequence[tuple[str, str]], jobs: int | None, shrink: bool
 ) -> list[_RuntimeKill]:
-    """``module.hunt_by_name`` for each name (the unmutated run included), in order."""
-    hunt = functools.partial(module.hunt_by_name, shrink=shrink)
-    workers = max(1, min(jobs or _DEFAULT_JOBS, len(names)))
+    """:func:`_hunt` for each ``(catalogue, name)`` (the unmutated runs included), in order."""
+    args = [(catalogue, name, shrink) for catalogue, name in work]
+    workers = max(1, min(jobs or _DEFAULT_JOBS, len(work)))
     if workers == 1:
         _quiet_runtime_logs()
-        return [hunt(name) for name in names]
+        return [_hunt(*a) for a in args]
     with Pool(workers, _runtime_worker, (str(root),)) as pool:
-        return pool.map(hunt, names, chunksize=1)
+        return pool.starmap(_hunt, args, chunksize=1)
+
+
+def _select_runtime(
+    catalogues: Sequence[ModuleType], names: Sequence[str]
+) -> list[list[_RuntimeMutant]]:
+    """Each catalogue's mutants named in ``names`` (all of them for none), in catalogue order;
+    an unknown name raises."""
+    known: list[str] = [name for module in catalogues for name in module.BY_NAME]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise MutantError(f"unknown runtime mutant {unknown[0]!r} (mutants: {', '.join(known)})")
+    return [
+        [m for m in module.BY_NAME.values() if not names or m.name in names]
+        for module in catalogues
+    ]
 
 
 def run_runtime(args: argparse.Namespace) -> int:
-    """``fsm-core mutants --runtime [NAME ...]``: the runtime kill table; the exit status.
+    """``fsm-core mutants --runtime [NAME ...]``: the runtime and teardown kill tables; the
+    exit status.
 
-    The race machine runs against the unmutated runtime too, alongside the mutants: if it
-    fails there, a kill proves nothing and no table is printed. Exit 0 when every mutant is
-    killed, 1 on a survivor or a failing unmutated runtime; a missing tests/race, an unknown
-    name or a stale edit raises :class:`MutantError` before any process starts.
+    Each catalogue's killer runs against the unmutated runtime too, alongside the mutants (the
+    race machine for the agent mutants, the subagent tests for the teardown ones): if it fails
+    there, a kill proves nothing and no table is printed. Exit 0 when every mutant is killed, 1
+    on a survivor or a failing unmutated runtime; a missing tests/race, an unknown name or a
+    stale edit raises :class:`MutantError` before any process starts.
     """
     start = time.perf_counter()
     root = repository_root()
-    module = _import_runtime_mutants(root)
-    chosen: list[_RuntimeMutant] = module.select(args.names or None)
-    module.check_edits(chosen)  # a stale edit fails here, before any process starts
-    unmutated: str = module.UNMUTATED
-    names = [unmutated, *(m.name for m in chosen)]
-    sanity, *kills = _hunt_all(module, root, names, args.jobs, getattr(args, "shrink", True))
-    if sanity.killed:
-        print(
-            f"fsm-core: the race machine already fails on the unmutated runtime after "
-            f"{sanity.examples} examples ({sanity.error}); a kill table would prove nothing",
-            file=sys.stderr,
-        )
-        return 1
-    print(format_runtime_table(chosen, kills), end="")
+    catalogues = [RUNTIME_MUTANTS, TEARDOWN_MUTANTS]
+    modules = [_import_runtime_mutants(root, c) for c in catalogues]
+    chosen = _select_runtime(modules, args.names)
+    modules[0].check_edits([m for ms in chosen for m in ms])  # before any process starts
+    unmutated: str = modules[0].UNMUTATED
+    work = [
+        (catalogue, name)
+        for catalogue, mutants in zip(catalogues, chosen, strict=True)
+        if mutants
+        for name in (unmutated, *(m.name for m in mutants))
+    ]
+    kills_of = _hunt_all(root, work, args.jobs, getattr(args, "shrink", True))
+    found = dict(zip(work, kills_of, strict=True))
+    tables: list[str] = []
+    kills: list[_RuntimeKill] = []
+    for catalogue, mutants in zip(catalogues, chosen, strict=True):
+        if not mutants:
+            continue
+        sanity = found[catalogue, unmutated]
+        if sanity.killed:
+            fails = _UNMUTATED_FAILS[catalogue].format(examples=sanity.examples, error=sanity.error)
+            print(f"fsm-core: {fails}; a kill table would prove nothing", file=sys.stderr)
+            return 1
+        these = [found[catalogue, m.name] for m in mutants]
+        table = format_runtime_table if catalogue == RUNTIME_MUTANTS else format_teardown_table
+        tables.append(table(mutants, these))
+        kills += these
+    print("\n".join(tables), end="")
     survived = sum(not k.killed for k in kills)
     times = [k.seconds for k in kills if k.killed]
     median = f"{statistics.median(times):.2f}" if times else "-"
@@ -719,6 +768,8 @@ _NO_RACE_KILL = (
     "no rule reached the bug or no invariant saw it within the budget; add the rule or "
     "invariant to tests/race/agent.py"
 )
+
+_NO_TEST_KILL = "no subagent test failed; add the test to tests/runtime/test_subagents.py"
 
 _FAILURE_WIDTH = 60
 """How much of a kill's final failure the table shows."""
@@ -747,6 +798,19 @@ def format_runtime_table(mutants: Sequence[_RuntimeMutant], kills: Sequence[_Run
     return "\n".join([*aligned(lines, right=(2, 3, 4)), *notes]) + "\n"
 
 
+def format_teardown_table(mutants: Sequence[_RuntimeMutant], kills: Sequence[_RuntimeKill]) -> str:
+    """The teardown kill table: result, tests run and seconds to the first failing test, and
+    that test with its error, one line per mutant; then a note per survivor."""
+    lines = [("teardown mutant", "result", "tests", "sec", "killed by")]
+    notes: list[str] = []
+    for m, k in zip(mutants, kills, strict=True):
+        if not k.killed:
+            notes.append(f"{m.name} survived: {_NO_TEST_KILL}")
+        result = "killed" if k.killed else "SURVIVED"
+        lines.append((m.name, result, str(k.examples), f"{k.seconds:.2f}", k.error or "-"))
+    return "\n".join([*aligned(lines, right=(2, 3)), *notes]) + "\n"
+
+
 __all__ = [
     "MUTANTS",
     "UNMUTATED",
@@ -756,6 +820,7 @@ __all__ = [
     "configure",
     "format_runtime_table",
     "format_table",
+    "format_teardown_table",
     "repository_root",
     "run",
     "run_mutant",

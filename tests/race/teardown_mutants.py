@@ -3,19 +3,21 @@ the subagent behaviour tests must kill.
 
 They use the runtime mutants' mechanism (:class:`~tests.race.runtime_mutants.RuntimeMutant`:
 exact textual edits of one function's source, switched on by monkeypatching in this process
-only). Until an activation race machine exists, the killer is the behaviour suite itself:
-:func:`kills` runs ``tests/runtime/test_subagents*.py``'s tests in order with the mutant on and
-reports the first that fails (a hang counts, through a watchdog alarm).
+only). The killer is the behaviour suite itself: :func:`kills` runs :func:`killer_tests`
+(``tests/runtime/test_subagents*.py``) in order with the mutant on and reports the first that
+fails (a hang counts, through a watchdog alarm). :func:`hunt_by_name` is the entry point
+``fsm-core mutants --runtime`` runs beside the agent mutants of ``runtime_mutants.py``.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType, ModuleType
 
-from tests.race.runtime_mutants import Edit, RuntimeMutant, activated
+from tests.race.runtime_mutants import UNMUTATED, Edit, RuntimeKill, RuntimeMutant, activated
 
 REGISTRY = "fsm_core.runtime._subagents:Subagents"
 
@@ -203,3 +205,26 @@ def kills(
             except BaseException as error:  # pytest's failures and _Hang included
                 return f"{name}: {type(error).__name__}"
     return None
+
+
+def killer_tests() -> list[tuple[str, Callable[[], None]]]:
+    """The subagent behaviour tests, in source order, but the deep chain (it costs seconds and
+    kills nothing the others do not)."""
+    from tests.runtime import test_subagents, test_subagents_spawn
+
+    tests = behaviour_tests(test_subagents, test_subagents_spawn)
+    return [t for t in tests if "deep" not in t[0]]
+
+
+def hunt_by_name(name: str, shrink: bool = True) -> RuntimeKill:
+    """:func:`kills` for the mutant called ``name`` (:data:`UNMUTATED`: the shipped registry),
+    as a :class:`RuntimeKill`: ``examples`` counts the tests run, ``error`` names the one that
+    failed (``"module::test: Error"``). ``shrink`` is the agent hunt's and does not apply."""
+    del shrink
+    tests = killer_tests()
+    start = time.perf_counter()
+    killer = kills(None if name == UNMUTATED else BY_NAME[name], tests)
+    seconds = time.perf_counter() - start
+    names = [test for test, _ in tests]
+    ran = len(tests) if killer is None else names.index(killer.split(": ", 1)[0]) + 1
+    return RuntimeKill(name, killer is not None, ran, seconds, None, killer, seconds)

@@ -32,7 +32,7 @@ from fsm_core.runtime import Runtime, UserMessage, _core
 from fsm_core.testing import ScriptedModel
 from fsm_core.tools import _mutants
 from fsm_core.tools._mutants import MutantError, configure, run
-from tests.race import runtime_mutants
+from tests.race import runtime_mutants, teardown_mutants
 from tests.race.runtime_mutants import (
     BY_NAME,
     MUTANTS,
@@ -244,6 +244,7 @@ def _fake_hunts(
         return kills[name]
 
     monkeypatch.setattr(runtime_mutants, "hunt_by_name", fake)
+    monkeypatch.setattr(teardown_mutants, "hunt_by_name", fake)
 
 
 def test_command_prints_the_runtime_kill_table_and_a_done_line(
@@ -306,11 +307,13 @@ def test_command_exits_1_and_says_what_a_survivor_needs(
     chosen = (BY_NAME["remove_forgets_steering"], BY_NAME["last_wins_cause"])
     monkeypatch.setattr(runtime_mutants, "MUTANTS", chosen)
     monkeypatch.setattr(runtime_mutants, "BY_NAME", {m.name: m for m in chosen})
+    torn = teardown_mutants.BY_NAME["memo_lost"]
+    monkeypatch.setattr(teardown_mutants, "BY_NAME", {torn.name: torn})
     _fake_hunts(
         monkeypatch,
         {
             m: RuntimeKill(m, False, 104, 5.0, None, None, 5.0)
-            for m in (UNMUTATED, *(c.name for c in chosen))
+            for m in (UNMUTATED, *(c.name for c in chosen), torn.name)
         },
         [],
     )
@@ -323,8 +326,13 @@ def test_command_exits_1_and_says_what_a_survivor_needs(
             f"{name} survived: no rule reached the bug or no invariant saw it within the budget; "
             "add the rule or invariant to tests/race/agent.py"
         ) in lines
+    assert re.fullmatch(r"memo_lost +SURVIVED +104 +5\.00 +-", lines[-3]), lines[-3]
+    assert lines[-2] == (
+        "memo_lost survived: no subagent test failed; add the test to "
+        "tests/runtime/test_subagents.py"
+    )
     assert re.fullmatch(
-        r"Done\. mutants=2 killed=0 survived=2 median_kill_sec=- sec=\d+\.\d", lines[-1]
+        r"Done\. mutants=3 killed=0 survived=3 median_kill_sec=- sec=\d+\.\d", lines[-1]
     )
 
 
@@ -390,6 +398,7 @@ def test_the_command_runs_end_to_end_in_worker_processes() -> None:
             "--jobs",
             "2",
             "--no-shrink",
+            "failure_swallowed",
             "cancel_requested_after_clear",
         ],
         cwd=PROJECT,
@@ -402,7 +411,11 @@ def test_the_command_runs_end_to_end_in_worker_processes() -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("mutant ")
     assert re.match(r"cancel_requested_after_clear +killed +\d+ +\d+\.\d\d +- +\S", lines[1])
+    assert re.fullmatch(r"teardown mutant +result +tests +sec +killed by", lines[3]), lines[3]
     assert re.fullmatch(
-        r"Done\. mutants=1 killed=1 survived=0 median_kill_sec=\d+\.\d\d sec=\d+\.\d", lines[2]
+        r"failure_swallowed +killed +\d+ +\d+\.\d\d +test_subagents\w*::test_\w+: \w+", lines[4]
+    ), lines[4]
+    assert re.fullmatch(
+        r"Done\. mutants=2 killed=2 survived=0 median_kill_sec=\d+\.\d\d sec=\d+\.\d", lines[5]
     )
     assert done.stderr == ""

@@ -8,11 +8,9 @@ import logging
 import pytest
 
 from tests.race.runtime_mutants import RuntimeMutant
-from tests.race.teardown_mutants import BY_NAME, TEARDOWN_MUTANTS, behaviour_tests, kills
-from tests.runtime import test_subagents, test_subagents_spawn
+from tests.race.teardown_mutants import BY_NAME, TEARDOWN_MUTANTS, killer_tests, kills
 
-# The deep chain costs seconds and kills nothing the others do not.
-TESTS = [t for t in behaviour_tests(test_subagents, test_subagents_spawn) if "deep" not in t[0]]
+TESTS = killer_tests()
 
 
 @pytest.fixture(autouse=True)
