@@ -618,7 +618,9 @@ class Subagents:
                     parent.child_teardowns.append(self._dispose(child, False))
             finally:
                 self._cascading = False
-        if self._firing == 0 and self._held is not None:
+        # A fire inside the cascade is part of the outermost one: it must not raise the held
+        # exception half-way, or the children still queued would never be disposed.
+        if self._firing == 0 and not self._cascading and self._held is not None:
             held, self._held = self._held, None
             raise held
 
