@@ -31,8 +31,9 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
-from typing import cast, final
+from typing import TypeVar, cast, final
 
 from fsm_core._errors import FsmError, Rejected, UsageError, echo
 from fsm_core.host import HostedMachine
@@ -63,6 +64,8 @@ from fsm_core.table._expr import Value
 __all__ = ["Subagents"]
 
 log = logging.getLogger("fsm_core.runtime")
+
+_T = TypeVar("_T")
 
 _DRAINING = "continuable subagents are draining; the operation was not admitted"
 
@@ -397,10 +400,13 @@ class Subagents:
         as one :class:`ActivationTeardownFailed` naming each.
         """
         self._draining = True
-        for node in [n for n in self._resident.values() if n.parent is None]:
-            self._fire(node, "drain", scope="registry")
+        roots = [n for n in self._resident.values() if n.parent is None]
+        escaped = _each(roots, lambda node: self._fire(node, "drain", scope="registry"))
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
-        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        if escaped is not None:
+            raise escaped
+        return drained
 
     def drain_descendants(self, parents: Iterable[Agent]) -> Pending:
         """Tear down every continuable descendant of the exact live ``parents``.
@@ -410,17 +416,23 @@ class Subagents:
         """
         parents = list(parents)
         nodes = [self._live_parent(p) for p in parents]
-        closing: list[asyncio.Future[None]] = []
+        below: list[_Node] = []
+        begin: list[Callable[[], object]] = []
         for parent, node in zip(parents, nodes, strict=True):
             if node is None:
                 self._drained_hosts.add(parent.id)
-                for root in list(self._roots.get(parent.id, ())):
-                    closing.append(self._dispose(self._resident[root], False))
+                roots = [self._resident[root] for root in self._roots.get(parent.id, ())]
+                begin += [partial(self._dispose, root, False) for root in roots]
+                below += roots
             else:
-                children = list(node.owned)
-                self._fire(node, "drain", scope="descendants")
-                closing += [c.closing for c in map(self._resident.get, children) if c and c.closing]
-        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+                below += [c for c in map(self._resident.get, node.owned) if c is not None]
+                begin.append(partial(self._fire, node, "drain", scope="descendants"))
+        escaped = _each(begin, lambda start: start())
+        closing = [c.closing for c in below if c.closing is not None]
+        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        if escaped is not None:
+            raise escaped
+        return drained
 
     def drain_children(self, parent: Agent, child_ids: Iterable[str]) -> Pending:
         """Tear down the named direct children of the exact live ``parent``.
@@ -439,12 +451,12 @@ class Subagents:
                     raise SubagentError(
                         "UNAUTHORIZED", f"{parent.id!r} cannot drain {node.id!r}: {refused}"
                     ) from None
-        closing: list[asyncio.Future[None]] = []
-        for node in named:
-            self._fire(node, "drain_child", lineage=True)
-            if node.closing is not None:
-                closing.append(node.closing)
-        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        escaped = _each(named, lambda node: self._fire(node, "drain_child", lineage=True))
+        closing = [n.closing for n in named if n.closing is not None]
+        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        if escaped is not None:
+            raise escaped
+        return drained
 
     async def _join(self, what: str, closing: list[asyncio.Future[None]]) -> None:
         """Await every teardown in ``closing``; raise their failures as one."""
@@ -758,6 +770,19 @@ class Subagents:
 
 def _nobody() -> None:
     """No task awaits its own teardown through these entries; nothing to refuse."""
+
+
+def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException | None:
+    """``begin`` every item, even when one raises (a listener's BaseException held by
+    :meth:`Subagents._fire`): a drain begins every teardown it names inside the call.
+    Returns the first exception, for the caller to raise once its work has begun."""
+    escaped: BaseException | None = None
+    for item in items:
+        try:
+            begin(item)
+        except BaseException as error:
+            escaped = escaped or error
+    return escaped
 
 
 def _read(teardown: asyncio.Future[None]) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from fsm_core.runtime import AbortSignal, Agent, Reply, Runtime
+from fsm_core.runtime import AbortSignal, Activation, Agent, Reply, Runtime
 from fsm_core.testing import Gate, Wait
 from tests.runtime.subagent_support import Models, Settlements, run
 
@@ -45,3 +47,83 @@ def test_a_listener_interrupt_during_dispose_still_cancels_and_settles_every_chi
         assert rt.subagents.resident == () and rt.subagents.slots_held == 0
 
     run(test)
+
+
+async def roots(rt: Runtime, models: Models, host: Agent, *names: str) -> list[Activation]:
+    """Root activations of ``host``, each inside its first model request."""
+    acts = []
+    for name in names:
+        gate = Gate(name)
+        models.script(name, Wait(gate, Reply("late")))
+        acts.append(await rt.subagents.start(host, name, "work"))
+        await gate.reached.wait()
+    return acts
+
+
+def interrupt_on_abort(models: Models, agent_id: str) -> None:
+    """The model call of ``agent_id`` raises a BaseException when its signal aborts."""
+
+    def interrupt(_signal: AbortSignal) -> None:
+        raise Interrupt
+
+    models.signals[agent_id][-1].add_listener(interrupt)
+
+
+def test_a_listener_interrupt_during_drain_still_tears_every_root_down() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        acts = await roots(rt, models, host, "r1", "r2", "r3")
+        interrupt_on_abort(models, "r1")
+        with pytest.raises(Interrupt):
+            rt.subagents.drain()
+        assert [a.stage for a in acts] == ["joining"] * 3
+        await settled.of("r1", "r2", "r3")
+        assert rt.subagents.resident == ()
+
+    run(test)
+
+
+def test_a_listener_interrupt_during_drain_descendants_still_tears_every_root_down() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        acts = await roots(rt, models, host, "r1", "r2")
+        interrupt_on_abort(models, "r1")
+        with pytest.raises(Interrupt):
+            rt.subagents.drain_descendants([host])
+        assert [a.stage for a in acts] == ["joining"] * 2
+        await settled.of("r1", "r2")
+
+    run(test)
+
+
+def test_a_listener_interrupt_during_drain_children_still_tears_every_named_child_down() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        acts = await roots(rt, models, host, "r1", "r2")
+        interrupt_on_abort(models, "r1")
+        with pytest.raises(Interrupt):
+            rt.subagents.drain_children(host, ["r1", "r2"])
+        assert [a.stage for a in acts] == ["joining"] * 2
+        await settled.of("r1", "r2")
+
+    run(test)
+
+
+def test_aclose_converges_when_listeners_interrupt_two_roots() -> None:
+    async def main() -> None:
+        models = Models()
+        rt = Runtime(models)
+        host = (await rt.create_agent("host")).agent
+        acts = await roots(rt, models, host, "r1", "r2", "r3")
+        interrupt_on_abort(models, "r1")
+        interrupt_on_abort(models, "r2")
+        with pytest.raises(Interrupt):
+            rt.aclose()
+        # The close began inside the call all the same: every tree and every agent.
+        assert [a.stage for a in acts] == ["joining"] * 3
+        assert host.phase in ("disposing", "disposed")
+        await rt.aclose()
+        assert [a.agent.phase for a in acts] == ["disposed"] * 3
+        assert host.phase == "disposed" and rt.subagents.resident == ()
+
+    asyncio.run(main())
