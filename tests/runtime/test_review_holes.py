@@ -6,7 +6,16 @@ import asyncio
 
 import pytest
 
-from fsm_core.runtime import AbortSignal, Activation, Agent, Reply, Runtime
+from fsm_core.runtime import (
+    AbortController,
+    AbortSignal,
+    Activation,
+    Agent,
+    Reply,
+    RunHookOptions,
+    Runtime,
+    run_hook,
+)
 from fsm_core.testing import Gate, Wait
 from tests.runtime.subagent_support import Models, Settlements, run
 
@@ -127,3 +136,12 @@ def test_aclose_converges_when_listeners_interrupt_two_roots() -> None:
         assert host.phase == "disposed" and rt.subagents.resident == ()
 
     asyncio.run(main())
+
+
+def test_a_hook_answering_deeply_nested_json_is_no_decision_not_an_exception() -> None:
+    # 200 000 nested arrays: well under the output cap, far over the JSON decoder's recursion.
+    deep = '{"a": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    brackets = "head -c 200000 /dev/zero | tr '\\0' '{}'"
+    command = f"printf '{{\"a\": '; {brackets.format('[')}; {brackets.format(']')}; printf '}}'"
+    result = asyncio.run(run_hook(command, RunHookOptions(signal=AbortController().signal)))
+    assert (result.exit_code, result.decision, len(result.stdout)) == (0, None, len(deep))
