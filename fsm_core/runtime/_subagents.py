@@ -106,6 +106,7 @@ class _Node:
         handle: AgentHandle,
     ) -> None:
         self.id = child_id
+        self.registry = registry
         self.parent_agent = parent_agent
         self.parent = parent
         """The parent's activation, or None for a root (its parent is host-owned)."""
@@ -259,17 +260,22 @@ class Subagents:
         return node.public
 
     def _message(self, prompt: str | UserMessage, default_id: str) -> UserMessage:
+        """The message ``prompt`` gives, checked as the child's inbox will check it: a
+        message it would refuse must be refused before anything is admitted."""
         if isinstance(prompt, str):
             return UserMessage(default_id, prompt)
         if type(prompt) is not UserMessage:
             raise UsageError(f"a prompt is a str or a UserMessage, not {echo(prompt)}")
+        for field in ("id", "text"):
+            value = getattr(prompt, field)
+            if type(value) is not str:
+                raise UsageError(f"a message's {field} must be a str, not {type(value).__name__}")
         return prompt
 
     def _admit(self, parent: Agent, child_id: str, session: Session) -> _Node:
         """Refuse at the door what the table cannot take, then admit: through the parent
         activation's ``admit`` row, or registry-wide for a host-owned parent."""
-        if type(child_id) is not str or not 0 < len(child_id) <= 200 or not child_id.isprintable():
-            raise UsageError(f"a child id is 1 to 200 printable characters, not {echo(child_id)}")
+        _check_id(child_id)
         if self._draining:
             raise SubagentError("DRAINING", _DRAINING)
         parent_node = self._live_parent(parent)
@@ -384,8 +390,11 @@ class Subagents:
         :class:`ActivationTeardownFailed` if some boundary failed, after the activation
         settled.
         """
-        node = activation._node
-        assert isinstance(node, _Node)
+        node = activation._node if type(activation) is Activation else None
+        if not isinstance(node, _Node) or node.registry is not self:
+            raise UsageError(
+                f"dispose() takes an Activation of this runtime, not {echo(activation)}"
+            )
         return Pending(asyncio.shield(self._dispose(node, False)), _nobody)
 
     def _dispose(self, node: _Node, flushed: bool) -> asyncio.Future[None]:
@@ -442,6 +451,11 @@ class Subagents:
         resident activation are skipped.
         """
         self._live_parent(parent)
+        if isinstance(child_ids, str):
+            raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
+        child_ids = list(child_ids)
+        if not all(type(i) is str for i in child_ids):
+            raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
         named = [self._resident[i] for i in dict.fromkeys(child_ids) if i in self._resident]
         for node in named:
             if node.parent_agent is not parent:
@@ -502,6 +516,7 @@ class Subagents:
         self._initiator("spawn")
         if type(spec) is not SubagentSpec:
             raise UsageError(f"spawn() and fork() take a SubagentSpec, not {echo(spec)}")
+        _check_id(spec.child_id)
         if self._draining:
             raise SubagentError("DRAINING", _DRAINING)
         if spec.child_id in self._owners or self._in_use(spec.child_id):
@@ -766,6 +781,11 @@ class Subagents:
     def __repr__(self) -> str:
         state = " draining" if self._draining else ""
         return f"<Subagents resident={len(self._resident)} slots={len(self._slots)}{state}>"
+
+
+def _check_id(child_id: object) -> None:
+    if type(child_id) is not str or not 0 < len(child_id) <= 200 or not child_id.isprintable():
+        raise UsageError(f"a child id is 1 to 200 printable characters, not {echo(child_id)}")
 
 
 def _nobody() -> None:

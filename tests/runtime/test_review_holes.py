@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from fsm_core import UsageError
 from fsm_core.runtime import (
     AbortController,
     AbortSignal,
@@ -14,6 +15,8 @@ from fsm_core.runtime import (
     Reply,
     RunHookOptions,
     Runtime,
+    SubagentSpec,
+    UserMessage,
     run_hook,
 )
 from fsm_core.testing import Gate, Wait
@@ -145,3 +148,42 @@ def test_a_hook_answering_deeply_nested_json_is_no_decision_not_an_exception() -
     command = f"printf '{{\"a\": '; {brackets.format('[')}; {brackets.format(']')}; printf '}}'"
     result = asyncio.run(run_hook(command, RunHookOptions(signal=AbortController().signal)))
     assert (result.exit_code, result.decision, len(result.stdout)) == (0, None, len(deep))
+
+
+def test_a_prompt_the_child_cannot_take_admits_nothing() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        bad = UserMessage("m", 5)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="text must be a str, not int"):
+            await rt.subagents.start(host, "c", bad)
+        assert rt.subagents.resident == () and rt.subagents.slots_held == 0
+        assert rt.subagents.owner("c") is None and "c" not in rt.agents
+        await host.when_idle()
+        assert settled.log == [] and not host.inbox.pending
+        # The id was never taken: a good prompt admits it now.
+        act = await rt.subagents.start(host, "c", "work")
+        await rt.subagents.dispose(act)
+
+    run(test)
+
+
+def test_teardown_entries_refuse_what_is_not_theirs_by_name() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        (act,) = await roots(rt, models, host, "c1")  # held in its model request
+        with pytest.raises(UsageError, match=r"dispose\(\) takes an Activation of this runtime"):
+            rt.subagents.dispose("c1")  # type: ignore[arg-type]
+        other = Runtime(Models())
+        try:
+            with pytest.raises(UsageError, match="an Activation of this runtime"):
+                other.subagents.dispose(act)
+        finally:
+            await other.aclose()
+        # A bare string is one id, not a collection of one-letter ids.
+        with pytest.raises(UsageError, match="child ids are a collection of str, not 'c1'"):
+            rt.subagents.drain_children(host, "c1")
+        assert act.stage == "active"
+        spec = SubagentSpec(["x"], "p")  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="a child id is 1 to 200 printable characters"):
+            await rt.agents.run(host, lambda: rt.subagents.spawn(AbortSignal(), spec))
+
+    run(test)
