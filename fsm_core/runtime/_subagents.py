@@ -572,7 +572,11 @@ class Subagents:
                     self._watch_verdict(node, verdict, seen, busy=True)
                 if verdict.value in ("closed", "ready"):
                     return
-                if verdict.value == "wait":
+                # A disposed agent is idle at once and refuses maintenance for good: retrying
+                # on its idle would spin without ever yielding. Wait for a poke instead (the
+                # activation's own dispose pokes it, and then finds it closing).
+                gone = node.agent.phase in ("disposing", "disposed")
+                if verdict.value == "wait" or gone:
                     while node.pokes == seen and node.stage == "active":
                         node.poked.clear()
                         await node.poked.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -185,5 +186,37 @@ def test_teardown_entries_refuse_what_is_not_theirs_by_name() -> None:
         spec = SubagentSpec(["x"], "p")  # type: ignore[arg-type]
         with pytest.raises(UsageError, match="a child id is 1 to 200 printable characters"):
             await rt.agents.run(host, lambda: rt.subagents.spawn(AbortSignal(), spec))
+
+    run(test)
+
+
+def test_a_watcher_whose_agent_was_disposed_under_it_waits_instead_of_spinning() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        (act,) = await roots(rt, models, host, "c")
+        verdicts = 0
+        judge = rt.subagents._watch_verdict
+
+        def counted(*args: Any, **kwargs: Any) -> None:
+            nonlocal verdicts
+            verdicts += 1
+            if verdicts > 100:  # a spinning watcher never yields: break it, and fail below
+                raise RuntimeError("the watcher spins")
+            judge(*args, **kwargs)
+
+        rt.subagents._watch_verdict = counted  # type: ignore[method-assign]
+        # No public call disposes an activation's agent alone (aclose drains the trees
+        # first); a fault in the runtime could. The watcher must not spin on it.
+        await act._node.handle.dispose()  # type: ignore[attr-defined]
+        probe = Gate("the loop is free")
+        models.script("host", Wait(probe, Reply("done")))
+        host.followup(UserMessage("m", "go"))
+        await probe.reached.wait()  # the event loop still runs other work
+        probe.open()
+        await host.when_idle()
+        assert act.stage == "active" and act.agent.phase == "disposed"
+        assert verdicts <= 2
+        await rt.subagents.dispose(act)
+        assert settled.ids == ["c"] and rt.subagents.resident == ()
 
     run(test)
