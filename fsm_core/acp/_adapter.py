@@ -212,9 +212,7 @@ class AcpAgent:
             await session.handle.dispose()
         finally:
             del self._sessions[session_id]
-            # Disposal keeps queued work parked: a prompt no turn claimed never ends on its own.
-            if session.prompt is not None and not session.prompt.ended.done():
-                session.prompt.ended.set_result({"kind": "disposed"})
+            _unpark(session)
         return CloseSessionResponse()
 
     # --- plumbing ----------------------------------------------------------------------
@@ -261,8 +259,20 @@ class AcpAgent:
             await self._client.session_update(session_id=session_id, update=update)
 
     async def aclose(self) -> None:
-        """Dispose every session's agent and wait for all their work."""
-        await self.runtime.aclose()
+        """Dispose every session's agent and wait for all their work; a prompt still pending
+        answers ``cancelled``."""
+        try:
+            await self.runtime.aclose()
+        finally:
+            for session in list(self._sessions.values()):
+                _unpark(session)
+
+
+def _unpark(session: _Session) -> None:
+    """Answer the prompt of a disposed session that no turn claimed: disposal keeps queued
+    work parked, so it would never end on its own."""
+    if session.prompt is not None and not session.prompt.ended.done():
+        session.prompt.ended.set_result({"kind": "disposed"})
 
 
 class _Lines:
