@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from acp.schema import TextContentBlock
+from acp.schema import CloseSessionResponse, TextContentBlock
 
 from fsm_core.acp import AcpAgent, EchoModel
 
@@ -27,3 +27,13 @@ def test_aclose_answers_a_prompt_no_turn_claimed_cancelled() -> None:
 
     asyncio.run(main())
 
+
+def test_two_racing_closes_of_one_session_both_succeed() -> None:
+    async def main() -> None:
+        agent = AcpAgent(EchoModel())
+        sid = (await agent.new_session("/")).session_id
+        both = await asyncio.gather(agent.close_session(sid), agent.close_session(sid))
+        assert list(both) == [CloseSessionResponse(), CloseSessionResponse()]
+        await agent.aclose()
+
+    asyncio.run(main())

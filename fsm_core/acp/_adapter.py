@@ -211,7 +211,9 @@ class AcpAgent:
         try:
             await session.handle.dispose()
         finally:
-            del self._sessions[session_id]
+            # Racing closes of one session each get here: the first removes it.
+            if self._sessions.get(session_id) is session:
+                del self._sessions[session_id]
             _unpark(session)
         return CloseSessionResponse()
 
