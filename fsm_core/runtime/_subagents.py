@@ -125,6 +125,9 @@ class _Node:
         self.handle_disposal: Pending | None = None
         self.failures: list[TeardownFailure] = []
         self.rethrow = False
+        self.escaped: BaseException | None = None
+        """What a child's teardown raised that is no boundary failure (a listener's
+        BaseException): this teardown goes on, and raises it last."""
         self.terminal: Terminal | None = None
         self.failed: bool | None = None
         self.pokes = 0
@@ -596,7 +599,9 @@ class Subagents:
         if node.stage == "joining":
             while pending := [f for f in node.child_teardowns if not f.done()]:
                 await asyncio.wait(pending)
-            node.failures[:0] = _failures(node.child_teardowns)
+            escaped: list[BaseException] = []
+            node.failures[:0] = _failures(node.child_teardowns, escaped)
+            node.escaped = node.escaped or (escaped[0] if escaped else None)
             node.child_teardowns.clear()
             self._fire(node, "children_joined")
         if node.stage == "awaiting_idle":
@@ -618,6 +623,8 @@ class Subagents:
                 node.failures.append(TeardownFailure(node.id, "handle dispose", error))
             own = any(f.activation == node.id for f in node.failures)
             self._fire(node, "handle_disposed", failed=own)
+        if node.escaped is not None:
+            raise node.escaped  # a child's listener's, raised once this activation settled too
         if node.rethrow:
             raise ActivationTeardownFailed(node.id, node.failures)
 
@@ -814,13 +821,18 @@ def _read(teardown: asyncio.Future[None]) -> None:
         teardown.exception()
 
 
-def _failures(teardowns: Iterable[asyncio.Future[None]]) -> list[TeardownFailure]:
-    """Every failure of the settled ``teardowns``, flattened, in order."""
+def _failures(
+    teardowns: Iterable[asyncio.Future[None]], escaped: list[BaseException] | None = None
+) -> list[TeardownFailure]:
+    """Every failure of the settled ``teardowns``, flattened, in order. Any other exception
+    is raised, or added to ``escaped`` when given."""
     out: list[TeardownFailure] = []
     for teardown in teardowns:
         error = teardown.exception()
         if isinstance(error, ActivationTeardownFailed):
             out += [f for f in error.failures if f not in out]
+        elif error is not None and escaped is not None:
+            escaped.append(error)
         elif error is not None:
             raise error
     return out

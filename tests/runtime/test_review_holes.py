@@ -12,6 +12,7 @@ from fsm_core.runtime import (
     AbortController,
     AbortSignal,
     Activation,
+    ActivationSettled,
     Agent,
     Reply,
     RunHookOptions,
@@ -218,5 +219,29 @@ def test_a_watcher_whose_agent_was_disposed_under_it_waits_instead_of_spinning()
         assert verdicts <= 2
         await rt.subagents.dispose(act)
         assert settled.ids == ["c"] and rt.subagents.resident == ()
+
+    run(test)
+
+
+def test_a_settlement_listeners_interrupt_does_not_strand_the_parents_teardown() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        (p,) = await roots(rt, models, host, "p")
+        gate = Gate("c")
+        models.script("c", Wait(gate, Reply("late")))
+        c = await rt.subagents.start(p.agent, "c", "work")
+        await gate.reached.wait()
+
+        def interrupt(event: ActivationSettled) -> None:
+            if event.activation is c:
+                raise Interrupt
+
+        rt.events.on("subagent/settled", interrupt)
+        teardown = rt.subagents.dispose(p)
+        with pytest.raises(Interrupt):
+            await teardown
+        # The child settled before its listener interrupted; the parent went on to settle.
+        assert settled.ids == ["c", "p"]
+        assert rt.subagents.resident == () and rt.subagents.slots_held == 0
 
     run(test)
