@@ -520,6 +520,12 @@ class Subagents:
         if type(spec) is not SubagentSpec:
             raise UsageError(f"spawn() and fork() take a SubagentSpec, not {echo(spec)}")
         _check_id(spec.child_id)
+        if type(spec.prompt) is not str:
+            raise UsageError(f"a prompt is a str, not {echo(spec.prompt)}")
+        if not isinstance(parent_signal, AbortSignal):
+            raise UsageError(
+                f"spawn() takes the parent turn's AbortSignal, not {echo(parent_signal)}"
+            )
         if self._draining:
             raise SubagentError("DRAINING", _DRAINING)
         if spec.child_id in self._owners or self._in_use(spec.child_id):

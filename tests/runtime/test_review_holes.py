@@ -245,3 +245,20 @@ def test_a_settlement_listeners_interrupt_does_not_strand_the_parents_teardown()
         assert rt.subagents.resident == () and rt.subagents.slots_held == 0
 
     run(test)
+
+
+def test_spawn_with_a_bad_signal_or_prompt_creates_no_agent() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        def spawn(signal: object, spec: SubagentSpec) -> Any:
+            return rt.agents.run(host, lambda: rt.subagents.spawn(signal, spec))  # type: ignore[arg-type]
+
+        with pytest.raises(UsageError, match="spawn\\(\\) takes the parent turn's AbortSignal"):
+            await spawn(None, SubagentSpec("s", "p"))
+        assert "s" not in rt.agents
+        with pytest.raises(UsageError, match="a prompt is a str, not 5"):
+            await spawn(AbortSignal(), SubagentSpec("s", 5))  # type: ignore[arg-type]
+        assert "s" not in rt.agents
+        result = await spawn(AbortSignal(), SubagentSpec("s", "p"))  # the id is free
+        assert result.text == "s: ok"
+
+    run(test)
