@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import pytest
 from acp.schema import CloseSessionResponse, TextContentBlock
 
-from fsm_core.acp import AcpAgent, EchoModel
+from fsm_core.acp import AcpAgent, EchoModel, serve
+from fsm_core.acp._adapter import LINE_LIMIT
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -37,3 +40,27 @@ def test_two_racing_closes_of_one_session_both_succeed() -> None:
         await agent.aclose()
 
     asyncio.run(main())
+
+
+def test_a_deeply_nested_line_is_refused_and_the_agent_goes_on_serving() -> None:
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+
+        new = {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/"}}
+        new["params"]["mcpServers"] = []
+        reader.feed_data(b"[" * 200_000 + b"]" * 200_000 + b"\n")
+        reader.feed_data(json.dumps(new).encode() + b"\n")
+        reader.feed_eof()
+        await serve(EchoModel(), (reader, write))
+        return [json.loads(line) for line in written]
+
+    answers = asyncio.run(main())
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
+        (None, -32700),
+        (2, None),
+    ]
+    assert answers[0]["error"]["data"] == {"details": "a line nested too deeply to parse"}

@@ -319,6 +319,9 @@ class _Lines:
             except ValueError:
                 await self._refuse(-32700, "Parse error", "a line that is not JSON")
                 continue
+            except RecursionError:  # valid JSON, perhaps, but deeper than the decoder goes
+                await self._refuse(-32700, "Parse error", "a line nested too deeply to parse")
+                continue
             problem = _not_a_message(message)
             if problem is not None:
                 await self._refuse(-32600, "Invalid request", problem)
