@@ -50,8 +50,8 @@ def test_a_deeply_nested_line_is_refused_and_the_agent_goes_on_serving() -> None
         async def write(data: bytes) -> None:
             written.append(data)
 
-        new = {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/"}}
-        new["params"]["mcpServers"] = []
+        params: dict[str, Any] = {"cwd": "/", "mcpServers": []}
+        new = {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": params}
         reader.feed_data(b"[" * 200_000 + b"]" * 200_000 + b"\n")
         reader.feed_data(json.dumps(new).encode() + b"\n")
         reader.feed_eof()
