@@ -211,10 +211,10 @@ class AcpAgent:
         try:
             await session.handle.dispose()
         finally:
-            del self._sessions[session_id]
-            # Disposal keeps queued work parked: a prompt no turn claimed never ends on its own.
-            if session.prompt is not None and not session.prompt.ended.done():
-                session.prompt.ended.set_result({"kind": "disposed"})
+            # Racing closes of one session each get here: the first removes it.
+            if self._sessions.get(session_id) is session:
+                del self._sessions[session_id]
+            _unpark(session)
         return CloseSessionResponse()
 
     # --- plumbing ----------------------------------------------------------------------
@@ -261,8 +261,20 @@ class AcpAgent:
             await self._client.session_update(session_id=session_id, update=update)
 
     async def aclose(self) -> None:
-        """Dispose every session's agent and wait for all their work."""
-        await self.runtime.aclose()
+        """Dispose every session's agent and wait for all their work; a prompt still pending
+        answers ``cancelled``."""
+        try:
+            await self.runtime.aclose()
+        finally:
+            for session in list(self._sessions.values()):
+                _unpark(session)
+
+
+def _unpark(session: _Session) -> None:
+    """Answer the prompt of a disposed session that no turn claimed: disposal keeps queued
+    work parked, so it would never end on its own."""
+    if session.prompt is not None and not session.prompt.ended.done():
+        session.prompt.ended.set_result({"kind": "disposed"})
 
 
 class _Lines:
@@ -306,6 +318,9 @@ class _Lines:
                 message = json.loads(line)
             except ValueError:
                 await self._refuse(-32700, "Parse error", "a line that is not JSON")
+                continue
+            except RecursionError:  # valid JSON, perhaps, but deeper than the decoder goes
+                await self._refuse(-32700, "Parse error", "a line nested too deeply to parse")
                 continue
             problem = _not_a_message(message)
             if problem is not None:

@@ -130,7 +130,7 @@ def _decode(code: int, stdout: str, stderr: str) -> tuple[HookDecision | None, s
         return None, ""
     try:
         answer = json.loads(stdout)
-    except ValueError:
+    except (ValueError, RecursionError):  # a deeply nested answer is as malformed as any
         return None, ""
     decision = answer.get("decision") if isinstance(answer, dict) else None
     if decision not in ("allow", "block"):

@@ -31,8 +31,9 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
-from typing import cast, final
+from typing import TypeVar, cast, final
 
 from fsm_core._errors import FsmError, Rejected, UsageError, echo
 from fsm_core.host import HostedMachine
@@ -63,6 +64,8 @@ from fsm_core.table._expr import Value
 __all__ = ["Subagents"]
 
 log = logging.getLogger("fsm_core.runtime")
+
+_T = TypeVar("_T")
 
 _DRAINING = "continuable subagents are draining; the operation was not admitted"
 
@@ -103,6 +106,7 @@ class _Node:
         handle: AgentHandle,
     ) -> None:
         self.id = child_id
+        self.registry = registry
         self.parent_agent = parent_agent
         self.parent = parent
         """The parent's activation, or None for a root (its parent is host-owned)."""
@@ -121,6 +125,9 @@ class _Node:
         self.handle_disposal: Pending | None = None
         self.failures: list[TeardownFailure] = []
         self.rethrow = False
+        self.escaped: BaseException | None = None
+        """What a child's teardown raised that is no boundary failure (a listener's
+        BaseException): this teardown goes on, and raises it last."""
         self.terminal: Terminal | None = None
         self.failed: bool | None = None
         self.pokes = 0
@@ -256,17 +263,22 @@ class Subagents:
         return node.public
 
     def _message(self, prompt: str | UserMessage, default_id: str) -> UserMessage:
+        """The message ``prompt`` gives, checked as the child's inbox will check it: a
+        message it would refuse must be refused before anything is admitted."""
         if isinstance(prompt, str):
             return UserMessage(default_id, prompt)
         if type(prompt) is not UserMessage:
             raise UsageError(f"a prompt is a str or a UserMessage, not {echo(prompt)}")
+        for field in ("id", "text"):
+            value = getattr(prompt, field)
+            if type(value) is not str:
+                raise UsageError(f"a message's {field} must be a str, not {type(value).__name__}")
         return prompt
 
     def _admit(self, parent: Agent, child_id: str, session: Session) -> _Node:
         """Refuse at the door what the table cannot take, then admit: through the parent
         activation's ``admit`` row, or registry-wide for a host-owned parent."""
-        if type(child_id) is not str or not 0 < len(child_id) <= 200 or not child_id.isprintable():
-            raise UsageError(f"a child id is 1 to 200 printable characters, not {echo(child_id)}")
+        _check_id(child_id)
         if self._draining:
             raise SubagentError("DRAINING", _DRAINING)
         parent_node = self._live_parent(parent)
@@ -381,8 +393,11 @@ class Subagents:
         :class:`ActivationTeardownFailed` if some boundary failed, after the activation
         settled.
         """
-        node = activation._node
-        assert isinstance(node, _Node)
+        node = activation._node if type(activation) is Activation else None
+        if not isinstance(node, _Node) or node.registry is not self:
+            raise UsageError(
+                f"dispose() takes an Activation of this runtime, not {echo(activation)}"
+            )
         return Pending(asyncio.shield(self._dispose(node, False)), _nobody)
 
     def _dispose(self, node: _Node, flushed: bool) -> asyncio.Future[None]:
@@ -397,10 +412,13 @@ class Subagents:
         as one :class:`ActivationTeardownFailed` naming each.
         """
         self._draining = True
-        for node in [n for n in self._resident.values() if n.parent is None]:
-            self._fire(node, "drain", scope="registry")
+        roots = [n for n in self._resident.values() if n.parent is None]
+        escaped = _each(roots, lambda node: self._fire(node, "drain", scope="registry"))
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
-        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        if escaped is not None:
+            raise escaped
+        return drained
 
     def drain_descendants(self, parents: Iterable[Agent]) -> Pending:
         """Tear down every continuable descendant of the exact live ``parents``.
@@ -410,17 +428,23 @@ class Subagents:
         """
         parents = list(parents)
         nodes = [self._live_parent(p) for p in parents]
-        closing: list[asyncio.Future[None]] = []
+        below: list[_Node] = []
+        begin: list[Callable[[], object]] = []
         for parent, node in zip(parents, nodes, strict=True):
             if node is None:
                 self._drained_hosts.add(parent.id)
-                for root in list(self._roots.get(parent.id, ())):
-                    closing.append(self._dispose(self._resident[root], False))
+                roots = [self._resident[root] for root in self._roots.get(parent.id, ())]
+                begin += [partial(self._dispose, root, False) for root in roots]
+                below += roots
             else:
-                children = list(node.owned)
-                self._fire(node, "drain", scope="descendants")
-                closing += [c.closing for c in map(self._resident.get, children) if c and c.closing]
-        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+                below += [c for c in map(self._resident.get, node.owned) if c is not None]
+                begin.append(partial(self._fire, node, "drain", scope="descendants"))
+        escaped = _each(begin, lambda start: start())
+        closing = [c.closing for c in below if c.closing is not None]
+        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        if escaped is not None:
+            raise escaped
+        return drained
 
     def drain_children(self, parent: Agent, child_ids: Iterable[str]) -> Pending:
         """Tear down the named direct children of the exact live ``parent``.
@@ -430,6 +454,11 @@ class Subagents:
         resident activation are skipped.
         """
         self._live_parent(parent)
+        if isinstance(child_ids, str):
+            raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
+        child_ids = list(child_ids)
+        if not all(type(i) is str for i in child_ids):
+            raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
         named = [self._resident[i] for i in dict.fromkeys(child_ids) if i in self._resident]
         for node in named:
             if node.parent_agent is not parent:
@@ -439,12 +468,12 @@ class Subagents:
                     raise SubagentError(
                         "UNAUTHORIZED", f"{parent.id!r} cannot drain {node.id!r}: {refused}"
                     ) from None
-        closing: list[asyncio.Future[None]] = []
-        for node in named:
-            self._fire(node, "drain_child", lineage=True)
-            if node.closing is not None:
-                closing.append(node.closing)
-        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        escaped = _each(named, lambda node: self._fire(node, "drain_child", lineage=True))
+        closing = [n.closing for n in named if n.closing is not None]
+        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        if escaped is not None:
+            raise escaped
+        return drained
 
     async def _join(self, what: str, closing: list[asyncio.Future[None]]) -> None:
         """Await every teardown in ``closing``; raise their failures as one."""
@@ -490,6 +519,13 @@ class Subagents:
         self._initiator("spawn")
         if type(spec) is not SubagentSpec:
             raise UsageError(f"spawn() and fork() take a SubagentSpec, not {echo(spec)}")
+        _check_id(spec.child_id)
+        if type(spec.prompt) is not str:
+            raise UsageError(f"a prompt is a str, not {echo(spec.prompt)}")
+        if not isinstance(parent_signal, AbortSignal):
+            raise UsageError(
+                f"spawn() takes the parent turn's AbortSignal, not {echo(parent_signal)}"
+            )
         if self._draining:
             raise SubagentError("DRAINING", _DRAINING)
         if spec.child_id in self._owners or self._in_use(spec.child_id):
@@ -545,7 +581,11 @@ class Subagents:
                     self._watch_verdict(node, verdict, seen, busy=True)
                 if verdict.value in ("closed", "ready"):
                     return
-                if verdict.value == "wait":
+                # A disposed agent is idle at once and refuses maintenance for good: retrying
+                # on its idle would spin without ever yielding. Wait for a poke instead (the
+                # activation's own dispose pokes it, and then finds it closing).
+                gone = node.agent.phase in ("disposing", "disposed")
+                if verdict.value == "wait" or gone:
                     while node.pokes == seen and node.stage == "active":
                         node.poked.clear()
                         await node.poked.wait()
@@ -565,7 +605,9 @@ class Subagents:
         if node.stage == "joining":
             while pending := [f for f in node.child_teardowns if not f.done()]:
                 await asyncio.wait(pending)
-            node.failures[:0] = _failures(node.child_teardowns)
+            escaped: list[BaseException] = []
+            node.failures[:0] = _failures(node.child_teardowns, escaped)
+            node.escaped = node.escaped or (escaped[0] if escaped else None)
             node.child_teardowns.clear()
             self._fire(node, "children_joined")
         if node.stage == "awaiting_idle":
@@ -587,6 +629,8 @@ class Subagents:
                 node.failures.append(TeardownFailure(node.id, "handle dispose", error))
             own = any(f.activation == node.id for f in node.failures)
             self._fire(node, "handle_disposed", failed=own)
+        if node.escaped is not None:
+            raise node.escaped  # a child's listener's, raised once this activation settled too
         if node.rethrow:
             raise ActivationTeardownFailed(node.id, node.failures)
 
@@ -618,7 +662,9 @@ class Subagents:
                     parent.child_teardowns.append(self._dispose(child, False))
             finally:
                 self._cascading = False
-        if self._firing == 0 and self._held is not None:
+        # A fire inside the cascade is part of the outermost one: it must not raise the held
+        # exception half-way, or the children still queued would never be disposed.
+        if self._firing == 0 and not self._cascading and self._held is not None:
             held, self._held = self._held, None
             raise held
 
@@ -754,8 +800,26 @@ class Subagents:
         return f"<Subagents resident={len(self._resident)} slots={len(self._slots)}{state}>"
 
 
+def _check_id(child_id: object) -> None:
+    if type(child_id) is not str or not 0 < len(child_id) <= 200 or not child_id.isprintable():
+        raise UsageError(f"a child id is 1 to 200 printable characters, not {echo(child_id)}")
+
+
 def _nobody() -> None:
     """No task awaits its own teardown through these entries; nothing to refuse."""
+
+
+def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException | None:
+    """``begin`` every item, even when one raises (a listener's BaseException held by
+    :meth:`Subagents._fire`): a drain begins every teardown it names inside the call.
+    Returns the first exception, for the caller to raise once its work has begun."""
+    escaped: BaseException | None = None
+    for item in items:
+        try:
+            begin(item)
+        except BaseException as error:
+            escaped = escaped or error
+    return escaped
 
 
 def _read(teardown: asyncio.Future[None]) -> None:
@@ -763,13 +827,18 @@ def _read(teardown: asyncio.Future[None]) -> None:
         teardown.exception()
 
 
-def _failures(teardowns: Iterable[asyncio.Future[None]]) -> list[TeardownFailure]:
-    """Every failure of the settled ``teardowns``, flattened, in order."""
+def _failures(
+    teardowns: Iterable[asyncio.Future[None]], escaped: list[BaseException] | None = None
+) -> list[TeardownFailure]:
+    """Every failure of the settled ``teardowns``, flattened, in order. Any other exception
+    is raised, or added to ``escaped`` when given."""
     out: list[TeardownFailure] = []
     for teardown in teardowns:
         error = teardown.exception()
         if isinstance(error, ActivationTeardownFailed):
             out += [f for f in error.failures if f not in out]
+        elif error is not None and escaped is not None:
+            escaped.append(error)
         elif error is not None:
             raise error
     return out

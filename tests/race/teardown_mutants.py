@@ -127,8 +127,8 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_finish",
-                "node.failures[:0] = _failures(node.child_teardowns)",
-                "_failures(node.child_teardowns)",
+                "node.failures[:0] = _failures(node.child_teardowns, escaped)",
+                "_failures(node.child_teardowns, escaped)",
             ),
         ),
     ),
