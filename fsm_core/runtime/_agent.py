@@ -45,6 +45,8 @@ Phase = Literal["idle", "running", "cancelling", "maintenance", "disposing", "di
 Status = Literal["idle", "running"]
 """What ``agent/status`` publishes: the agent table's ``status`` type."""
 
+_LANES: tuple[Lane, ...] = get_args(Lane)
+
 
 class _Core(Protocol):
     """What an :class:`Agent` asks of its core: one method per user call, and read access.
@@ -152,7 +154,7 @@ class Agent:
                     f"not {type(value).__name__}"
                 )
         lane: object = target  # typed as a Lane, but a careless caller passes anything
-        if type(lane) is not str or lane not in get_args(Lane):
+        if type(lane) is not str or lane not in _LANES:
             raise UsageError(
                 f"agent {self.id}: target must be 'next_turn' or 'next_step', not {echo(target)}"
             )
