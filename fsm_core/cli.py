@@ -35,9 +35,11 @@ from fsm_core.check._report import (
 )
 from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
+from fsm_core.runtime import ModelAdapter
 from fsm_core.table import load_spec
 from fsm_core.tools import _bench as bench
 from fsm_core.tools import _mutants as mutants
+from fsm_core.tools import _vectors as vectors
 
 INTERRUPTED = 130
 """The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""
@@ -101,10 +103,28 @@ def _parser() -> argparse.ArgumentParser:
     _configure_check(sub.add_parser("check", help="model-check the bounded models in models/"))
     bench.configure(sub.add_parser("bench", help="time the checker against the baseline BFS"))
     mutants.configure(sub.add_parser("mutants", help="prove every planted table bug is caught"))
+    vectors.configure(
+        sub.add_parser("vectors", help="generate the conformance vectors ports replay")
+    )
 
     p_spec = sub.add_parser("spec", help="print the transition tables")
     p_spec.add_argument("machine", nargs="*", help="machines to print (default: all)")
     p_spec.add_argument("--json", action="store_true", help="the JSON export ports consume")
+
+    p_acp = sub.add_parser("acp", help="serve an agent over the Agent Client Protocol on stdio")
+    p_acp.add_argument(
+        "--model",
+        default=None,
+        metavar="MODULE:FACTORY",
+        help="the model: FACTORY() from the importable MODULE gives a ModelAdapter "
+        "(default: an echo model, no network)",
+    )
+    p_acp.add_argument(
+        "--hold",
+        default=None,
+        metavar="TEXT",
+        help="echo model only: a prompt that is exactly TEXT waits until it is cancelled",
+    )
 
     p_diag = sub.add_parser("diagrams", help="generate DOT (and SVG, when dot is present)")
     p_diag.add_argument("--out", type=Path, default=None, help="output directory")
@@ -118,6 +138,26 @@ class _Refused(FsmError):
     """Bad input the command line itself finds: an unknown model or machine, a bad flag."""
 
 
+def _acp(args: argparse.Namespace) -> int:
+    """Serve until the client closes stdin. The ACP package (and pydantic) load only here."""
+    import asyncio  # noqa: PLC0415
+
+    from fsm_core import acp  # noqa: PLC0415 - the other subcommands need not load it
+
+    if args.model is not None and args.hold is not None:
+        raise _Refused("--hold applies to the echo model only; drop it or --model")
+    model: ModelAdapter
+    if args.model is None:
+        model = acp.EchoModel(hold=args.hold)
+    else:
+        try:
+            model = acp.load_model(args.model)()
+        except ValueError as error:
+            raise _Refused(str(error)) from None
+    asyncio.run(acp.serve(model))
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.specs is not None and not args.specs.is_dir():
         fault = "not a directory" if args.specs.exists() else "no such directory"
@@ -128,6 +168,10 @@ def _run(args: argparse.Namespace) -> int:
         return bench.run(args)
     if args.command == "mutants":
         return mutants.run(args)
+    if args.command == "acp":
+        return _acp(args)
+    if args.command == "vectors":
+        return vectors.run(args)
     if args.command == "diagrams" and args.specs is not None and args.out is None:
         raise _Refused(
             "diagrams with --specs needs --out DIR: the default directory holds the shipped "

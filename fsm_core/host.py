@@ -1,21 +1,26 @@
-"""Host a live agent's (or activation's) control state in a ``transitions`` state machine.
+"""Host a live agent's (or activation's) control state: the compiled table fires, ``transitions``
+answers questions about it.
 
-A :class:`HostedMachine` is the control state of one agent, built from a compiled table. A
-synchronous ``transitions.Machine`` chooses the row (its conditions are the table's compiled
-guards) and moves the state; the row's effects run through the same compiled ops as the
-interpreter's::
+A :class:`HostedMachine` is the control state of one agent, built from a compiled table.
+:meth:`~HostedMachine.fire` runs the table's own interpreter in place on the agent's store
+(:meth:`Machine.select` chooses the row, :meth:`Machine.execute` moves the state and performs
+the effects as the row reaches them)::
 
     hosted = HostedMachine(load_spec().machines["agent"])
     hosted.fire("send", wake=True, lane="next_turn")  # [enqueue(next_turn), schedule_driver()]
 
-You introspect it as you would any ``transitions`` model: ``hosted.state``,
+You introspect it as you would a ``transitions`` model: ``hosted.state``,
 ``hosted.get_triggers("idle")``, ``hosted.may_trigger("cancel", cause="user", keep_inbox=False)``.
+Those answers come from one ``transitions.Machine`` per compiled table, built on first use and
+shared by every host of that table (``transitions`` keeps no per-model state of its own: each
+host passes itself as the model), so an agent that is never introspected costs no
+``transitions`` objects, and a thousand agents of one table share one set.
 
 How a table becomes a ``transitions`` machine:
 
 - one transition per (row, source state), added in table order, so ``transitions`` tries them in
   the order :meth:`Machine.select` does. Its one condition is the row's compiled guard, evaluated
-  on the live store and the event's keyword arguments;
+  on the host's live store and the event's keyword arguments;
 - a row with a target gets ``dest=row.target``; a row that stays is an internal transition
   (``dest=None``): ``transitions`` neither touches the state nor runs exit/enter callbacks;
 - the ``after`` callback runs the row's effects, in order, on the live store (``transitions``
@@ -28,14 +33,16 @@ How a table becomes a ``transitions`` machine:
 - a handled pair where no condition passes raises :class:`NotEnabled` with the interpreter's
   message.
 
-The differential test (``tests/test_host.py``) proves this agrees with :meth:`Machine.fire_args`
-on every state, event and argument tuple of both tables.
+:meth:`~HostedMachine.trigger` fires through that machine instead of the interpreter. Nothing in
+the runtime uses it: it is how the differential test (``tests/test_host.py``) proves that what
+``transitions`` answers is what :meth:`~HostedMachine.fire` does (the same row, target, effects
+in order, and refusals, on every state, event and argument tuple of both tables).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import NoReturn, final
 
 from transitions import EventData, MachineError
@@ -44,36 +51,43 @@ from transitions import Machine as TransitionsMachine
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.table import Effect, Machine, State, Step
 from fsm_core.table._expr import Value
-from fsm_core.table._machine import CompiledRow
+from fsm_core.table._machine import REFUSED, CompiledRow, Refused
 
 __all__ = ["HostedMachine"]
 
 
-@dataclass(slots=True)
+@final
 class _Frame:
-    """What one :meth:`HostedMachine.step` call saw: its context, the row that ran, its effects.
+    """What one :meth:`HostedMachine.fire` (or ``trigger``) call saw: its context, the row that
+    ran, its effects.
 
-    ``claimed`` is True once the row's ``after`` callback has taken this frame; a nested
-    ``step`` pushes a frame of its own, so each call collects only its own row's effects (and
-    :attr:`HostedMachine.context` answers with the innermost call's ``context``).
+    ``claimed`` is True once the row has taken this frame; a nested fire pushes a frame of its
+    own, so each call collects only its own row's effects (and :attr:`HostedMachine.context`
+    answers with the innermost call's ``context``). A plain slotted class: one is built per
+    fire, and a dataclass's generated ``__init__`` costs twice as much.
     """
 
-    context: object = None
-    claimed: bool = False
-    row: str | None = None
-    effects: list[Effect] = field(default_factory=list)
+    __slots__ = ("claimed", "context", "effects", "row")
+
+    def __init__(self, context: object, claimed: bool = False, row: str | None = None) -> None:
+        self.context = context
+        self.claimed = claimed
+        self.row = row
+        self.effects: list[Effect] = []
 
 
 @final
 class _Guard:
-    """A row's compiled guard as a ``transitions`` condition."""
+    """A row's compiled guard as a ``transitions`` condition, read on the model's store."""
 
-    def __init__(self, host: HostedMachine, row: CompiledRow) -> None:
-        self._host = host
+    __slots__ = ("_row",)
+
+    def __init__(self, row: CompiledRow) -> None:
         self._row = row
 
     def __call__(self, data: EventData) -> bool:
-        host = self._host
+        host = data.model
+        assert isinstance(host, HostedMachine)
         return bool(self._row.guard(host._store, host._arguments(self._row.row.event, data)))
 
     def __repr__(self) -> str:
@@ -82,31 +96,18 @@ class _Guard:
 
 @final
 class _Effects:
-    """A row's effects as a ``transitions`` ``after`` callback."""
+    """A row's effects as a ``transitions`` ``after`` callback, run on the model's store."""
 
-    def __init__(self, host: HostedMachine, row: CompiledRow) -> None:
-        self._host = host
+    __slots__ = ("_row",)
+
+    def __init__(self, row: CompiledRow) -> None:
         self._row = row
 
     def __call__(self, data: EventData) -> None:
-        host = self._host
-        frames = host._frames
-        frame = frames[-1] if frames and not frames[-1].claimed else None
-        if frame is not None:
-            frame.claimed = True
-            frame.row = self._row.row.id
-        listener = host._perform
-
-        def perform(name: str, values: tuple[Value, ...]) -> None:
-            effect = Effect(name, values)
-            if frame is not None:
-                frame.effects.append(effect)
-            if listener is not None:
-                listener(effect)
-
-        host.spec.run_effects(
-            self._row, host._store, host._arguments(self._row.row.event, data), perform
-        )
+        host = data.model
+        assert isinstance(host, HostedMachine)
+        args = host._arguments(self._row.row.event, data)
+        host.spec.run_effects(self._row, host._store, args, host._performer(self._row))
 
     def __repr__(self) -> str:
         return f"<effects of {self._row.row.id}>"
@@ -115,6 +116,8 @@ class _Effects:
 @final
 class _Refuse:
     """A ``before`` callback that refuses the event with the table's reason."""
+
+    __slots__ = ("reason",)
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -126,27 +129,89 @@ class _Refuse:
         return f"<refuse: {self.reason}>"
 
 
+_SHARED: weakref.WeakKeyDictionary[Machine, TransitionsMachine] = weakref.WeakKeyDictionary()
+"""The one ``transitions`` machine of each compiled table, built on first use."""
+
+_Choice = CompiledRow | Refused | None
+"""What :meth:`Machine.lookup` answers: the row, a refusal, or None for an ignored event."""
+
+_CHOICES: weakref.WeakKeyDictionary[Machine, dict[tuple[Value, ...], _Choice]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each compiled table's row choices so far, by ``(*state, event, *arguments)``, shared by its
+hosts. A guard reads only the state and the arguments, so the choice is a pure function of
+them: the runtime's agents, which keep revisiting a few states, evaluate each guard once."""
+
+_CHOICES_KEPT = 1 << 16
+"""How many choices a table keeps (the agent table's domain holds millions of keys)."""
+
+_EFFECTS: dict[tuple[str, tuple[Value, ...]], Effect] = {}
+"""One :class:`Effect` per name and arguments: effects are immutable values, and a row's
+effects take few distinct arguments, so hosts hand out the same objects instead of building
+one per effect performed."""
+
+_EFFECTS_KEPT = 1 << 12
+
+
+def _transitions_of(spec: Machine) -> TransitionsMachine:
+    """The ``transitions`` machine of ``spec``, shared by every host of that table."""
+    machine = _SHARED.get(spec)
+    if machine is not None:
+        return machine
+    # No model is registered: ``add_model`` would set trigger methods (``send``, ``may_send``,
+    # ...) onto it with setattr. Each host passes itself to the trigger as the model.
+    machine = TransitionsMachine(
+        model=None,
+        states=list(spec.table.state_names),
+        initial=spec.table.initial,
+        auto_transitions=False,
+        send_event=True,
+        queued=False,
+        ignore_invalid_triggers=False,
+        name=spec.name,
+    )
+    for compiled in spec.rows.values():
+        row = compiled.row
+        for source in row.sources:
+            if row.reject is not None:
+                machine.add_transition(
+                    row.event,
+                    source,
+                    None,
+                    conditions=[_Guard(compiled)],
+                    before=[_Refuse(row.reject)],
+                )
+            else:
+                machine.add_transition(
+                    row.event,
+                    source,
+                    row.target,
+                    conditions=[_Guard(compiled)],
+                    after=[_Effects(compiled)],
+                )
+    for rule in spec.table.pair_rules:
+        if rule.kind == "ignored":
+            for event in rule.events:
+                machine.add_transition(event, list(rule.states), None)
+    _SHARED[spec] = machine
+    return machine
+
+
 @final
 class HostedMachine:
-    """One live control state (an agent's or an activation's), hosted by ``transitions``.
+    """One live control state (an agent's or an activation's), fired by the compiled table.
 
     The state lives in a mutable store in :attr:`Machine.names` order: slot 0 is the state
     variable (what ``transitions`` reads and writes as :attr:`state`), then the table's
-    variables. :meth:`fire` triggers an event and returns the effects its row performed::
+    variables. :meth:`fire` fires an event and returns the effects its row performed::
 
         hosted = HostedMachine(agent, perform=runtime.perform)
         hosted.fire("cancel", cause="user", keep_inbox=False)
 
-    ``transitions`` reads and sets :attr:`state` on this object, but it is not registered as
-    the machine's model: registering would set trigger methods (``send()``, ``may_send()``, ...)
-    onto it with setattr, and their ``may_`` answers would count refusals as possible. Events are
-    triggered explicitly, ``machine.events[name].trigger(hosted, **kwargs)``, by :meth:`fire`.
-
-    ``perform`` receives each effect as the row reaches it. It may fire again, re-entrantly:
-    ``transitions``' unqueued machine runs the nested event at once, on the live store, and the
-    outer row's later effects see what it changed (a ``{ when, do }`` block tests its condition
-    when it is reached). The nested ``fire`` returns its own row's effects; they are *not* part
-    of the outer call's list.
+    ``perform`` receives each effect as the row reaches it. It may fire again, re-entrantly: the
+    nested event runs at once, on the live store, and the outer row's later effects see what it
+    changed (a ``{ when, do }`` block tests its condition when it is reached). The nested
+    ``fire`` returns its own row's effects; they are *not* part of the outer call's list.
 
     A caller may pass one positional ``context`` with an event: whatever the event is about
     that the table does not model (the message a ``send`` enqueues, the cause a ``cancel``
@@ -155,50 +220,26 @@ class HostedMachine:
 
         hosted.fire("send", message, wake=True, lane="next_turn")
         # in perform, for enqueue(next_turn): hosted.context is message
+
+    ``transitions`` reads and sets :attr:`state` on this object, but it is not registered as
+    the machine's model: registering would set trigger methods (``send()``, ``may_send()``, ...)
+    onto it with setattr, and their ``may_`` answers would count refusals as possible.
     """
 
     def __init__(self, spec: Machine, perform: Callable[[Effect], None] | None = None) -> None:
         self.spec = spec
         # Invariant: len(_store) == len(spec.names); _store[0] is a state of the table.
         self._store: list[Value] = list(spec.initial)
-        self._states = frozenset(spec.table.state_names)
         self._perform = perform
+        # Invariant: one frame per fire (or trigger) in progress, innermost last.
         self._frames: list[_Frame] = []
-        # The model is passed to each trigger rather than registered with ``add_model``, which
-        # would set trigger methods (``send``, ``may_send``, ...) onto this object with setattr.
-        self.machine = TransitionsMachine(
-            model=None,
-            states=list(spec.table.state_names),
-            initial=spec.table.initial,
-            auto_transitions=False,
-            send_event=True,
-            queued=False,
-            ignore_invalid_triggers=False,
-            name=spec.name,
-        )
-        for compiled in spec.rows.values():
-            row = compiled.row
-            for source in row.sources:
-                if row.reject is not None:
-                    self.machine.add_transition(
-                        row.event,
-                        source,
-                        None,
-                        conditions=[_Guard(self, compiled)],
-                        before=[_Refuse(row.reject)],
-                    )
-                else:
-                    self.machine.add_transition(
-                        row.event,
-                        source,
-                        row.target,
-                        conditions=[_Guard(self, compiled)],
-                        after=[_Effects(self, compiled)],
-                    )
-        for rule in spec.table.pair_rules:
-            if rule.kind == "ignored":
-                for event in rule.events:
-                    self.machine.add_transition(event, list(rule.states), None)
+        self._perform_effect = self._record_and_perform  # bound once, not per fire
+        self._choices = _CHOICES.setdefault(spec, {})
+
+    @property
+    def machine(self) -> TransitionsMachine:
+        """The table's ``transitions`` machine, shared by every host of the same table."""
+        return _transitions_of(self.spec)
 
     # --- the model ------------------------------------------------------------------------------
 
@@ -209,7 +250,7 @@ class HostedMachine:
 
     @state.setter
     def state(self, value: str) -> None:
-        if value not in self._states:
+        if value not in self.spec.table.state_names:
             raise ValueError(f"{self.spec.name} has no state {value!r}")
         self._store[0] = value
 
@@ -217,6 +258,22 @@ class HostedMachine:
     def values(self) -> dict[str, Value]:
         """The whole state as ``{name: value}``, state variable first (a copy)."""
         return self.spec.describe(self._store)
+
+    def get(self, name: str) -> Value:
+        """One variable's current value (``hosted.get("holder")``), without copying the state."""
+        return self.spec.get(self._store, name)
+
+    def holds(self, definition: str) -> bool:
+        """True iff the table's named definition (e.g. ``quiescent``) holds now."""
+        return self.spec.holds(definition, self._store)
+
+    def takes(self, event: str, **kwargs: Value) -> bool:
+        """True iff a row of the table would run ``event`` now (not an ignore, not a refusal)."""
+        return isinstance(self._choose(event, self.spec.arguments(event, **kwargs)), CompiledRow)
+
+    def unmet(self, effect: Effect) -> bool:
+        """True iff ``effect``'s contract (its ``requires``) does not hold now."""
+        return self.spec.unmet(effect.name, self._store, effect.args)
 
     @property
     def context(self) -> object:
@@ -239,7 +296,7 @@ class HostedMachine:
                 f"{self.spec.name}: a state has {len(self.spec.names)} values "
                 f"({', '.join(self.spec.names)}), got {len(state)}"
             )
-        if state[0] not in self._states:
+        if state[0] not in table.state_names:
             raise ValueError(f"{self.spec.name} has no state {state[0]!r}")
         for var, value in zip(table.variables, state[1:], strict=True):
             if value not in var.type.values:
@@ -260,14 +317,71 @@ class HostedMachine:
         when no row is enabled; the state is then unchanged. An event the table ignores here
         returns ``[]``.
         """
-        return list(self.step(event, context, **kwargs).effects)
+        frame = self._run(event, context, self.spec.arguments(event, **kwargs))
+        return [] if frame is None else frame.effects
 
     def step(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """Fire ``event`` and describe the step as :meth:`Machine.fire_args` does.
 
-        ``row`` is the row ``transitions`` chose (None when the table ignores the event here).
-        ``target`` is the state when this call returns, so it includes whatever nested fires
-        from ``perform`` changed.
+        ``row`` is the row that ran (None when the table ignores the event here). ``target`` is
+        the state when this call returns, so it includes whatever nested fires from ``perform``
+        changed.
+        """
+        args = self.spec.arguments(event, **kwargs)
+        source = tuple(self._store)
+        frame = self._run(event, context, args)
+        if frame is None:
+            return Step(event, args, None, source, source, ())
+        return Step(event, args, frame.row, source, tuple(self._store), tuple(frame.effects))
+
+    def _run(self, event: str, context: object, args: tuple[Value, ...]) -> _Frame | None:
+        """Select the row and execute it in place; its frame, or None if the table ignores
+        the event here."""
+        spec = self.spec
+        row = self._choose(event, args)
+        if row is None:
+            return None
+        if row is REFUSED:
+            spec.select(self._store, event, args)  # raises the table's Rejected or NotEnabled
+            raise AssertionError(f"{spec.name}: lookup refused {event} where select did not")
+        frame = _Frame(context, True, row.row.id)
+        self._frames.append(frame)
+        try:
+            spec.execute(row, self._store, args, self._perform_effect)
+        finally:
+            self._frames.pop()
+        return frame
+
+    def _choose(self, event: str, args: tuple[Value, ...]) -> _Choice:
+        """:meth:`Machine.lookup` on the live state, remembered per table (:data:`_CHOICES`)."""
+        key = (*self._store, event, *args)
+        try:
+            return self._choices[key]
+        except KeyError:
+            choice = self.spec.lookup(self._store, event, args)
+            if len(self._choices) < _CHOICES_KEPT:
+                self._choices[key] = choice
+            return choice
+
+    def _record_and_perform(self, name: str, values: tuple[Value, ...]) -> None:
+        """Perform one effect of the row being executed: record it in its fire's frame, the
+        innermost (a nested fire's frame is gone before the outer row's next effect), then
+        hand it to ``perform``."""
+        effect = _EFFECTS.get((name, values))
+        if effect is None:
+            effect = Effect(name, values)
+            if len(_EFFECTS) < _EFFECTS_KEPT:
+                _EFFECTS[(name, values)] = effect
+        self._frames[-1].effects.append(effect)
+        if self._perform is not None:
+            self._perform(effect)
+
+    def trigger(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
+        """:meth:`step` through the shared ``transitions`` machine's trigger machinery.
+
+        The same answer as :meth:`step`, slower; it exists so that a test can prove that
+        ``transitions``, which :meth:`get_triggers` and :meth:`may_trigger` consult, agrees with
+        the interpreter that fires. A disagreement raises :class:`FsmError`.
         """
         args = self.spec.arguments(event, **kwargs)
         source = self.snapshot()
@@ -290,6 +404,30 @@ class HostedMachine:
         if not handled:
             self._explain(source, event, args, Rejected if refused else NotEnabled)
         return Step(event, args, frame.row, source, self.snapshot(), tuple(frame.effects))
+
+    def _performer(self, row: CompiledRow) -> Callable[[str, tuple[Value, ...]], None]:
+        """What ``row``'s effects are performed through on the ``transitions`` path: recorded
+        in the frame of the trigger that reached it, then handed to ``perform``.
+
+        That frame is the innermost one no row has taken yet: a nested trigger pushes its own
+        before its row runs. A trigger made straight on the ``transitions`` machine has none.
+        """
+        frames = self._frames
+        frame = frames[-1] if frames and not frames[-1].claimed else None
+        if frame is not None:
+            frame.claimed = True
+            frame.row = row.row.id
+        effects = None if frame is None else frame.effects
+        listener = self._perform
+
+        def perform(name: str, values: tuple[Value, ...]) -> None:
+            effect = Effect(name, values)
+            if effects is not None:
+                effects.append(effect)
+            if listener is not None:
+                listener(effect)
+
+        return perform
 
     def _explain(
         self,
@@ -336,13 +474,12 @@ class HostedMachine:
         holds) answers False: its condition passes, but firing raises :class:`Rejected`.
         """
         self.spec.arguments(event, **kwargs)
-        trigger = self.machine.events.get(event)
+        machine = self.machine
+        trigger = machine.events.get(event)
         candidates = None if trigger is None else trigger.transitions.get(self.state)
         if trigger is None or candidates is None:
             return False
-        data = EventData(
-            self.machine.get_state(self.state), trigger, self.machine, self, (), dict(kwargs)
-        )
+        data = EventData(machine.get_state(self.state), trigger, machine, self, (), dict(kwargs))
         for transition in candidates:
             if all(condition.check(data) for condition in transition.conditions):
                 return not any(isinstance(cb, _Refuse) for cb in transition.before)

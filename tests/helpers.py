@@ -37,6 +37,11 @@ NOTIFICATIONS = (
     "turn/end",
     "step/start",
     "step/end",
+    "user/message",
+    "assistant/message",
+    "turn/error",
+    "agent/disposing",
+    "agent/disposed",
 )
 """Every notification an agent publishes on the runtime's bus (``EventBus.emit``)."""
 

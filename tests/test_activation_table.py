@@ -1,67 +1,45 @@
-"""Seed 004's teardown, decided by specs/activation.toml alone."""
+"""Seed 004's teardown, decided by specs/activation.toml alone, read from the conformance
+vectors (specs/vectors/activation.jsonl; see tests/test_agent_table.py for how)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fsm_core import Rejected
 from fsm_core.table import load_spec
-from tests.table_driver import TableDriver
+from tests.table_driver import Story, VectorFile
+
+VECTORS = VectorFile.read(load_spec().machines["activation"])
 
 
-@pytest.fixture
-def activation() -> TableDriver:
-    return TableDriver(load_spec().machines["activation"])
+def story(name: str) -> Story:
+    return VECTORS.story(name)
 
 
-def with_children(d: TableDriver, n: int) -> TableDriver:
-    for _ in range(n):
-        d.fire("admit")
-    d.effects()
-    return d
+def test_dispose_cancels_self_then_disposes_children() -> None:
+    s = story("dispose_cancels_self_then_disposes_children")
+    assert s.rows[2] == "dispose.begin"
+    assert s.effects(2) == ["close_inbox()", "cancel_agent(parent)", "dispose_children()"]
 
 
-def test_dispose_cancels_self_then_disposes_children(activation: TableDriver) -> None:
-    with_children(activation, 2)
-    assert activation.fire("dispose", final_state_flushed=False) == "dispose.begin"
-    assert activation.effects() == [
-        "close_inbox()",
-        "cancel_agent(parent)",
-        "dispose_children()",
-    ]
+def test_dispose_is_memoized() -> None:
+    s = story("dispose_is_memoized")
+    assert s.rows == ["dispose.begin", None]
+    assert s.effects(1) == []
+    assert s.after(1)["flushed"] is False, "the first caller's finalStateFlushed stands"
 
 
-def test_dispose_is_memoized(activation: TableDriver) -> None:
-    activation.fire("dispose", final_state_flushed=False)
-    activation.effects()
-    assert activation.fire("dispose", final_state_flushed=True) is None
-    assert activation.effects() == []
-    assert activation["flushed"] is False, "the first caller's finalStateFlushed stands"
+def test_parent_awaits_own_idle_only_after_every_child_settled() -> None:
+    s = story("parent_awaits_own_idle_only_after_every_child_settled")
+    kind, message = s.refusal(3)
+    assert kind == "rejected"
+    assert message.startswith("finishDisposal awaits its agent's idle only after")
+    assert s.rows[6:] == ["children.joined", "idle.flush", "flush.done"]
 
 
-def test_parent_awaits_own_idle_only_after_every_child_settled(activation: TableDriver) -> None:
-    with_children(activation, 2)
-    activation.fire("dispose", final_state_flushed=False)
-    with pytest.raises(Rejected, match=r"^finishDisposal awaits its agent's idle only after"):
-        activation.fire("agent_idle")
-    activation.fire("child_settled", failed=False, last=False)
-    activation.fire("child_settled", failed=False, last=True)
-    assert activation.fire("children_joined") == "children.joined"
-    assert activation.fire("agent_idle") == "idle.flush"
-    assert activation.fire("final_flushed") == "flush.done"
-
-
-def test_convergence_runs_six_steps_in_order_and_throws_last(activation: TableDriver) -> None:
-    with_children(activation, 2)
-    activation.fire("dispose", final_state_flushed=False)
-    activation.fire("child_settled", failed=True, last=False)
-    activation.fire("child_settled", failed=False, last=True)
-    activation.fire("children_joined")
-    activation.fire("agent_idle")
-    activation.fire("final_flushed")
-    activation.effects()
-    assert activation.fire("handle_disposed", failed=False) == "ledger.converge"
-    assert activation.effects() == [
+def test_convergence_runs_six_steps_in_order_and_throws_last() -> None:
+    s = story("convergence_runs_six_steps_in_order_and_throws_last")
+    assert s.rows[-1] == "ledger.converge"
+    assert s.effects(len(s.steps) - 1) == [
         "leave_registry()",
         "release_slot()",
         "notify_parent(true)",
@@ -71,50 +49,45 @@ def test_convergence_runs_six_steps_in_order_and_throws_last(activation: TableDr
     ]
 
 
-def test_natural_end_skips_the_final_flush(activation: TableDriver) -> None:
-    activation.fire("dispose", final_state_flushed=True)
-    activation.fire("children_joined")
-    assert activation.fire("agent_idle") == "idle.already_flushed"
-    assert activation.effects()[-2:] == ["capture()", "dispose_handle()"]
+def test_natural_end_skips_the_final_flush() -> None:
+    s = story("natural_end_skips_the_final_flush")
+    assert s.rows[2] == "idle.already_flushed"
+    assert s.effects(2)[-2:] == ["capture()", "dispose_handle()"]
 
 
 @pytest.mark.parametrize(
-    ("current", "busy", "pending", "children", "verdict"),
+    ("name", "verdict"),
     [
-        (True, False, False, 0, "ready"),
-        (False, False, False, 0, "retry"),
-        (True, True, False, 0, "retry"),
-        (True, False, True, 0, "wait"),
-        (True, False, False, 1, "wait"),
+        ("ready", "ready"),
+        ("retry_when_not_current", "retry"),
+        ("retry_when_busy", "retry"),
+        ("wait_for_pending_work", "wait"),
+        ("wait_for_children", "wait"),
     ],
 )
-def test_settlement_watcher_verdicts(
-    activation: TableDriver, current: bool, busy: bool, pending: bool, children: int, verdict: str
-) -> None:
-    with_children(activation, children)
-    activation.fire("watch", current=current, busy=busy, pending=pending)
-    assert activation.effects()[0] == f"verdict({verdict})"
+def test_settlement_watcher_verdicts(name: str, verdict: str) -> None:
+    s = story(f"settlement_watcher_{name}")
+    last = len(s.steps) - 1
+    assert s.steps[last]["call"]["event"] == "watch"
+    assert s.effects(last)[0] == f"verdict({verdict})"
 
 
-def test_watcher_after_close_stops(activation: TableDriver) -> None:
-    activation.fire("dispose", final_state_flushed=False)
-    activation.effects()
-    activation.fire("watch", current=True, busy=False, pending=False)
-    assert activation.effects() == ["verdict(closed)"]
+def test_watcher_after_close_stops() -> None:
+    s = story("watcher_after_close_stops")
+    assert s.effects(1) == ["verdict(closed)"]
 
 
-def test_drain_refuses_admission_explicitly(activation: TableDriver) -> None:
-    activation.fire("drain", scope="descendants")
-    with pytest.raises(
-        Rejected, match=r"^DRAINING: continuable subagents below this parent are draining$"
-    ):
-        activation.fire("admit")
-    root = TableDriver(activation.machine)
-    root.fire("drain", scope="registry")
-    assert root.effects() == ["request_dispose()"]
+def test_drain_refuses_admission_explicitly() -> None:
+    s = story("drain_refuses_admission_explicitly")
+    assert s.refusal(1) == (
+        "rejected",
+        "DRAINING: continuable subagents below this parent are draining",
+    )
+    root = story("registry_drain_requests_disposal")
+    assert root.effects(0) == ["request_dispose()"]
 
 
-def test_drain_children_checks_lineage(activation: TableDriver) -> None:
-    with pytest.raises(Rejected, match=r"^the named parent does not own this activation$"):
-        activation.fire("drain_child", lineage=False)
-    assert activation.fire("drain_child", lineage=True) == "drain_child"
+def test_drain_children_checks_lineage() -> None:
+    s = story("drain_children_checks_lineage")
+    assert s.refusal(0) == ("rejected", "the named parent does not own this activation")
+    assert s.rows[1] == "drain_child"

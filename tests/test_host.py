@@ -44,9 +44,14 @@ def test_both_tables_are_hosted() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SPEC.machines))
-def test_hosted_machine_agrees_with_interpreter_everywhere(name: str) -> None:
+@pytest.mark.parametrize("path", ["step", "trigger"])
+def test_hosted_machine_agrees_with_interpreter_everywhere(name: str, path: str) -> None:
+    """``step`` (the interpreter in place, what the runtime fires) and ``trigger`` (through
+    ``transitions``, what ``get_triggers`` and ``may_trigger`` consult) each give the pure
+    interpreter's answer, so they give each other's."""
     machine = SPEC.machines[name]
     hosted = HostedMachine(machine)
+    fire = hosted.step if path == "step" else hosted.trigger
     calls = [
         (event, args, dict(zip([p for p, _ in spec.params], args, strict=True)))
         for event, spec in machine.table.events.items()
@@ -60,7 +65,7 @@ def test_hosted_machine_agrees_with_interpreter_everywhere(name: str) -> None:
             hosted.load(state)
             got: Outcome
             try:
-                got = ("step", hosted.step(event, **kwargs))
+                got = ("step", fire(event, **kwargs))
             except TransitionError as e:
                 got = (type(e).__name__, str(e))
                 assert hosted.snapshot() == state, f"{name}: {event}{args} failed but moved"
@@ -194,7 +199,10 @@ def test_load_refuses_a_state_outside_the_domain() -> None:
 
 
 def test_a_host_that_disagrees_with_the_table_says_so() -> None:
-    hosted = _agent()
+    # A table compiled for this test alone: its transitions machine is shared by its hosts.
+    hosted = HostedMachine(Machine(SPEC.machines["agent"].table))
+    other = HostedMachine(hosted.spec)
+    assert other.machine is hosted.machine
     hosted.machine.remove_transition("send", source="idle")
     with pytest.raises(
         FsmError,
@@ -203,13 +211,38 @@ def test_a_host_that_disagrees_with_the_table_says_so() -> None:
             r"transitions found no transition, the table chooses row 'send\.idle\.wake'$"
         ),
     ):
-        hosted.fire("send", wake=True, lane="next_turn")
+        hosted.trigger("send", wake=True, lane="next_turn")
+    # Firing is the interpreter's: it never consults transitions.
+    assert [str(e) for e in other.fire("send", wake=True, lane="next_turn")] == [
+        "enqueue(next_turn)",
+        "schedule_driver()",
+    ]
+
+
+def test_hosts_of_one_table_share_one_transitions_machine_built_on_first_use() -> None:
+    spec = Machine(SPEC.machines["agent"].table)
+    hosts = [HostedMachine(spec) for _ in range(3)]
+    hosts[0].fire("send", wake=True, lane="next_turn")
+    assert len({id(h.machine) for h in hosts}) == 1
+    # Each host is its own model: the shared machine reads each one's state.
+    assert [h.machine.get_model_state(h).name for h in hosts] == ["idle"] * 3
+    assert hosts[0].may_trigger("start") and not hosts[1].may_trigger("start")
 
 
 # --- re-entrancy ----------------------------------------------------------------------------------
+# Each test runs through the interpreter (``fire``) and through transitions (``trigger``).
 
 
-def test_cancel_inside_running_status_is_applied_at_once() -> None:
+def _fire(
+    hosted: HostedMachine, path: str, event: str, context: object = None, /, **kwargs: Value
+) -> list[Effect]:
+    if path == "fire":
+        return hosted.fire(event, context, **kwargs)
+    return list(hosted.trigger(event, context, **kwargs).effects)
+
+
+@pytest.mark.parametrize("path", ["fire", "trigger"])
+def test_cancel_inside_running_status_is_applied_at_once(path: str) -> None:
     agent = SPEC.machines["agent"]
     seen: list[Effect] = []
     inner: list[list[Effect]] = []
@@ -217,11 +250,11 @@ def test_cancel_inside_running_status_is_applied_at_once() -> None:
     def perform(effect: Effect) -> None:
         seen.append(effect)
         if effect == Effect("publish_status", ("running",)):
-            inner.append(hosted.fire("cancel", cause="user", keep_inbox=False))
+            inner.append(_fire(hosted, path, "cancel", cause="user", keep_inbox=False))
 
     hosted = HostedMachine(agent, perform=perform)
     hosted.load(agent.state(scheduled=True, pending=True))
-    outer = hosted.fire("start")
+    outer = _fire(hosted, path, "start")
 
     assert [str(e) for e in outer] == ["open_holder()", "publish_status(running)"]
     assert [[str(e) for e in effects] for effects in inner] == [
@@ -241,12 +274,13 @@ def test_cancel_inside_running_status_is_applied_at_once() -> None:
     )
 
 
-def test_later_effects_see_a_wake_sent_inside_idle_status() -> None:
+@pytest.mark.parametrize("path", ["fire", "trigger"])
+def test_later_effects_see_a_wake_sent_inside_idle_status(path: str) -> None:
     agent = SPEC.machines["agent"]
     running = agent.state(phase="running", holder="live")
     alone = HostedMachine(agent)
     alone.load(running)
-    assert [str(e) for e in alone.fire("claim")] == [
+    assert [str(e) for e in _fire(alone, path, "claim")] == [
         "release_holder()",
         "publish_status(idle)",
         "settle_idle()",
@@ -254,13 +288,14 @@ def test_later_effects_see_a_wake_sent_inside_idle_status() -> None:
 
     def perform(effect: Effect) -> None:
         if effect == Effect("publish_status", ("idle",)):
-            hosted.fire("send", wake=True, lane="next_turn")
+            _fire(hosted, path, "send", wake=True, lane="next_turn")
 
     hosted = HostedMachine(agent, perform=perform)
     hosted.load(running)
     # The listener's wake scheduled a driver, so the agent is no longer quiescent when the
     # row reaches its `{ when = "quiescent" }` block: when_idle() waiters are not released.
-    assert [str(e) for e in hosted.fire("claim")] == ["release_holder()", "publish_status(idle)"]
+    effects = _fire(hosted, path, "claim")
+    assert [str(e) for e in effects] == ["release_holder()", "publish_status(idle)"]
     assert (hosted.state, hosted.values["scheduled"], hosted.values["pending"]) == (
         "idle",
         True,
@@ -268,36 +303,39 @@ def test_later_effects_see_a_wake_sent_inside_idle_status() -> None:
     )
 
 
-def test_first_abort_wins_when_an_observer_cancels_again() -> None:
+@pytest.mark.parametrize("path", ["fire", "trigger"])
+def test_first_abort_wins_when_an_observer_cancels_again(path: str) -> None:
     agent = SPEC.machines["agent"]
 
     def perform(effect: Effect) -> None:
         if effect == Effect("notify_cancel_requested", ("user",)):
-            hosted.fire("cancel", cause="parent", keep_inbox=True)
+            _fire(hosted, path, "cancel", cause="parent", keep_inbox=True)
 
     hosted = HostedMachine(agent, perform=perform)
     hosted.load(agent.state(phase="running", holder="live", turn=True))
-    outer = hosted.fire("cancel", cause="user", keep_inbox=True)
+    outer = _fire(hosted, path, "cancel", cause="user", keep_inbox=True)
     # The observer's cancel aborted the holder first; the outer row's abort block is skipped.
     assert [str(e) for e in outer] == ["notify_cancel_requested(user)"]
     assert (hosted.values["holder"], hosted.values["reason"]) == ("aborted", "parent")
 
 
-def test_each_fire_hands_its_own_context_to_the_effects_of_its_row() -> None:
+@pytest.mark.parametrize("path", ["fire", "trigger"])
+def test_each_fire_hands_its_own_context_to_the_effects_of_its_row(path: str) -> None:
     seen: list[tuple[str, object]] = []
 
     def perform(effect: Effect) -> None:
         seen.append((str(effect), hosted.context))
         if effect.name == "enqueue" and hosted.context == "m1":
-            hosted.fire("send", "m2", wake=False, lane="next_turn")  # a listener sends again
+            # a listener sends again
+            _fire(hosted, path, "send", "m2", wake=False, lane="next_turn")
 
     hosted = HostedMachine(SPEC.machines["agent"], perform=perform)
-    hosted.fire("send", "m1", wake=True, lane="next_turn")
+    _fire(hosted, path, "send", "m1", wake=True, lane="next_turn")
     assert seen == [
         ("enqueue(next_turn)", "m1"),
         ("enqueue(next_turn)", "m2"),  # the nested fire's own context
         ("schedule_driver()", "m1"),  # the outer one's is back once the nested fire returned
     ]
     assert hosted.context is None  # outside any fire
-    hosted.fire("cancel", cause="user", keep_inbox=False)  # no context: None while it runs
+    _fire(hosted, path, "cancel", cause="user", keep_inbox=False)  # no context: None while it runs
     assert seen[-2:] == [("notify_cancel_requested(user)", None), ("clear_inbox()", None)]

@@ -19,6 +19,7 @@ import fsm_core
 ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC_MODULES = (
+    "fsm_core.acp",
     "fsm_core.check",
     "fsm_core.diagrams",
     "fsm_core.export",
@@ -30,6 +31,7 @@ PUBLIC_MODULES = (
 
 APART: dict[str, str] = {
     "fsm_core.testing": "test doubles stay out of the runtime's face",
+    "fsm_core.acp": "an application of the runtime that loads the ACP package (and pydantic)",
     "fsm_core.check": "the checker's Model and check() would read as the LLM seam and a verb",
     "fsm_core.export": "FORMAT, SEMANTICS and VERSION describe the export file, not the package",
 }

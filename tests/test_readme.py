@@ -24,10 +24,10 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), 
 
 
 def test_readme_has_its_examples() -> None:
-    assert len(BLOCKS) == 2
+    assert len(BLOCKS) == 3
 
 
-@pytest.mark.parametrize("code", BLOCKS, ids=["tables", "runtime"])
+@pytest.mark.parametrize("code", BLOCKS, ids=["tables", "runtime", "subagents"])
 def test_readme_example_prints_what_it_claims(code: str) -> None:
     claimed = [
         re.sub(r"\s+<-.*$", "", line[2:]).rstrip()

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import pytest
 from hypothesis import given
@@ -105,6 +105,7 @@ def test_the_shape_table_declares_every_event_type_and_nothing_else() -> None:
 )
 def test_each_durable_outcome_of_design_decision_6_is_recorded(outcome: dict[str, Any]) -> None:
     session = Session()
+    session.append("step/start", {"turn": 1, "step": 2})  # the step an error names
     session.append("turn/end", {"turn": 1, "outcome": outcome})
     assert Session.from_jsonl(session.to_jsonl()).events[-1].data["outcome"] == outcome
     assert Session.seed(session.events).events[-1].data["outcome"] == outcome
@@ -811,6 +812,36 @@ FIELDS: dict[FieldType, st.SearchStrategy[object]] = {
 }
 
 
+def named_steps(
+    writes: list[tuple[EventType, dict[str, object]]],
+) -> list[tuple[EventType, dict[str, object]]]:
+    """The same appends, each ``error`` outcome naming its turn's last ``step/start`` since the
+    last turn boundary (0 if none), as the log requires; where that step is negative, which no
+    error may name, the turn ends ``completed`` instead."""
+    last: dict[object, int] = {}
+    out: list[tuple[EventType, dict[str, object]]] = []
+    for event_type, data in writes:
+        outcome = data.get("outcome")
+        named = data
+        if event_type == "turn/end" and isinstance(outcome, dict) and outcome["kind"] == "error":
+            step = last.get(data["turn"], 0)
+            ended = {**outcome, "step": step} if step >= 0 else {"kind": "completed"}
+            named = {**data, "outcome": ended}
+        if event_type in ("turn/start", "turn/end"):
+            last = {}
+        elif event_type == "step/start":
+            last[data["turn"]] = cast(int, data["step"])
+        out.append((event_type, named))
+    return out
+
+
+def logs(
+    *, min_size: int = 0, max_size: int
+) -> st.SearchStrategy[list[tuple[EventType, dict[str, object]]]]:
+    """Valid sequences of appends: each valid alone, and every error naming its step."""
+    return st.lists(appends(), min_size=min_size, max_size=max_size).map(named_steps)
+
+
 @st.composite
 def appends(draw: st.DrawFn) -> tuple[EventType, dict[str, object]]:
     """One valid append, drawn from the shape table itself."""
@@ -821,7 +852,7 @@ def appends(draw: st.DrawFn) -> tuple[EventType, dict[str, object]]:
     return event_type, data
 
 
-@given(st.lists(appends(), max_size=12))
+@given(logs(max_size=12))
 def test_any_sequence_of_valid_appends_round_trips_through_jsonl(
     writes: list[tuple[EventType, dict[str, object]]],
 ) -> None:
@@ -839,7 +870,7 @@ def test_any_sequence_of_valid_appends_round_trips_through_jsonl(
     assert [event.seq for event in loaded.events] == list(range(len(writes)))
 
 
-@given(st.lists(appends(), min_size=1, max_size=6), st.data())
+@given(logs(min_size=1, max_size=6), st.data())
 def test_a_damaged_log_is_rejected_whole_naming_its_line_or_read_exactly(
     tmp_path_factory: pytest.TempPathFactory,
     writes: list[tuple[EventType, dict[str, object]]],

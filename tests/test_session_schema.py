@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from fsm_core._paths import specs_dir
@@ -34,7 +33,7 @@ from fsm_core.runtime import (
 from fsm_core.runtime._session import _CLASSIFICATION_MAX, _RECORD_KEYS, SAFE_INTEGER, FieldType
 from fsm_core.runtime._signal import AbortSignal
 from fsm_core.testing import Fail, Gate, ScriptedModel, ScriptedTool, Wait
-from tests.test_session import appends
+from tests.test_session import logs
 
 SCHEMA: dict[str, Any] = json.loads(
     (specs_dir() / "session.schema.json").read_text(encoding="utf-8")
@@ -254,7 +253,7 @@ def test_the_scenarios_write_every_event_type_and_every_outcome_kind() -> None:
     assert codes == {"model-failed", "invalid-reply", "halted"}
 
 
-@given(st.lists(appends(), max_size=8))
+@given(logs(max_size=8))
 def test_every_record_the_shapes_accept_validates(writes: list[Any]) -> None:
     session = Session()
     for event_type, data in writes:

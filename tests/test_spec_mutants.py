@@ -50,7 +50,7 @@ from tests.helpers import copy_specs
 
 KILLED_BY = {
     "last_wins_cause": "reason_first_wins",
-    "latch_set_on_disposed": "disposal_never_latches",
+    "latch_set_on_disposed": "latch_only_while_busy",
     "clearing_cancel_keeps_latch": "clear_inbox.requires",
     "keep_inbox_parks_post_abort_wake": "no_parked_wake",
     "removal_keeps_latch": "latch_has_work",

@@ -1,4 +1,5 @@
-"""The asyncio reference runtime of seed 000, driven by specs/agent.toml.
+"""The asyncio reference runtime of seeds 000 and 004, driven by specs/agent.toml and
+specs/activation.toml.
 
     rt = Runtime(model=ScriptedModel([Reply("hello")]))     # fsm_core.testing's stand-in
     handle = await rt.create_agent("a1")
@@ -10,6 +11,17 @@ Every name here is also exported from :mod:`fsm_core`; scripted models, tools an
 tests live in :mod:`fsm_core.testing`.
 """
 
+from fsm_core.runtime._activation import (
+    Activation,
+    ActivationSettled,
+    ActivationTeardownFailed,
+    SubagentCode,
+    SubagentError,
+    SubagentResult,
+    SubagentSpec,
+    TeardownFailure,
+    Terminal,
+)
 from fsm_core.runtime._agent import Agent, Phase, Status
 from fsm_core.runtime._causes import (
     DISPOSED,
@@ -23,11 +35,16 @@ from fsm_core.runtime._causes import (
 )
 from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._hooks import HookDecision, HookResult, Hooks, RunHookOptions, run_hook
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
+from fsm_core.runtime._initiators import AgentRegistry
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
+    AssistantMessageRecorded,
     CancelRequested,
+    DisposalEnded,
+    DisposalStarted,
     Flush,
     MessageDiscarded,
     MessageInserted,
@@ -38,8 +55,10 @@ from fsm_core.runtime._payloads import (
     StepBoundary,
     ToolApproval,
     TurnEnded,
+    TurnFailed,
     TurnStarted,
     TurnStopping,
+    UserMessageRecorded,
 )
 from fsm_core.runtime._runtime import Runtime
 from fsm_core.runtime._scope import initiating_agent
@@ -55,6 +74,7 @@ from fsm_core.runtime._session import (
     SessionEvent,
 )
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
+from fsm_core.runtime._subagents import Subagents
 
 __all__ = [
     "DISPOSED",
@@ -66,17 +86,27 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "Aborted",
+    "Activation",
+    "ActivationSettled",
+    "ActivationTeardownFailed",
     "Agent",
     "AgentCancelCause",
     "AgentHandle",
+    "AgentRegistry",
     "AssembleContext",
+    "AssistantMessageRecorded",
     "CancelRequested",
+    "DisposalEnded",
+    "DisposalStarted",
     "Disposed",
     "ErrorCode",
     "EventBus",
     "EventType",
     "Finish",
     "Flush",
+    "HookDecision",
+    "HookResult",
+    "Hooks",
     "Inbox",
     "Interruption",
     "Lane",
@@ -91,6 +121,7 @@ __all__ = [
     "Reply",
     "Request",
     "RequestError",
+    "RunHookOptions",
     "Runtime",
     "Session",
     "SessionError",
@@ -98,13 +129,23 @@ __all__ = [
     "Status",
     "StatusChanged",
     "StepBoundary",
+    "SubagentCode",
+    "SubagentError",
+    "SubagentResult",
+    "SubagentSpec",
+    "Subagents",
+    "TeardownFailure",
+    "Terminal",
     "Tool",
     "ToolApproval",
     "ToolCall",
     "TurnEnded",
+    "TurnFailed",
     "TurnStarted",
     "TurnStopping",
     "UserCause",
     "UserMessage",
+    "UserMessageRecorded",
     "initiating_agent",
+    "run_hook",
 ]

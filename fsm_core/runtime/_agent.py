@@ -45,6 +45,8 @@ Phase = Literal["idle", "running", "cancelling", "maintenance", "disposing", "di
 Status = Literal["idle", "running"]
 """What ``agent/status`` publishes: the agent table's ``status`` type."""
 
+_LANES: tuple[Lane, ...] = get_args(Lane)
+
 
 class _Core(Protocol):
     """What an :class:`Agent` asks of its core: one method per user call, and read access.
@@ -152,13 +154,13 @@ class Agent:
                     f"not {type(value).__name__}"
                 )
         lane: object = target  # typed as a Lane, but a careless caller passes anything
-        if type(lane) is not str or lane not in get_args(Lane):
+        if type(lane) is not str or lane not in _LANES:
             raise UsageError(
                 f"agent {self.id}: target must be 'next_turn' or 'next_step', not {echo(target)}"
             )
         if not isinstance(wakeup, bool):
             raise UsageError(f"agent {self.id}: wakeup must be a bool, not {echo(wakeup)}")
-        if any(m.id == message.id for m in (*self.inbox.next_turn, *self.inbox.next_step)):
+        if self.inbox._holds(message.id):
             raise UsageError(f"agent {self.id}: message {echo(message.id)} is already pending")
         if wakeup:
             try:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, cast, final, get_args
@@ -59,11 +60,15 @@ from fsm_core.runtime._causes import (
 )
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._history import History
+from fsm_core.runtime._hooks import Hooks, run_hooks
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
+    AssistantMessageRecorded,
     CancelRequested,
+    DisposalEnded,
+    DisposalStarted,
     Flush,
     MessageDiscarded,
     MessageInserted,
@@ -74,8 +79,10 @@ from fsm_core.runtime._payloads import (
     StepBoundary,
     ToolApproval,
     TurnEnded,
+    TurnFailed,
     TurnStarted,
     TurnStopping,
+    UserMessageRecorded,
 )
 from fsm_core.runtime._scope import context_for
 from fsm_core.runtime._session import ErrorCode, Session, SessionError
@@ -161,6 +168,22 @@ def _check_literals(table: Machine) -> None:
             )
 
 
+_CHECKED: weakref.WeakSet[Machine] = weakref.WeakSet()
+"""The compiled tables :func:`_check_table` has accepted; each is checked once."""
+
+
+def _check_table(table: Machine) -> None:
+    """Raise :class:`FsmError` unless the runtime performs exactly the table's effects and
+    reads back its literal types (checked once per compiled table)."""
+    if table in _CHECKED:
+        return
+    missing = set(table.table.effects) ^ set(_HANDLERS)
+    if missing:
+        raise FsmError(f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}")
+    _check_literals(table)
+    _CHECKED.add(table)
+
+
 class Seams(Protocol):
     """What an agent's owner lends its core: the bus, the model and the tools, read live."""
 
@@ -170,6 +193,8 @@ class Seams(Protocol):
     def model(self) -> ModelAdapter: ...
     @property
     def tools(self) -> Mapping[str, Tool]: ...
+    @property
+    def hooks(self) -> Hooks: ...
 
 
 @final
@@ -205,29 +230,7 @@ class AgentCore:
         self._history = History()
         """What each request says, folded from the session as it grows."""
         self.control = HostedMachine(table, perform=self._perform)
-        self._handlers: dict[str, Callable[..., None]] = {
-            "enqueue": self._enqueue,
-            "schedule_driver": self._schedule_driver,
-            "notify_cancel_requested": self._notify_cancel_requested,
-            "clear_inbox": self._clear_inbox,
-            "abort_holder": self._abort_holder,
-            "open_holder": self._open_holder,
-            "release_holder": self._release_holder,
-            "publish_status": self._publish_status,
-            "claim_inbox": self._claim_inbox,
-            "claim_steering": self._claim_steering,
-            "publish_turn_start": self._publish_turn_start,
-            "publish_turn_end": self._publish_turn_end,
-            "flush_session": self._flush_session,
-            "settle_idle": self._settle_idle,
-            "finalize_disposal": self._finalize_disposal,
-        }
-        missing = set(table.table.effects) ^ set(self._handlers)
-        if missing:
-            raise FsmError(
-                f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}"
-            )
-        _check_literals(table)
+        _check_table(table)
         # Invariant: _controller is set iff the table's holder is live or aborted.
         self._controller: AbortController | None = None
         self._status: Status = "idle"
@@ -245,6 +248,12 @@ class AgentCore:
         self._model_error: BaseException | None = None
         """The model's exception that no ``agent/request-error`` listener retried, so the
         classification can tell it (``model-failed``) from a seam's."""
+        self._error: BaseException | None = None
+        """What ended the turn's work (the exception ``_error_code`` classifies, or the escape
+        that halted the driver), consumed with the code by ``publish_turn_end``."""
+        self._failed: TurnFailed | None = None
+        """The ``turn/error`` payload ``publish_turn_end(error)`` left for the
+        ``publish_turn_error`` effect that follows it in the same row."""
         self._flush_owed = False
         """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
         driver that halted before settling it leaves it owed to the next driver."""
@@ -255,6 +264,10 @@ class AgentCore:
         """True iff the driver task last scheduled has begun to run."""
         self._firing = 0
         """How many table events are being fired right now (listeners nest them)."""
+        self._reentered = False
+        """True iff, since the outermost fire in progress began, a listener fired another event
+        inside it. Until then the row runs as the loader proved it runs from a valid state, so
+        its effects' contracts are checked only from the first re-entry on."""
         self._held: BaseException | None = None
         """A listener's uncontained BaseException, raised once the outermost row completes."""
         self.agent = Agent(self)
@@ -288,7 +301,7 @@ class AgentCore:
 
     def when_idle(self) -> Pending:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.control.spec.holds("quiescent", self.control.snapshot()):
+        if self.control.holds("quiescent"):
             waiter.set_result(None)
         else:
             self._waiters.append(waiter)
@@ -340,6 +353,8 @@ class AgentCore:
         """Fire a table event with its ``context``; a listener's held BaseException is raised
         after the row."""
         self._firing += 1
+        if self._firing > 1:
+            self._reentered = True
         try:
             self.control.fire(event, context, **args)
         except BaseException:
@@ -348,6 +363,8 @@ class AgentCore:
             raise
         finally:
             self._firing -= 1
+            if self._firing == 0:
+                self._reentered = False
         if self._firing == 0 and self._held is not None:
             held, self._held = self._held, None
             raise held
@@ -383,17 +400,16 @@ class AgentCore:
                     await self._await_flush()
                 _raise_if_cancelling()
                 self._fire("converge")
-        except BaseException:
-            self._halt()
+        except BaseException as error:
+            self._halt(error)
             raise
 
     def _enabled(self, event: str, **args: Value) -> bool:
         """True iff a row of the table takes ``event`` now: the table decides, not the driver."""
-        spec = self.control.spec
-        return bool(spec.enabled(self.control.snapshot(), event, spec.arguments(event, **args)))
+        return self.control.takes(event, **args)
 
-    def _halt(self) -> None:
-        """Converge the table after an escape, with no await: retire the open turn, halt.
+    def _halt(self, escape: BaseException) -> None:
+        """Converge the table after ``escape``, with no await: retire the open turn, halt.
 
         The retired turn's flush stays owed: the next driver settles it before its claim.
         """
@@ -402,6 +418,8 @@ class AgentCore:
                 return  # the driver no longer owns the agent (it converged, or replayed)
             if not self._enabled(event, **args):
                 continue
+            if event == "retire":
+                self._error = escape
             try:
                 self._fire(event, **args)
             except BaseException:  # a listener's, held to the row's end: the first one wins
@@ -430,15 +448,21 @@ class AgentCore:
         so far), prompt assembly (:meth:`_assemble`), then the step itself (:meth:`_step`),
         which opens with ``step/start``. The signal is checked after every awaited seam, so a
         cancel or disposal before the step opens leaves no step in the log and no request.
-        After the last step, ``agent/turn-stopping``.
+        After the last step, ``agent/turn-stopping``. The runtime's hooks (:class:`Hooks`) run
+        with the same signal: ``prompt`` before the first step, ``stop`` last.
         """
         step = 0
         try:
-            while True:
+            # Prompt hooks first: a block refuses the turn before any step or request.
+            blocked = await self._hook(
+                "prompt", signal, turn, prompt=[m.text for m in self._claimed]
+            )
+            while not blocked:
                 step += 1
-                await self.events.waterfall(
-                    "agent/pre-step", PreStep(self.agent, signal, turn, step), _same
-                )
+                if self.events.heard("agent/pre-step"):  # observe-only: no listener, no seam
+                    await self.events.waterfall(
+                        "agent/pre-step", PreStep(self.agent, signal, turn, step), _same
+                    )
                 signal.raise_if_aborted()
                 if self.inbox.next_step:
                     self._fire("take_steering", rest=bool(self.inbox.next_turn))
@@ -447,23 +471,37 @@ class AgentCore:
                 reply = await self._step(signal, turn, step, messages)
                 if reply.finish != "tool_calls":
                     break
-            ending = _ENDINGS[reply.finish]
-            await self.events.waterfall(
-                "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
-            )
+            ending = "blocked" if blocked else _ENDINGS[reply.finish]
+            if self.events.heard("agent/turn-stopping"):
+                await self.events.waterfall(
+                    "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
+                )
+            await self._hook("stop", signal, turn, ending=ending)
             return ending
         except Aborted as error:
             # The table reads the aborted holder and records aborted/disposed; the code counts
             # only for an Aborted some seam raised while the turn's own signal was not aborted.
-            self._error_code = self._classify(error)
+            self._error_code, self._error = self._classify(error), error
             return "error"
         except (Exception, asyncio.CancelledError) as error:
             # The driver's own task is being cancelled (a seam may have turned the
             # CancelledError into another exception): _drive retires the turn and halts.
             _raise_if_cancelling()
             log.exception("agent %s: turn %d failed", self.id, turn)
-            self._error_code = self._classify(error)
+            self._error_code, self._error = self._classify(error), error
             return "error"
+
+    async def _hook(self, seam: str, signal: AbortSignal, turn: int, **about: Any) -> bool:
+        """Run the ``seam`` hooks of the runtime (:class:`Hooks`) with the turn's signal; True
+        iff one blocked. Raises :class:`Aborted` when the signal aborted meanwhile: the
+        hooks' processes are gone by then (``run_hook`` waits for them)."""
+        commands = getattr(self.seams.hooks, seam)
+        if not commands:
+            return False
+        payload = {"hook": seam, "agent": self.id, "turn": turn, **about}
+        blocked = await run_hooks(commands, payload, signal, self.seams.hooks)
+        signal.raise_if_aborted()
+        return blocked is not None
 
     def _classify(self, error: BaseException) -> ErrorCode:
         """The durable class of the failure that ended the turn (see ``ErrorCode``)."""
@@ -479,6 +517,8 @@ class AgentCore:
         leaves it. The conversation is read from the durable session (see ``_history.py``
         for which records say what), so a replay or a resumed log asks the same."""
         history = self._history.read(self.session.events)
+        if not self.events.heard("agent/assemble"):
+            return history
         assembled = await self.events.waterfall(
             "agent/assemble", AssembleContext(self.agent, signal, history), _same
         )
@@ -499,6 +539,9 @@ class AgentCore:
             signal.raise_if_aborted()
             self.session.append(
                 "assistant/message", {"turn": turn, "step": step, "text": reply.text}
+            )
+            self.events.notify(
+                "assistant/message", AssistantMessageRecorded, self.agent, signal, turn, step, reply
             )
             for call in reply.tool_calls:
                 if signal.aborted:
@@ -549,9 +592,11 @@ class AgentCore:
                 lambda _a: _same(True),
             )
             signal.raise_if_aborted()
+            about = {"step": step, "id": call.id, "tool": call.name, "args": dict(call.args)}
+            blocked = approved and await self._hook("tool", signal, turn, **about)
             tool = self.seams.tools.get(call.name)
-            result = "refused" if not approved else "unknown-tool"
-            if approved and tool is not None:
+            result = "blocked" if blocked else "refused" if not approved else "unknown-tool"
+            if approved and not blocked and tool is not None:
                 result = "aborted"
                 try:
                     result, ok = await tool.execute(call.args, signal), True
@@ -587,15 +632,15 @@ class AgentCore:
     def _perform(self, effect: Effect) -> None:
         # The table's contract for this effect must hold as it runs; the loader and the checker
         # prove it for the table, this catches a runtime that re-enters where the table does
-        # not say it may.
-        if self.control.spec.unmet(effect.name, self.control.snapshot(), effect.args):
+        # not say it may (before any re-entry, the loader's proof covers the row).
+        if self._reentered and self.control.unmet(effect):
             requires = self.control.spec.table.effects[effect.name].requires_text
             raise FsmError(
                 f"agent {self.id}: {effect} runs where its contract {requires!r} does not hold "
                 f"({self.control.spec.format_state(self.control.snapshot())})"
             )
         try:
-            self._handlers[effect.name](*effect.args)
+            getattr(self, _HANDLERS[effect.name])(*effect.args)
         except Exception:
             raise  # a fault of the runtime itself, not of a listener
         except BaseException as error:
@@ -604,13 +649,13 @@ class AgentCore:
             self._held = self._held or error
 
     def _value(self, name: str) -> Value:
-        return self.control.values[name]
+        return self.control.get(name)
 
     def _enqueue(self, lane: str) -> None:
         message = self.control.context  # only send's rows enqueue: the message being sent
         assert isinstance(message, UserMessage)
         self.inbox._insert(message, cast(Lane, lane))  # _check_literals: the table's lanes
-        self.events.emit("inbox/inserted", MessageInserted(self.agent, message, cast(Lane, lane)))
+        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, cast(Lane, lane))
 
     def _schedule_driver(self) -> None:
         task = asyncio.get_running_loop().create_task(
@@ -646,7 +691,7 @@ class AgentCore:
         if messages:
             self.session.append("inbox/discarded", {"ids": [m.id for m in messages]})
         for message in messages:
-            self.events.emit("inbox/discarded", MessageDiscarded(self.agent, message))
+            self.events.notify("inbox/discarded", MessageDiscarded, self.agent, message)
 
     def _abort_holder(self, signal_reason: str) -> None:
         assert self._controller is not None
@@ -660,21 +705,34 @@ class AgentCore:
 
     def _publish_status(self, status: str) -> None:
         self._status = cast(Status, status)
-        self.events.emit("agent/status", StatusChanged(self.agent, self._status))
+        self.events.notify("agent/status", StatusChanged, self.agent, self._status)
 
     def _claim_inbox(self) -> None:
         """The open turn's claim: every steering message and one next-turn message, recorded,
-        then announced (``inbox/claimed`` listeners may re-enter: the table's effect notifies)."""
+        then announced, the claim first, then each message (listeners may re-enter: the
+        table's effect notifies)."""
         controller = self._controller
         assert controller is not None
-        self._claimed = self.inbox._claim()
-        self._record_claim(self._claimed)
-        claimed = MessagesClaimed(self.agent, controller.signal, self._turn, tuple(self._claimed))
-        self.events.emit("inbox/claimed", claimed)
+        claimed = self._claimed = self.inbox._claim()
+        self._record_claim(claimed)
+        self.events.notify(
+            "inbox/claimed", MessagesClaimed, self.agent, controller.signal, self._turn, (*claimed,)
+        )
+        self._announce_user_messages(controller.signal, claimed)
 
     def _claim_steering(self) -> None:
-        self._steering = self.inbox._claim_steering()
-        self._record_claim(self._steering)
+        """A step boundary's claim of the steering messages, recorded, then announced."""
+        controller = self._controller
+        assert controller is not None
+        steering = self._steering = self.inbox._claim_steering()
+        self._record_claim(steering)
+        self._announce_user_messages(controller.signal, steering)
+
+    def _announce_user_messages(self, signal: AbortSignal, messages: list[UserMessage]) -> None:
+        for message in messages:
+            self.events.notify(
+                "user/message", UserMessageRecorded, self.agent, signal, self._turn, message
+            )
 
     def _record_claim(self, messages: list[UserMessage]) -> None:
         """The durable claim by the open turn, then each claimed message's text."""
@@ -690,16 +748,26 @@ class AgentCore:
         self._turn += 1
         self._claimed = []
         self.session.append("turn/start", {"turn": self._turn})
-        self.events.emit("turn/start", TurnStarted(self.agent, controller.signal, self._turn))
+        self.events.notify("turn/start", TurnStarted, self.agent, controller.signal, self._turn)
 
     def _publish_turn_end(self, outcome: str) -> None:
         durable: dict[str, str | int] = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
         code, self._error_code, self._model_error = self._error_code or "halted", None, None
+        error, self._error = self._error, None
         if outcome == "error":
             # A class of failure and where, never the exception (seed 000: durable-clean).
-            durable |= {"step": self._last_step(), "code": code}
+            step = self._last_step()
+            durable |= {"step": step, "code": code}
+            assert error is not None, "a turn ends in error only after its work failed"
+            self._failed = TurnFailed(self.agent, self._turn, step, code, error)
         self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
-        self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))
+        self.events.notify("turn/end", TurnEnded, self.agent, self._turn, durable)
+
+    def _publish_turn_error(self) -> None:
+        """After turn/end: the failure again, with what the log never holds, the exception."""
+        failed, self._failed = self._failed, None
+        assert failed is not None, "publish_turn_error follows publish_turn_end(error)"
+        self.events.emit("turn/error", failed)
 
     def _last_step(self) -> int:
         """The number of the open turn's last ``step/start`` in the log, 0 if it opened none."""
@@ -724,6 +792,12 @@ class AgentCore:
         self.session._detach()
         self._forget(self.id)
 
+    def _publish_disposing(self) -> None:
+        self.events.notify("agent/disposing", DisposalStarted, self.agent)
+
+    def _publish_disposed(self) -> None:
+        self.events.notify("agent/disposed", DisposalEnded, self.agent)
+
     def _remove(self, message_id: str) -> bool:
         queued = (*self.inbox.next_turn, *self.inbox.next_step)
         if all(m.id != message_id for m in queued):
@@ -734,6 +808,33 @@ class AgentCore:
         assert message is not None
         self._discard([message])
         return True
+
+
+_HANDLERS: Mapping[str, str] = {
+    effect: f"_{effect}"
+    for effect in (
+        "enqueue",
+        "schedule_driver",
+        "notify_cancel_requested",
+        "clear_inbox",
+        "abort_holder",
+        "open_holder",
+        "release_holder",
+        "publish_status",
+        "claim_inbox",
+        "claim_steering",
+        "publish_turn_start",
+        "publish_turn_end",
+        "publish_turn_error",
+        "flush_session",
+        "settle_idle",
+        "finalize_disposal",
+        "publish_disposing",
+        "publish_disposed",
+    )
+}
+"""Each effect of specs/agent.toml and the :class:`AgentCore` method that performs it, looked
+up on the core when performed (a test may replace one on an instance)."""
 
 
 class AgentHandle:

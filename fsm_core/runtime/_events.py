@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 __all__ = ["EventBus"]
 
 log = logging.getLogger("fsm_core.runtime")
 
 P = TypeVar("P")
+Params = ParamSpec("Params")
 R = TypeVar("R")
 Listener = Callable[..., object]
 """``(payload)`` for a notification, ``async (payload, next)`` for a waterfall."""
@@ -52,6 +53,18 @@ class EventBus:
 
         return dispose
 
+    def heard(self, name: str) -> bool:
+        """True iff a listener of ``name`` is registered now."""
+        return bool(self._listeners.get(name))
+
+    def notify(
+        self, name: str, make: Callable[Params, object], /, *args: Params.args, **kw: Params.kwargs
+    ) -> None:
+        """``emit(name, make(*args, **kw))``, building the payload only if a listener hears it:
+        the runtime announces every moment of every turn, most of them to nobody."""
+        if self._listeners.get(name):
+            self.emit(name, make(*args, **kw))
+
     def emit(self, name: str, payload: object) -> None:
         """Notify every listener of ``name`` now.
 
@@ -59,8 +72,11 @@ class EventBus:
         even when one raises a ``BaseException`` such as ``KeyboardInterrupt``; the first of
         those is raised once the last listener has returned.
         """
+        listeners = self._listeners.get(name)
+        if not listeners:
+            return
         escaped: BaseException | None = None
-        for listener in list(self._listeners.get(name, ())):
+        for listener in list(listeners):
             try:
                 listener(payload)
             except (Exception, asyncio.CancelledError):
@@ -77,7 +93,10 @@ class EventBus:
         await ``next(payload)`` and return (or transform) the result. A listener that returns
         without calling ``next`` ends the chain with its own result.
         """
-        chain = list(self._listeners.get(name, ()))
+        chain = self._listeners.get(name)
+        if not chain:
+            return await last(payload)
+        chain = list(chain)
 
         async def call(index: int, value: P) -> R:
             if index == len(chain):

@@ -28,6 +28,9 @@ class Inbox:
 
     def __init__(self, remove: Callable[[str], bool]) -> None:
         self._lanes: dict[Lane, deque[UserMessage]] = {"next_turn": deque(), "next_step": deque()}
+        # The ids queued in either lane: admission refuses a duplicate id in O(1), so a parent
+        # receiving thousands of settlement notices does not rescan its whole inbox each time.
+        self._ids: set[str] = set()
         self._remove = remove
 
     @property
@@ -46,12 +49,19 @@ class Inbox:
         """Remove a queued message by id; True if it was there (it then ends discarded)."""
         return self._remove(message_id)
 
+    def _holds(self, message_id: str) -> bool:
+        return message_id in self._ids
+
     # --- used by the agent's effects ---------------------------------------------------------
 
     def _insert(self, message: UserMessage, lane: Lane) -> None:
         self._lanes[lane].append(message)
+        self._ids.add(message.id)
 
     def _take(self, message_id: str) -> UserMessage | None:
+        if message_id not in self._ids:
+            return None
+        self._ids.discard(message_id)
         for lane in self._lanes.values():
             for message in lane:
                 if message.id == message_id:
@@ -63,6 +73,7 @@ class Inbox:
         out = [*self._lanes["next_step"], *self._lanes["next_turn"]]
         for lane in self._lanes.values():
             lane.clear()
+        self._ids.clear()
         return out
 
     def _claim(self) -> list[UserMessage]:
@@ -72,11 +83,13 @@ class Inbox:
         self._lanes["next_step"].clear()
         if self._lanes["next_turn"]:
             out.append(self._lanes["next_turn"].popleft())
+        self._ids.difference_update(m.id for m in out)
         return out
 
     def _claim_steering(self) -> list[UserMessage]:
         out = list(self._lanes["next_step"])
         self._lanes["next_step"].clear()
+        self._ids.difference_update(m.id for m in out)
         return out
 
     def __repr__(self) -> str:

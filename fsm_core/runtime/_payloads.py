@@ -3,15 +3,18 @@
 
 Notifications (``EventBus.emit``): ``agent/status``, ``agent/cancel-requested``,
 ``inbox/inserted``, ``inbox/discarded``, ``inbox/claimed``, ``turn/start``, ``turn/end``,
-``step/start``, ``step/end``. Waterfalls (``EventBus.waterfall``, listeners
+``turn/error``, ``step/start``, ``step/end``, ``user/message``, ``assistant/message``,
+``agent/disposing``, ``agent/disposed``. None of them is durable: ``turn/error`` carries the
+exception itself, which the log never holds. Waterfalls (``EventBus.waterfall``, listeners
 ``async (payload, next)``): ``agent/pre-step``, ``agent/assemble``, ``agent/request-error``,
 ``agent/tool-approval``, ``agent/turn-stopping``, ``session/flush``.
 
 Carrying the :class:`Agent` itself is safe: the public agent originates (send, cancel, wait,
 read) and cannot fire a table event or load a state; that plumbing stays in its private core.
 
-``turn/end`` and ``session/flush`` carry no signal: the holder is cleared before turn/end is
-published, so neither its observers nor the flush have any cancellation authority.
+``turn/end``, ``turn/error``, ``session/flush`` and the disposal notifications carry no signal:
+the holder is cleared before turn/end is published, so none of their observers has any
+cancellation authority over the turn that ended.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import Any
 from fsm_core.runtime._agent import Agent, Status
 from fsm_core.runtime._causes import AgentCancelCause
 from fsm_core.runtime._inbox import Lane, UserMessage
-from fsm_core.runtime._llm import ToolCall
-from fsm_core.runtime._session import Session
+from fsm_core.runtime._llm import Reply, ToolCall
+from fsm_core.runtime._session import ErrorCode, Session
 from fsm_core.runtime._signal import AbortSignal
 
 
@@ -73,6 +76,59 @@ class TurnEnded:
     agent: Agent
     turn: int
     outcome: Mapping[str, str | int]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailed:
+    """``turn/error``: the turn ended in ``error``, published after its ``turn/end``.
+
+    ``step`` and ``code`` are what the durable outcome records; ``error`` is what the log
+    never holds: the exception that ended the turn (for ``halted``, what escaped the driver).
+    """
+
+    agent: Agent
+    turn: int
+    step: int
+    code: ErrorCode
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessageRecorded:
+    """``user/message``: a claimed message was recorded, by the turn's claim (after
+    ``inbox/claimed``) or by a step boundary's steering claim."""
+
+    agent: Agent
+    signal: AbortSignal
+    turn: int
+    message: UserMessage
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessageRecorded:
+    """``assistant/message``: the model's answer was recorded, before its tool calls run."""
+
+    agent: Agent
+    signal: AbortSignal
+    turn: int
+    step: int
+    reply: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class DisposalStarted:
+    """``agent/disposing``: disposal has begun, inside the call that requested it; a live turn
+    is already interrupted with ``disposed``."""
+
+    agent: Agent
+
+
+@dataclass(frozen=True, slots=True)
+class DisposalEnded:
+    """``agent/disposed``: teardown completed (after the final flush, failed or not); the
+    agent accepts no more messages."""
+
+    agent: Agent
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,11 @@ from fsm_core._errors import SpecError, UsageError, echo, known
 from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._core import AgentCore, AgentHandle
 from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._hooks import Hooks
+from fsm_core.runtime._initiators import AgentRegistry
 from fsm_core.runtime._llm import ModelAdapter, Tool
 from fsm_core.runtime._session import Session
+from fsm_core.runtime._subagents import Subagents
 from fsm_core.runtime._teardown import Pending, persist
 from fsm_core.table import load_spec
 
@@ -29,11 +32,18 @@ class Runtime:
     """
 
     def __init__(
-        self, model: ModelAdapter, tools: Iterable[Tool] = (), *, specs: Path | None = None
+        self,
+        model: ModelAdapter,
+        tools: Iterable[Tool] = (),
+        *,
+        specs: Path | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.events = EventBus()
         self.model = model
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.hooks = hooks if hooks is not None else Hooks()
+        """The hook commands every agent's driver runs (:class:`~fsm_core.Hooks`)."""
         spec = load_spec(specs)
         if "agent" not in spec.machines:
             raise SpecError(
@@ -42,14 +52,27 @@ class Runtime:
                 f"no table defines the machine 'agent' that the runtime runs "
                 f"(machines: {known(spec.machines) or 'none'})",
             )
+        if "activation" not in spec.machines:
+            raise SpecError(
+                str(spec.root),
+                "",
+                f"no table defines the machine 'activation' that rt.subagents runs "
+                f"(machines: {known(spec.machines)})",
+            )
         self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
+        self.agents = AgentRegistry(self._handles)
+        """The live agents by id, the initiator scope and boundaries (``AgentRegistry``)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
-
-    @property
-    def agents(self) -> dict[str, Agent]:
-        return {name: h.agent for name, h in self._handles.items()}
+        self.subagents = Subagents(
+            spec.machines["activation"],
+            events=self.events,
+            create=self._new_agent,
+            host_agent=self._host_agent,
+            in_use=self._handles.__contains__,
+        )
+        """The activation registry (seed 004): continuable children, drains, spawn, fork."""
 
     async def create_agent(self, agent_id: str, session: Session | None = None) -> AgentHandle:
         """A new agent recording into ``session`` (a fresh in-memory one by default).
@@ -57,16 +80,19 @@ class Runtime:
         Raises :class:`~fsm_core.UsageError` once ``aclose()`` has begun, for an id in use,
         and for a session another live agent records into.
         """
+        return self._new_agent(agent_id, session or Session())
+
+    def _new_agent(self, agent_id: str, session: Session) -> AgentHandle:
         if self._closing is not None:
             raise UsageError(f"the runtime is closing; agent {echo(agent_id)} was not created")
         if type(agent_id) is not str or not 0 < len(agent_id) <= 200 or not agent_id.isprintable():
             raise UsageError(f"an agent id is 1 to 200 printable characters, not {echo(agent_id)}")
-        if agent_id in self._handles:
+        if agent_id in self._handles or self.subagents.holds(agent_id):
             raise UsageError(f"an agent named {echo(agent_id)} already exists")
         core = AgentCore(
             agent_id,
             self._table,
-            session or Session(),
+            session,
             seams=self,
             track=self._track,
             forget=self._forget,
@@ -85,9 +111,16 @@ class Runtime:
         """
         if self._closing is None:
             # Every agent's disposal begins inside this call, before any await, so no agent
-            # takes or runs new work once aclose() was called (seed 004: stop accepting).
+            # takes or runs new work once aclose() was called (seed 004: stop accepting). The
+            # subagent trees go first: drained (admission closed, every tree cancelled with
+            # PARENT and torn down child-first), then every agent's disposal begins too.
             escaped: BaseException | None = None
-            disposals = []
+            try:
+                drained = self.subagents._close()
+            except BaseException as error:  # a listener's; the drain began anyway
+                escaped = error
+                drained = self.subagents._close()
+            disposals = [drained]
             for handle in list(self._handles.values()):
                 try:
                     handle._begin()
@@ -95,6 +128,7 @@ class Runtime:
                     escaped = escaped or error
                 assert handle._disposal is not None
                 disposals.append(handle._disposal)
+            self.agents._begin_close()  # no new boundary either
             self._closing = persist(lambda: self._close(disposals), "aclose")
             if escaped is not None:
                 raise escaped
@@ -106,11 +140,13 @@ class Runtime:
                 "an agent's own turn cannot await aclose(), which waits for that turn to end; "
                 "the close has begun, return from the turn"
             )
+        self.agents._refuse_inside("aclose()")
 
     async def _close(self, disposals: list[asyncio.Future[None]]) -> None:
         # asyncio.wait, unlike gather, never cancels what it waits for.
         while pending := [t for t in (*disposals, *self._tasks) if not t.done()]:
             await asyncio.wait(pending)
+        await self.agents._wait_closed()
         failures = [t.exception() for t in disposals if t.exception() is not None]
         if failures:
             raise BaseExceptionGroup(
@@ -125,6 +161,11 @@ class Runtime:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("a driver failed", exc_info=task.exception())
+
+    def _host_agent(self, agent_id: str) -> Agent | None:
+        """The live agent ``agent_id`` unless it is an activation's (the registry owns it)."""
+        handle = self._handles.get(agent_id)
+        return None if handle is None or self.subagents.holds(agent_id) else handle.agent
 
     def _forget(self, agent_id: str) -> None:
         self._handles.pop(agent_id, None)

@@ -20,7 +20,9 @@ A failed turn ends with ``{"kind": "error", "step": N, "code": C}``: ``step`` is
 the turn's last ``step/start`` (0 when it failed before opening one) and ``code`` one of
 :data:`ERROR_CODES`, a class of failure, never an exception's text, type or stack. Every other
 outcome is exactly ``{"kind": ...}``. The bare legacy ``{"kind": "error"}`` is rejected too:
-loading yields exactly the shapes the runtime writes.
+loading yields exactly the shapes the runtime writes. So is an error whose ``step`` is not its
+turn's last ``step/start`` in the log before it (on append as on load: what goes in reads
+back); that one check reads more than one record.
 
 ``specs/session.schema.json`` is the same format as a JSON Schema (draft 2020-12), for ports
 that validate their logs; a test keeps it and :data:`EVENT_SHAPES` in agreement.
@@ -41,7 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal, NoReturn, TypeAlias, final, get_args, overload
+from typing import Any, Final, Literal, NoReturn, TypeAlias, cast, final, get_args, overload
 
 from fsm_core._errors import FsmError, UsageError, echo
 
@@ -340,8 +342,56 @@ def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
     return MappingProxyType({"kind": str.__str__(kind)})
 
 
+_PLAIN_OUTCOMES: Final = {
+    kind: MappingProxyType({"kind": kind}) for kind in OUTCOME_KINDS if kind != "error"
+}
+"""Every outcome but ``error``, frozen once: it is exactly ``{"kind": kind}``."""
+
+_SCALARS: Final[Mapping[FieldType, type]] = {"int": int, "str": str, "bool": bool}
+
+_QUICK: Final[Mapping[EventType, tuple[tuple[str, type | FieldType], ...]]] = {
+    event_type: tuple((name, _SCALARS.get(field, field)) for name, field in shape.items())
+    for event_type, shape in _SHAPES.items()
+    if all(field in _SCALARS or field in ("[str]", "outcome") for field in shape.values())
+}
+"""The event types whose data the quick check can accept: each field with the exact Python
+type it must have, or ``"[str]"`` or ``"outcome"``."""
+
+
 def _check_data(event_type: EventType, data: object) -> Mapping[str, JSON]:
-    """The frozen data of one event, checked against its row of :data:`EVENT_SHAPES`."""
+    """The frozen data of one event, checked against its row of :data:`EVENT_SHAPES`.
+
+    What the runtime appends (a ``dict`` of exact built-in scalars, string lists and plain
+    outcomes) is accepted by a loop that only looks at types; anything else, and every
+    fault, takes the full check.
+    """
+    quick = _QUICK.get(event_type)
+    if quick is not None and type(data) is dict and len(data) == len(quick):
+        frozen: dict[str, JSON] = {}
+        for name, kind in quick:
+            value = data.get(name, _check_data)  # a sentinel no JSON value is
+            if type(value) is kind:
+                if kind is int and not -SAFE_INTEGER <= cast(int, value) <= SAFE_INTEGER:
+                    break
+                frozen[name] = cast(JSON, value)
+            elif kind == "[str]" and type(value) is list and all(type(i) is str for i in value):
+                frozen[name] = tuple(value)
+            elif (
+                kind == "outcome"
+                and type(value) is dict
+                and len(value) == 1
+                and type(outcome := value.get("kind")) is str
+                and outcome in _PLAIN_OUTCOMES
+            ):
+                frozen[name] = _PLAIN_OUTCOMES[outcome]
+            else:
+                break
+        else:
+            return MappingProxyType(frozen)
+    return _check_data_fully(event_type, data)
+
+
+def _check_data_fully(event_type: EventType, data: object) -> Mapping[str, JSON]:
     shape = EVENT_SHAPES[event_type]
     exactly = f"{event_type} data is exactly: {', '.join(shape)}"
     try:
@@ -405,6 +455,45 @@ def _check_record(record: object, seq: int) -> SessionEvent:
         raise _Fault(f"seq is {got} but should be {seq} (seq counts 0, 1, 2, ... in order)")
     event_type = _check_type(record["type"])
     return SessionEvent(seq, event_type, _check_data(event_type, record["data"]))
+
+
+@final
+class _Steps:
+    """What step a durable ``error`` outcome must name: its turn's last ``step/start`` since the
+    log's last turn boundary (``turn/start`` or ``turn/end``), 0 when it opened none there. The
+    runtime records exactly that (``AgentCore._last_step``), so a log that says otherwise was
+    not written by it, or was changed since."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[JSON, JSON] = {}
+        """Turn -> the step of its last step/start since the last turn boundary."""
+
+    def follow(self, event: SessionEvent) -> None:
+        """Take ``event`` as the log's next; raise :class:`_Fault`, taking nothing, if it is an
+        error outcome naming another step."""
+        data = event.data
+        if event.type == "step/start":
+            self._last[data["turn"]] = data["step"]
+        elif event.type == "turn/start":
+            self._last = {}
+        elif event.type == "turn/end":
+            outcome = data["outcome"]
+            assert isinstance(outcome, Mapping)
+            expected = self._last.get(data["turn"], 0)
+            if outcome["kind"] == "error" and outcome["step"] != expected:
+                opened = (
+                    f"its last step/start is step {expected}"
+                    if expected
+                    else "it opened no step since the last turn boundary"
+                )
+                raise _Fault(
+                    f"turn/end: the error outcome of turn {data['turn']} names step "
+                    f"{outcome['step']}, but {opened} (a durable error names its turn's last "
+                    "step/start, 0 when it opened none)"
+                )
+            self._last = {}
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -546,7 +635,7 @@ class Session:
     shape rejects anything else, as it rejects any value that is not plain JSON.
     """
 
-    __slots__ = ("_events", "_lines", "_name", "_owner", "_path")
+    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps")
 
     def __init__(self, path: StrPath | None = None) -> None:
         # Invariant: _events[i].seq == i; every event passed _check_data.
@@ -556,8 +645,10 @@ class Session:
         self._path = None if path is None else Path(path)
         self._name = "<session>" if path is None else os.fspath(path)
         self._owner: str | None = None
+        self._steps = _Steps()
         if self._path is not None and self._path.exists():
-            self._events = Session.load(self._path)._events
+            loaded = Session.load(self._path)
+            self._events, self._steps = loaded._events, loaded._steps
 
     @property
     def events(self) -> Sequence[SessionEvent]:
@@ -572,14 +663,16 @@ class Session:
     def append(self, type: EventType, data: Mapping[str, object]) -> SessionEvent:
         """Record one event and return it, with the next seq.
 
-        Raises :class:`SessionError` (and records nothing) for an unknown ``type`` or data
-        that does not have exactly the declared shape. The log keeps a deep-frozen copy, so
-        changing ``data`` afterwards does not change the log.
+        Raises :class:`SessionError` (and records nothing) for an unknown ``type``, data that
+        does not have exactly the declared shape, or an ``error`` outcome whose ``step`` is not
+        its turn's last ``step/start``. The log keeps a deep-frozen copy, so changing ``data``
+        afterwards does not change the log.
         """
         seq = len(self._events)
         try:
             event_type = _check_type(type)
             event = SessionEvent(seq, event_type, _check_data(event_type, data))
+            self._steps.follow(event)
         except _Fault as fault:
             raise SessionError(self._name, f"event {seq}", str(fault)) from None
         self._events.append(event)
@@ -625,12 +718,15 @@ class Session:
         if lines[-1] == "":
             lines.pop()
         events: list[SessionEvent] = []
+        steps = _Steps()
         for number, line in enumerate(lines, 1):
             try:
-                events.append(_check_record(_parse(line), len(events)))
+                event = _check_record(_parse(line), len(events))
+                steps.follow(event)
             except _Fault as fault:
                 raise SessionError(source, f"line {number}", str(fault)) from None
-        return cls._holding(events, source)
+            events.append(event)
+        return cls._holding(events, steps, source)
 
     @classmethod
     def load(cls, path: StrPath) -> Session:
@@ -657,18 +753,21 @@ class Session:
         The error names ``source`` and the 0-based index: ``<seed>: event 2: ...``.
         """
         checked: list[SessionEvent] = []
+        steps = _Steps()
         for index, event in enumerate(events):
             record = event.to_json() if isinstance(event, SessionEvent) else event
             try:
                 checked.append(_check_record(record, index))
+                steps.follow(checked[-1])
             except _Fault as fault:
                 raise SessionError(source, f"event {index}", str(fault)) from None
-        return cls._holding(checked, source)
+        return cls._holding(checked, steps, source)
 
     @classmethod
-    def _holding(cls, events: list[SessionEvent], name: str) -> Session:
+    def _holding(cls, events: list[SessionEvent], steps: _Steps, name: str) -> Session:
         session = cls()
         session._events = events
+        session._steps = steps
         session._name = name
         return session
 

@@ -8,7 +8,8 @@ Expressions range over finite domains (booleans, bounded integers, enumerations)
 
 Effects are statements: ``var := expr`` assigns a variable, ``name(args)`` performs a named
 effect. Precedence, loosest first: ``if/then/else``, ``implies`` (right-assoc), ``or``,
-``and``, ``not``, comparisons and ``in``, ``+``/``-``.
+``and``, ``not``, comparisons and ``in``, ``+``/``-``. specs/SEMANTICS.md gives the grammar
+and the rules a port keeps; tests/test_semantics.py pins each.
 
 A bare name is resolved, in order, as a state variable, an event parameter, a named
 definition or an enumeration value; the loader rejects tables where one name means two
@@ -218,21 +219,27 @@ def unparse_stmt(s: Stmt) -> str:
 
 # --- parser --------------------------------------------------------------------------------------
 
+# ASCII only (specs/SEMANTICS.md, "Grammar"): Unicode's digits and spaces would make a table
+# parse here and nowhere else.
 _TOKEN = re.compile(
-    r"\s*(?:(?P<num>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>:=|==|!=|<=|>=|[<>+\-(){},]))"
+    r"\s*(?:(?P<num>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>:=|==|!=|<=|>=|[<>+\-(){},]))",
+    re.ASCII,
 )
+_SPACE = " \t\n\r\f\v"
+"""What ``\\s`` matches under ``re.ASCII``: the whitespace between tokens."""
 
 
 def _tokens(text: str) -> list[str]:
     out: list[str] = []
     pos = 0
-    stripped = text.rstrip()
+    stripped = text.rstrip(_SPACE)
     while pos < len(stripped):
         m = _TOKEN.match(stripped, pos)
         if m is None or m.end() == pos:
             rest = stripped[pos:]
-            column = pos + len(rest) - len(rest.lstrip()) + 1
-            raise ExprError(f"unexpected character {echo(rest.lstrip()[:1])} at column {column}")
+            column = pos + len(rest) - len(rest.lstrip(_SPACE)) + 1
+            found = rest.lstrip(_SPACE)[:1]
+            raise ExprError(f"unexpected character {echo(found)} at column {column}")
         out.append(m.group(m.lastgroup or "op"))
         pos = m.end()
     return out

@@ -148,6 +148,15 @@ class Machine:
             self.rows[row.id] = compiled
             for source in row.sources:
                 self._candidates.setdefault((source, row.event), []).append(compiled)
+        # Each event's parameters in declaration order, with the exact Python type and the
+        # values each admits, so that checking a call's arguments is a few lookups.
+        self._params: dict[str, tuple[tuple[str, type, frozenset[Value]], ...]] = {
+            name: tuple((p, _PYTHON_TYPE[t.kind], frozenset(t.values)) for p, t in e.params)
+            for name, e in table.events.items()
+        }
+        self._param_names = {
+            name: frozenset(p for p, _ in e.params) for name, e in table.events.items()
+        }
         self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
         for rule in table.pair_rules:
             for state in rule.states:
@@ -206,20 +215,25 @@ class Machine:
 
     def arguments(self, event: str, **kwargs: Value) -> tuple[Value, ...]:
         """Order keyword arguments as the event declares its parameters; reject strays."""
-        spec = self.table.events.get(event)
-        if spec is None:
+        params = self._params.get(event)
+        if params is None:
             raise KeyError(f"{self.name} has no event {event!r}")
-        names = [p for p, _ in spec.params]
-        if set(kwargs) != set(names):
+        if not params and not kwargs:
+            return ()
+        if kwargs.keys() != self._param_names[event]:
             raise TypeError(
-                f"{self.name}.{event} takes ({', '.join(names)}), got ({', '.join(kwargs)})"
+                f"{self.name}.{event} takes ({', '.join(p for p, _, _ in params)}), "
+                f"got ({', '.join(kwargs)})"
             )
         out: list[Value] = []
-        for p, t in spec.params:
+        for p, kind, values in params:
             value = kwargs[p]
             # Exact types: 1 is not true, and a str subclass could compare equal to every value.
-            if type(value) is not _PYTHON_TYPE[t.kind] or value not in t.values:
-                raise ValueError(f"{self.name}.{event}: {p}={echo(value)} is not a value of {t}")
+            if type(value) is not kind or value not in values:
+                raise ValueError(
+                    f"{self.name}.{event}: {p}={echo(value)} is not a value of "
+                    f"{self.table.events[event].params[len(out)][1]}"
+                )
             out.append(value)
         return tuple(out)
 
@@ -311,7 +325,7 @@ class Machine:
         """
         if row.target is not None:
             store[0] = row.target
-        self.run_effects(row, store, args, perform)
+        _run(row.ops, store, args, perform)
 
     def run_effects(
         self,
@@ -338,7 +352,7 @@ def _run(
         if type(op) is _Assign:
             store[op.index] = op.value(store, args)
         elif type(op) is _Call:
-            perform(op.effect, tuple(f(store, args) for f in op.args))
+            perform(op.effect, tuple([f(store, args) for f in op.args]) if op.args else ())
         elif type(op) is _Block and op.when(store, args):
             _run(op.body, store, args, perform)
 

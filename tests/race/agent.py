@@ -59,7 +59,10 @@ from hypothesis.stateful import (
 
 from fsm_core import (
     AssembleContext,
+    AssistantMessageRecorded,
     CancelRequested,
+    DisposalEnded,
+    DisposalStarted,
     Flush,
     MessageDiscarded,
     MessageInserted,
@@ -71,7 +74,9 @@ from fsm_core import (
     StatusChanged,
     StepBoundary,
     TurnEnded,
+    TurnFailed,
     TurnStarted,
+    UserMessageRecorded,
 )
 from fsm_core.runtime import (
     Aborted,
@@ -278,6 +283,10 @@ class AgentRaceMachine(RuleBasedStateMachine):
         """Every notification, in order, as ``(name, payload)``."""
         self.status = "idle"
         self.dispose_called = False
+        self.disposal_notices: list[str] = []
+        """``agent/disposing`` and ``agent/disposed``, in the order they were published."""
+        self.failures_announced: list[int] = []
+        """The turns ``turn/error`` announced, in order."""
         """True once ``handle.dispose()`` has been called (it sets the lifecycle flag inside
         the call)."""
         self.accepted: list[str] = []
@@ -624,6 +633,22 @@ class AgentRaceMachine(RuleBasedStateMachine):
             assert payload.cause.kind == kind, (
                 f"an agent/cancel-requested cause changed from {kind} to {payload.cause.kind}"
             )
+        failed = [
+            e.data["turn"]
+            for e in self.agent.session.events
+            if e.type == "turn/end"
+            and cast(Mapping[str, Any], e.data["outcome"])["kind"] == "error"
+        ]
+        assert self.failures_announced == failed, (
+            f"turn/error announced turns {self.failures_announced}; the log's errors are {failed}"
+        )
+        control = core_of(self.agent).control
+        announced = ["agent/disposing", "agent/disposed"][
+            : (control.state == "disposed") + bool(control.get("closing"))
+        ]
+        assert self.disposal_notices == announced, (
+            f"{control.state} (closing={control.get('closing')}) announced {self.disposal_notices}"
+        )
 
     @invariant()
     def nothing_runs_when_quiescent(self) -> None:
@@ -977,6 +1002,11 @@ class AgentRaceMachine(RuleBasedStateMachine):
             "turn/end": self._on_turn_end,
             "step/start": self._on_step_start,
             "step/end": self._on_step_end,
+            "user/message": self._on_user_message,
+            "assistant/message": self._on_assistant_message,
+            "turn/error": self._on_turn_error,
+            "agent/disposing": self._on_disposal("agent/disposing", "dispose"),
+            "agent/disposed": self._on_disposal("agent/disposed", "dispose_finish"),
         }
         handler = handlers[name]
         return noted
@@ -1065,6 +1095,79 @@ class AgentRaceMachine(RuleBasedStateMachine):
             self.problems.append(f"step/end {payload.turn}.{payload.step} in step {self.step}")
         self._saw_signal("step/end", payload.signal, payload.turn)
         self.step = None
+
+    def _inside_effect(self, name: str, effects: tuple[str, ...]) -> bool:
+        """True iff the innermost table event's latest effect is one of ``effects``."""
+        node = self.recorder.current
+        effect = node.effects[-1] if node is not None and node.effects else None
+        if effect is None or effect.name not in effects:
+            self.problems.append(f"{name} published outside {' or '.join(effects)} ({node})")
+            return False
+        return True
+
+    def _on_user_message(self, payload: UserMessageRecorded) -> None:
+        message = payload.message.id
+        if payload.turn != self.turn:
+            self.problems.append(f"user/message {message} of turn {payload.turn} in {self.turn}")
+        self._saw_signal("user/message", payload.signal, payload.turn)
+        self._inside_effect("user/message", ("claim_inbox", "claim_steering"))
+        # Announced after its record, and the record after the claim that took it.
+        for event in reversed(self.agent.session.events):
+            if event.type == "user/message" and event.data["id"] == message:
+                break
+            if event.type == "inbox/claimed":
+                self.problems.append(f"user/message {message} announced before it was recorded")
+                break
+        else:
+            self.problems.append(f"user/message {message} announced but never claimed")
+
+    def _on_assistant_message(self, payload: AssistantMessageRecorded) -> None:
+        if self.step != (payload.turn, payload.step):
+            self.problems.append(
+                f"assistant/message {payload.turn}.{payload.step} in step {self.step}"
+            )
+        self._saw_signal("assistant/message", payload.signal, payload.turn)
+        last = self.agent.session.events[-1]
+        if last.type != "assistant/message" or dict(last.data) != {
+            "turn": payload.turn,
+            "step": payload.step,
+            "text": payload.reply.text,
+        }:
+            self.problems.append(f"assistant/message announced, but the log ends with {last}")
+
+    def _on_turn_error(self, payload: TurnFailed) -> None:
+        if self.turn or self.turns_ended != payload.turn:
+            self.problems.append(f"turn/error {payload.turn} before its turn/end")
+        if payload.turn in self.failures_announced:
+            self.problems.append(f"turn/error {payload.turn} announced twice")
+        self.failures_announced.append(payload.turn)
+        self._inside_effect("turn/error", ("publish_turn_error",))
+        ends = [e for e in self.agent.session.events if e.type == "turn/end"]
+        recorded = dict(ends[-1].data["outcome"]) if ends else None  # type: ignore[arg-type]
+        if recorded != {"kind": "error", "step": payload.step, "code": payload.code}:
+            self.problems.append(
+                f"turn/error {payload.turn} says step {payload.step}, {payload.code}; the log "
+                f"recorded {recorded}"
+            )
+
+    def _on_disposal(
+        self, name: str, event: str
+    ) -> Callable[[DisposalStarted | DisposalEnded], None]:
+        """``agent/disposing`` once, inside the ``dispose`` that began disposal, then
+        ``agent/disposed`` once, inside ``dispose_finish``."""
+        expected = ["agent/disposing", "agent/disposed"][: 1 if event == "dispose" else 2]
+
+        def on(payload: DisposalStarted | DisposalEnded) -> None:
+            self.disposal_notices.append(name)
+            if self.disposal_notices != expected:
+                self.problems.append(f"{name} after {self.disposal_notices[:-1]}")
+            node = self.recorder.current
+            if node is None or node.event != event:
+                self.problems.append(f"{name} published outside {event} ({node})")
+            if not self.dispose_called:
+                self.problems.append(f"{name} before dispose() was called")
+
+        return on
 
     # --- the durable log ----------------------------------------------------------------------
 

@@ -248,10 +248,12 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
             ),
             Edit(
                 f"{CORE}:AgentCore._publish_turn_end",
-                '    self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))\n',
+                '    self.events.notify("turn/end", TurnEnded, self.agent, self._turn, durable)\n',
                 '    self._controller = getattr(self, "_retiring", None)\n'
                 "    try:\n"
-                '        self.events.emit("turn/end", TurnEnded(self.agent, self._turn, durable))\n'
+                "        self.events.notify(\n"
+                '            "turn/end", TurnEnded, self.agent, self._turn, durable\n'
+                "        )\n"
                 "    finally:\n"
                 "        self._controller = None\n",
             ),
@@ -319,8 +321,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{CORE}:AgentCore._publish_status",
-                '    self.events.emit("agent/status", StatusChanged(self.agent, self._status))\n',
-                '    self.events.emit("agent/status", StatusChanged(self.agent, self._status))\n'
+                '    self.events.notify("agent/status", StatusChanged, self.agent, self._status)\n',
+                '    self.events.notify("agent/status", StatusChanged, self.agent, self._status)\n'
                 '    if status == "idle":\n'
                 "        self._settle_idle()\n",
             ),
@@ -333,7 +335,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{CORE}:AgentCore.when_idle",
-                '    if self.control.spec.holds("quiescent", self.control.snapshot()):\n',
+                '    if self.control.holds("quiescent"):\n',
                 '    if self.phase in ("idle", "disposing", "disposed"):\n',
             ),
         ),
@@ -486,6 +488,32 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
                 '    self.events.emit("step/start", boundary)\n',
                 '    self.events.emit("step/start", boundary)\n'
                 "        messages = await self._assemble(signal)\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "turn_error_unannounced",
+        "A turn that ends in error records its outcome and publishes turn/end, but never "
+        "turn/error.",
+        (
+            Edit(
+                f"{CORE}:AgentCore._publish_turn_error",
+                '    self.events.emit("turn/error", failed)\n',
+                "    del failed\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "steering_announced_before_recorded",
+        "A step boundary announces the steering it claimed before recording it, so a "
+        "user/message listener reading the log does not find the message yet.",
+        (
+            Edit(
+                f"{CORE}:AgentCore._claim_steering",
+                "    self._record_claim(steering)\n"
+                "    self._announce_user_messages(controller.signal, steering)\n",
+                "    self._announce_user_messages(controller.signal, steering)\n"
+                "    self._record_claim(steering)\n",
             ),
         ),
     ),

@@ -19,7 +19,7 @@ def test_an_effect_performed_outside_its_contract_stops_the_driver_loudly() -> N
         rt = Runtime(model=ScriptedModel([Reply("never")]))
         agent = (await rt.create_agent("a1")).agent
         core = core_of(agent)
-        open_holder = core._handlers["open_holder"]
+        open_holder = core._open_holder
 
         def open_then_cancel() -> None:
             # A runtime bug: letting a listener in during an effect the table does not mark as
@@ -27,7 +27,7 @@ def test_an_effect_performed_outside_its_contract_stops_the_driver_loudly() -> N
             open_holder()
             agent.cancel()
 
-        core._handlers["open_holder"] = open_then_cancel
+        core._open_holder = open_then_cancel  # type: ignore[method-assign]
         agent.followup(UserMessage("m1", "hi"))
         driver = core.driver  # scheduled by the wake; it runs from the next loop iteration
         assert driver is not None

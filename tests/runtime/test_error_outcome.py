@@ -10,7 +10,9 @@ so neither has a code.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from fsm_core.runtime import (
     Request,
     Runtime,
     Session,
+    SessionError,
     ToolCall,
     UserMessage,
 )
@@ -242,3 +245,76 @@ def test_an_aborted_turn_carries_no_code_even_when_its_seam_raised() -> None:
 def test_every_code_has_a_path_here() -> None:
     codes = {p.values[2]["code"] for p in PATHS} | {"invalid-reply", "halted"}
     assert codes == set(ERROR_CODES)
+
+
+# --- the step is checked against the log ----------------------------------------------------
+
+NAMES_ITS_STEP = "(a durable error names its turn's last step/start, 0 when it opened none)"
+
+
+def failed_at_step_2() -> Session:
+    """A log the runtime wrote: turn 1 fails in step 2's request (``model-failed`` at step 2)."""
+
+    async def main() -> Session:
+        model = ScriptedModel([ASKS_FOR_TOOL, Fail(RuntimeError(SECRET))])
+        rt = Runtime(model=model, tools=[ScriptedTool("lookup", [{"n": 1}])])
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hi"))
+        await agent.when_idle()
+        await rt.aclose()
+        return agent.session
+
+    return asyncio.run(main())
+
+
+def test_a_log_whose_error_names_another_step_refuses_to_load_naming_the_line(
+    tmp_path: Path,
+) -> None:
+    session = failed_at_step_2()
+    assert ends(session) == [error(2, "model-failed")]
+    path = tmp_path / "a1.jsonl"
+    session.save(path)
+    assert Session.load(path).events == session.events  # as the runtime wrote it, it loads
+
+    lines = path.read_text().splitlines(keepends=True)
+    (line,) = [n for n, text in enumerate(lines, 1) if '"type":"turn/end"' in text]
+    path.write_text("".join(lines).replace('"step":2},"turn":1}', '"step":1},"turn":1}'))
+    with pytest.raises(SessionError) as raised:
+        Session.load(path)
+    assert str(raised.value) == (
+        f"{path}: line {line}: turn/end: the error outcome of turn 1 names step 1, but its last "
+        f"step/start is step 2 {NAMES_ITS_STEP}"
+    )
+
+
+def test_an_error_naming_a_step_its_turn_never_opened_is_refused_by_seed_and_append() -> None:
+    records = [
+        {"seq": 0, "type": "turn/start", "data": {"turn": 1}},
+        {"seq": 1, "type": "turn/end", "data": {"turn": 1, "outcome": error(1, "halted")}},
+    ]
+    fault = (
+        "turn/end: the error outcome of turn 1 names step 1, but it opened no step since the "
+        f"last turn boundary {NAMES_ITS_STEP}"
+    )
+    with pytest.raises(SessionError, match=rf"^<seed>: event 1: {re.escape(fault)}$"):
+        Session.seed(records)
+
+    session = Session()
+    session.append("turn/start", {"turn": 1})
+    with pytest.raises(SessionError, match=rf"^<session>: event 1: {re.escape(fault)}$"):
+        session.append("turn/end", {"turn": 1, "outcome": error(1, "halted")})
+    assert len(session.events) == 1  # nothing recorded
+    session.append("turn/end", {"turn": 1, "outcome": error(0, "halted")})  # the true step
+
+
+def test_the_step_an_error_names_is_its_own_turns_since_the_last_boundary() -> None:
+    """A step/start of another turn, or before the turn's own turn/start, does not count."""
+    session = Session()
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 3})
+    session.append("turn/end", {"turn": 1, "outcome": {"kind": "completed"}})
+    session.append("turn/start", {"turn": 2})
+    with pytest.raises(SessionError, match=r"names step 3, but it opened no step"):
+        session.append("turn/end", {"turn": 2, "outcome": error(3, "seam-failed")})
+    session.append("turn/end", {"turn": 2, "outcome": error(0, "seam-failed")})
+    assert Session.from_jsonl(session.to_jsonl()).events == session.events

@@ -56,7 +56,11 @@ NOTIFICATIONS = (
     "turn/end",
     "agent/cancel-requested",
     "inbox/discarded",
+    "user/message",
+    "assistant/message",
 )
+"""Every notification the scenario below reaches (``turn/error`` and disposal: see
+``test_notifications.py``)."""
 SEAMS = ("model", "tool", *WATERFALLS, *NOTIFICATIONS)
 
 

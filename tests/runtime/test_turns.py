@@ -1109,3 +1109,36 @@ def test_maintenance_on_a_running_agent_is_rejected() -> None:
         await rt.aclose()
 
     run(scenario())
+
+
+def test_a_turn_whose_prompt_a_turn_start_observer_removed_runs_with_nothing_claimed() -> None:
+    """The empty turn (specs/README.md): the turn opened before its claim, so it runs its steps
+    with nothing claimed, and its request carries the conversation so far and nothing new."""
+
+    async def scenario() -> None:
+        model = ScriptedModel([Reply("first"), Reply("unprompted")])
+        rt = Runtime(model=model)
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "hello"))
+        await agent.when_idle()
+        rt.events.on("turn/start", lambda p: p.agent.inbox.remove("m2"))
+        agent.followup(UserMessage("m2", "never said"))
+        await agent.when_idle()
+        await rt.aclose()
+
+        events = [(e.type, e.to_json()["data"]) for e in agent.session.events]
+        assert events[events.index(("turn/start", {"turn": 2})) :] == [
+            ("turn/start", {"turn": 2}),
+            ("inbox/discarded", {"ids": ["m2"]}),
+            ("step/start", {"turn": 2, "step": 1}),
+            ("assistant/message", {"turn": 2, "step": 1, "text": "unprompted"}),
+            ("step/end", {"turn": 2, "step": 1}),
+            ("turn/end", {"turn": 2, "outcome": {"kind": "completed"}}),
+        ]
+        request = model.requests[1][0]
+        assert [dict(message) for message in request.messages] == [
+            {"role": "user", "id": "m1", "text": "hello"},
+            {"role": "assistant", "text": "first", "tool_calls": ()},
+        ]
+
+    asyncio.run(scenario())

@@ -1,0 +1,25 @@
+"""``fsm-core acp``: an fsm_core agent served over the Agent Client Protocol on stdio.
+
+An editor (or any ACP client) starts ``fsm-core acp`` (or ``python -m fsm_core.acp``) and
+talks JSON-RPC on its stdin and stdout. Each ACP session is one agent of one
+:class:`~fsm_core.Runtime`:
+
+- ``session/new`` creates an agent; ``session/prompt`` sends the prompt as a followup and
+  answers when the turn that claimed it ends, with the stop reason of its outcome
+  (``end_turn``, ``max_tokens``, ``refusal`` for ``blocked``, ``cancelled`` for ``aborted`` and
+  ``disposed``; a failed turn answers a JSON-RPC error), streaming the reply as
+  ``session/update`` notifications while the turn runs;
+- ``session/cancel`` is ``agent.cancel(USER)`` (seed 000); the pending prompt answers
+  ``cancelled``;
+- ``session/close`` disposes the agent; closing stdin disposes them all, then the process exits.
+
+The model is pluggable (``--model MODULE:FACTORY``); the default :class:`EchoModel` answers
+``echo: <prompt>`` with no network. Bad client input gets the JSON-RPC error response and the
+agent goes on serving.
+
+    await serve(EchoModel())      # until the client closes stdin
+"""
+
+from fsm_core.acp._adapter import STOP_REASONS, AcpAgent, EchoModel, load_model, serve
+
+__all__ = ["STOP_REASONS", "AcpAgent", "EchoModel", "load_model", "serve"]

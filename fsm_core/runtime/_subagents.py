@@ -1,0 +1,789 @@
+"""Seed 004's activation registry, ``rt.subagents``: continuable children and their teardown.
+
+Each activation's control state is a :class:`~fsm_core.HostedMachine` of
+specs/activation.toml, and the registry changes it only by firing that table's events; the
+effects the rows list run here, in the table's order (:meth:`Subagents._perform`), as the
+agent's core runs the agent table's. What an event is about that the table does not model (the
+child an ``admit`` creates, the verdict a ``watch`` returns) travels as the fire's context.
+
+Two directions, as the seed says. Cancel runs top-down: ``dispose`` fires the table's
+``dispose`` on the activation, whose row cancels its agent with ``PARENT`` and
+``keep_inbox=True``, then fires ``dispose`` on every owned child, each in the same call, so the
+whole subtree is cancelled before the first await. Dispose converges bottom-up
+(:meth:`Subagents._finish`): await the children (each failure caught apart), the agent's idle,
+the final flush, the handle's disposal; then the six convergence steps run in one row: leave
+the registry, release the pool slot, notify the parent (addressed directly), release ownership,
+settle, rethrow the aggregated failure.
+
+``dispose`` is memoized: the table's first ``dispose`` closes the inbox (``close_inbox``
+starts the one teardown task) and every later ``dispose``, ``drain`` or ``drain_child`` is
+ignored by the table, so every caller awaits that one teardown.
+
+What is registry-wide rather than one activation's (a drain of the whole registry, or of the
+roots below a host-owned parent, which no activation represents) is held here and refused at
+the door with the same ``DRAINING`` code, before any table is asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import cast, final
+
+from fsm_core._errors import FsmError, Rejected, UsageError, echo
+from fsm_core.host import HostedMachine
+from fsm_core.runtime._activation import (
+    Activation,
+    ActivationSettled,
+    ActivationTeardownFailed,
+    SubagentCode,
+    SubagentError,
+    SubagentResult,
+    SubagentSpec,
+    TeardownFailure,
+    Terminal,
+)
+from fsm_core.runtime._agent import Agent
+from fsm_core.runtime._causes import PARENT
+from fsm_core.runtime._core import AgentHandle
+from fsm_core.runtime._events import EventBus
+from fsm_core.runtime._inbox import UserMessage
+from fsm_core.runtime._payloads import MessageInserted
+from fsm_core.runtime._scope import initiating_agent
+from fsm_core.runtime._session import Session
+from fsm_core.runtime._signal import AbortSignal
+from fsm_core.runtime._teardown import Pending, persist
+from fsm_core.table import Effect, Machine
+from fsm_core.table._expr import Value
+
+__all__ = ["Subagents"]
+
+log = logging.getLogger("fsm_core.runtime")
+
+_DRAINING = "continuable subagents are draining; the operation was not admitted"
+
+
+def _draining_below(parent: str) -> str:
+    return (
+        f"continuable subagents below parent {parent!r} are draining; "
+        "the operation was not admitted"
+    )
+
+
+@dataclass(slots=True)
+class _Admission:
+    """The context of an ``admit`` fire: the child to create, and the node once created."""
+
+    child_id: str
+    session: Session
+    node: _Node | None = None
+
+
+@dataclass(slots=True)
+class _Verdict:
+    """The context of a ``watch`` fire: the verdict its row gives."""
+
+    value: str = ""
+
+
+@final
+class _Node:
+    """One activation's plumbing: its hosted table, agent handle and teardown bookkeeping."""
+
+    def __init__(
+        self,
+        registry: Subagents,
+        child_id: str,
+        parent_agent: Agent,
+        parent: _Node | None,
+        handle: AgentHandle,
+    ) -> None:
+        self.id = child_id
+        self.parent_agent = parent_agent
+        self.parent = parent
+        """The parent's activation, or None for a root (its parent is host-owned)."""
+        self.handle = handle
+        self.agent = handle.agent
+        self.control = HostedMachine(registry._table, perform=registry._performer(self))
+        self.public = Activation(self)
+        # Invariant: owned is non-empty iff the table's ``children`` is true.
+        self.owned: dict[str, None] = {}
+        """The ids of the children it owns that have not notified their settlement (an
+        ordered set: children are disposed in admission order)."""
+        self.closing: asyncio.Future[None] | None = None
+        """The memoized teardown; set by the table's ``close_inbox``."""
+        self.child_teardowns: list[asyncio.Future[None]] = []
+        self.flush_owed = False
+        self.handle_disposal: Pending | None = None
+        self.failures: list[TeardownFailure] = []
+        self.rethrow = False
+        self.terminal: Terminal | None = None
+        self.failed: bool | None = None
+        self.pokes = 0
+        """How many messages were inserted into the agent's inbox (the watcher's pokes)."""
+        self.poked = asyncio.Event()
+
+    @property
+    def stage(self) -> str:
+        return self.control.state
+
+    @property
+    def table_state(self) -> Mapping[str, Value]:
+        return MappingProxyType(self.control.values)
+
+    def value(self, name: str) -> Value:
+        return self.control.values[name]
+
+    def __repr__(self) -> str:
+        return f"<_Node {self.id} {self.control!r}>"
+
+
+@dataclass(frozen=True, slots=True)
+class _Dormant:
+    """A settled continuable child: enough to resume it cold on its session."""
+
+    parent_agent: Agent
+    parent: _Node | None
+    session: Session
+
+
+@final
+class Subagents:
+    """The activation registry of one runtime (``rt.subagents``).
+
+        act = await rt.subagents.start(parent, "c1", "hello")   # a continuable child
+        await rt.subagents.followup("c1", UserMessage("m2", "more"))
+        await rt.subagents.drain()                               # every root, then refuse
+
+    Every teardown entry (``dispose``, the three drains, the settlement watcher) begins its
+    work inside the call, before its first await, and returns an awaitable of the one
+    memoized teardown of each activation it reached.
+    """
+
+    def __init__(
+        self,
+        table: Machine,
+        *,
+        events: EventBus,
+        create: Callable[[str, Session], AgentHandle],
+        host_agent: Callable[[str], Agent | None],
+        in_use: Callable[[str], bool],
+    ) -> None:
+        self._table = table
+        missing = set(table.table.effects) ^ self._EFFECTS
+        if missing:
+            raise FsmError(
+                f"the runtime and {table.table.file} disagree on effects: {sorted(missing)}"
+            )
+        self._events = events
+        self._create = create
+        self._host_agent = host_agent
+        self._in_use = in_use
+        self._resident: dict[str, _Node] = {}
+        """Convergence step 1: the activations deliveries find, by id."""
+        self._slots: set[str] = set()
+        """Step 2: the pool slots held."""
+        self._owners: dict[str, str] = {}
+        """Step 4: child id -> parent agent id, held from admission until ownership release."""
+        self._roots: dict[str, dict[str, None]] = {}
+        """Host-owned parent id -> the roots it owns (ordered)."""
+        self._dormant: dict[str, _Dormant] = {}
+        self._draining = False
+        self._drained_hosts: set[str] = set()
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._notices = 0
+        self._firing = 0
+        self._held: BaseException | None = None
+        self._cascade: deque[tuple[_Node, _Node]] = deque()
+        """Children whose ``dispose`` a row asked for, fired once that row returns."""
+        self._cascading = False
+        events.on("inbox/inserted", self._poke)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def get(self, child_id: str) -> Activation | None:
+        """The resident activation ``child_id``, if any."""
+        node = self._resident.get(child_id)
+        return None if node is None else node.public
+
+    @property
+    def resident(self) -> tuple[str, ...]:
+        """The ids of the resident activations, in admission order."""
+        return tuple(self._resident)
+
+    @property
+    def slots_held(self) -> int:
+        """How many pool slots are held (one per activation until convergence step 2)."""
+        return len(self._slots)
+
+    def owner(self, child_id: str) -> str | None:
+        """The id of the agent owning ``child_id`` until convergence step 4, or None."""
+        return self._owners.get(child_id)
+
+    @property
+    def draining(self) -> bool:
+        """True iff ``drain()`` has closed admission registry-wide."""
+        return self._draining
+
+    def holds(self, agent_id: str) -> bool:
+        """True iff ``agent_id`` is an activation's id until its ownership is released."""
+        return agent_id in self._owners
+
+    # --- admission --------------------------------------------------------------------------
+
+    async def start(
+        self,
+        parent: Agent,
+        child_id: str,
+        prompt: str | UserMessage,
+        *,
+        session: Session | None = None,
+    ) -> Activation:
+        """Admit a continuable child ``child_id`` of ``parent`` and give it ``prompt``.
+
+        ``parent`` is a live agent of this runtime: host-owned, or the agent of a resident
+        activation. Raises :class:`SubagentError` ``DRAINING`` after a drain covering
+        ``parent``, ``UNAUTHORIZED`` for a parent that is not live here, and
+        :class:`~fsm_core.UsageError` for an id in use or a bad prompt.
+        """
+        message = self._message(prompt, f"{child_id}:prompt")
+        node = self._admit(parent, child_id, session or Session())
+        node.agent.followup(message)
+        return node.public
+
+    def _message(self, prompt: str | UserMessage, default_id: str) -> UserMessage:
+        if isinstance(prompt, str):
+            return UserMessage(default_id, prompt)
+        if type(prompt) is not UserMessage:
+            raise UsageError(f"a prompt is a str or a UserMessage, not {echo(prompt)}")
+        return prompt
+
+    def _admit(self, parent: Agent, child_id: str, session: Session) -> _Node:
+        """Refuse at the door what the table cannot take, then admit: through the parent
+        activation's ``admit`` row, or registry-wide for a host-owned parent."""
+        if type(child_id) is not str or not 0 < len(child_id) <= 200 or not child_id.isprintable():
+            raise UsageError(f"a child id is 1 to 200 printable characters, not {echo(child_id)}")
+        if self._draining:
+            raise SubagentError("DRAINING", _DRAINING)
+        parent_node = self._live_parent(parent)
+        if parent_node is None and parent.id in self._drained_hosts:
+            raise SubagentError("DRAINING", _draining_below(parent.id))
+        if child_id in self._owners or self._in_use(child_id):
+            raise UsageError(f"an agent named {echo(child_id)} already exists")
+        if session._owner is not None:
+            raise UsageError(f"agent {session._owner!r} already records into that session")
+        if parent_node is None:
+            node = self._new_node(child_id, parent, None, session)
+        else:
+            admission = _Admission(child_id, session)
+            try:
+                self._fire(parent_node, "admit", admission)
+            except Rejected as refused:
+                code, _, why = str(refused).partition(": ")
+                text = _draining_below(parent.id) if "below" in why else why
+                raise SubagentError(cast(SubagentCode, code), text) from None
+            assert admission.node is not None
+            node = admission.node
+        self._start_watcher(node)
+        return node
+
+    def _live_parent(self, parent: Agent) -> _Node | None:
+        """The activation whose agent is exactly ``parent``, None for a host-owned parent;
+        ``UNAUTHORIZED`` for anything else (a stale agent object, another runtime's)."""
+        node = self._resident.get(parent.id) if isinstance(parent, Agent) else None
+        if node is not None and node.agent is parent:
+            return node
+        if isinstance(parent, Agent) and self._host_agent(parent.id) is parent:
+            if parent.phase in ("disposing", "disposed"):
+                raise SubagentError("UNAUTHORIZED", f"parent {parent.id!r} is disposing")
+            return None
+        raise SubagentError(
+            "UNAUTHORIZED", f"{echo(parent)} is not a live parent agent of this runtime"
+        )
+
+    def _new_node(
+        self, child_id: str, parent_agent: Agent, parent: _Node | None, session: Session
+    ) -> _Node:
+        handle = self._create(child_id, session)
+        node = _Node(self, child_id, parent_agent, parent, handle)
+        self._resident[child_id] = node
+        self._slots.add(child_id)
+        self._owners[child_id] = parent_agent.id
+        if parent is None:
+            self._roots.setdefault(parent_agent.id, {})[child_id] = None
+        else:
+            parent.owned[child_id] = None
+        self._dormant.pop(child_id, None)
+        return node
+
+    # --- delivery ---------------------------------------------------------------------------
+
+    async def followup(self, child_id: str, message: UserMessage) -> Activation:
+        """Deliver ``message`` to the continuable child ``child_id``, waking it.
+
+        A child that settled (or loses the race with its natural-end disposal) is resumed
+        cold: a fresh activation on the same session, under the same parent, gets the
+        message. Raises :class:`SubagentError` ``ACTIVATION_CLOSING`` while someone's
+        dispose or drain tears the child down, ``DRAINING`` after a drain, and
+        :class:`~fsm_core.UsageError` for an id that never was a continuable child here.
+        """
+        message = self._message(message, "")
+        while True:
+            node = self._resident.get(child_id)
+            if node is None:
+                return self._resume(child_id, message)
+            if node.stage == "active":
+                node.agent.followup(message)
+                return node.public
+            if self._draining:
+                raise SubagentError("DRAINING", _DRAINING)
+            if not node.value("flushed"):
+                raise SubagentError(
+                    "ACTIVATION_CLOSING",
+                    f"activation {child_id!r} is being torn down; the message was not delivered",
+                )
+            # It lost the race with its natural-end disposal: resume once that settled.
+            assert node.closing is not None
+            await asyncio.wait([node.closing])
+
+    def _resume(self, child_id: str, message: UserMessage) -> Activation:
+        dormant = self._dormant.get(child_id)
+        if dormant is None:
+            raise UsageError(f"no continuable subagent is named {echo(child_id)}")
+        if (
+            dormant.parent is not None
+            and self._resident.get(dormant.parent.id) is not dormant.parent
+        ):
+            raise SubagentError(
+                "ACTIVATION_CLOSING",
+                f"the parent of {child_id!r} has settled; it cannot be resumed",
+            )
+        node = self._admit(dormant.parent_agent, child_id, dormant.session)
+        node.agent.followup(message)
+        return node.public
+
+    def _poke(self, inserted: MessageInserted) -> None:
+        node = self._resident.get(inserted.agent.id)
+        if node is not None and node.agent is inserted.agent:
+            node.pokes += 1
+            node.poked.set()
+
+    # --- teardown entries -------------------------------------------------------------------
+
+    def dispose(self, activation: Activation) -> Pending:
+        """Tear ``activation`` down, child-first; memoized: every caller awaits one teardown.
+
+        The subtree is cancelled inside this call. Awaiting raises
+        :class:`ActivationTeardownFailed` if some boundary failed, after the activation
+        settled.
+        """
+        node = activation._node
+        assert isinstance(node, _Node)
+        return Pending(asyncio.shield(self._dispose(node, False)), _nobody)
+
+    def _dispose(self, node: _Node, flushed: bool) -> asyncio.Future[None]:
+        self._fire(node, "dispose", final_state_flushed=flushed)
+        assert node.closing is not None
+        return node.closing
+
+    def drain(self) -> Pending:
+        """Close admission registry-wide, then tear every root down; await them all.
+
+        Every later admission is refused with ``DRAINING``. Failures are raised together
+        as one :class:`ActivationTeardownFailed` naming each.
+        """
+        self._draining = True
+        for node in [n for n in self._resident.values() if n.parent is None]:
+            self._fire(node, "drain", scope="registry")
+        closing = [n.closing for n in self._resident.values() if n.closing is not None]
+        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+
+    def drain_descendants(self, parents: Iterable[Agent]) -> Pending:
+        """Tear down every continuable descendant of the exact live ``parents``.
+
+        Admission below each parent closes first. Raises ``UNAUTHORIZED``, draining
+        nothing, when some parent is not live here.
+        """
+        parents = list(parents)
+        nodes = [self._live_parent(p) for p in parents]
+        closing: list[asyncio.Future[None]] = []
+        for parent, node in zip(parents, nodes, strict=True):
+            if node is None:
+                self._drained_hosts.add(parent.id)
+                for root in list(self._roots.get(parent.id, ())):
+                    closing.append(self._dispose(self._resident[root], False))
+            else:
+                children = list(node.owned)
+                self._fire(node, "drain", scope="descendants")
+                closing += [c.closing for c in map(self._resident.get, children) if c and c.closing]
+        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+
+    def drain_children(self, parent: Agent, child_ids: Iterable[str]) -> Pending:
+        """Tear down the named direct children of the exact live ``parent``.
+
+        Lineage is checked for every id before anything is torn down: ``UNAUTHORIZED`` if
+        ``parent`` is not live or some named child is not its direct child. Ids of no
+        resident activation are skipped.
+        """
+        self._live_parent(parent)
+        named = [self._resident[i] for i in dict.fromkeys(child_ids) if i in self._resident]
+        for node in named:
+            if node.parent_agent is not parent:
+                try:
+                    self._fire(node, "drain_child", lineage=False)
+                except Rejected as refused:
+                    raise SubagentError(
+                        "UNAUTHORIZED", f"{parent.id!r} cannot drain {node.id!r}: {refused}"
+                    ) from None
+        closing: list[asyncio.Future[None]] = []
+        for node in named:
+            self._fire(node, "drain_child", lineage=True)
+            if node.closing is not None:
+                closing.append(node.closing)
+        return Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+
+    async def _join(self, what: str, closing: list[asyncio.Future[None]]) -> None:
+        """Await every teardown in ``closing``; raise their failures as one."""
+        while pending := [f for f in closing if not f.done()]:
+            await asyncio.wait(pending)
+        failures = _failures(closing)
+        if failures:
+            raise ActivationTeardownFailed(what, failures)
+
+    def _close(self) -> asyncio.Future[None]:
+        """The runtime's final switch: drain, inside the caller's call; also await every
+        teardown already running."""
+        self._draining = True
+        drained = self.drain()._future
+        everything = [n.closing for n in self._resident.values() if n.closing is not None]
+        return persist(lambda: self._join("the runtime's close", [drained, *everything]), "drain")
+
+    # --- spawn and fork ---------------------------------------------------------------------
+
+    async def spawn(self, parent_signal: AbortSignal, spec: SubagentSpec) -> SubagentResult:
+        """From a tool: run a fresh child ``spec.child_id`` on ``spec.prompt`` to its end.
+
+        Aborting the parent's turn cancels the child with ``PARENT``; the child's turn ends
+        ``aborted`` and this raises :class:`~fsm_core.Aborted` with the parent's reason once
+        the child is disposed. Raises ``DRAINING`` after ``drain()``.
+        """
+        return await self._run_child(parent_signal, spec, Session())
+
+    async def fork(self, parent_signal: AbortSignal, spec: SubagentSpec) -> SubagentResult:
+        """As :meth:`spawn`, but the child starts from a copy of the parent's session."""
+        parent = self._initiator("fork")
+        return await self._run_child(parent_signal, spec, Session.seed(parent.session.events))
+
+    def _initiator(self, call: str) -> Agent:
+        parent = initiating_agent()
+        if parent is None:
+            raise UsageError(f"{call}() runs from a tool of a live agent, which is its parent")
+        return parent
+
+    async def _run_child(
+        self, parent_signal: AbortSignal, spec: SubagentSpec, session: Session
+    ) -> SubagentResult:
+        self._initiator("spawn")
+        if type(spec) is not SubagentSpec:
+            raise UsageError(f"spawn() and fork() take a SubagentSpec, not {echo(spec)}")
+        if self._draining:
+            raise SubagentError("DRAINING", _DRAINING)
+        if spec.child_id in self._owners or self._in_use(spec.child_id):
+            raise UsageError(f"an agent named {echo(spec.child_id)} already exists")
+        handle = self._create(spec.child_id, session)
+        child = handle.agent
+        off = parent_signal.add_listener(lambda _s: child.cancel(PARENT))
+        try:
+            if parent_signal.aborted:
+                child.inject(UserMessage(f"{spec.child_id}:prompt", spec.prompt))
+            else:
+                child.followup(UserMessage(f"{spec.child_id}:prompt", spec.prompt))
+            await child.when_idle()
+        finally:
+            off()
+            await handle.dispose()
+        parent_signal.raise_if_aborted()
+        return SubagentResult(spec.child_id, _last_outcome(session), _last_text(session))
+
+    # --- the settlement watcher -------------------------------------------------------------
+
+    def _start_watcher(self, node: _Node) -> None:
+        task = asyncio.get_running_loop().create_task(self._watch(node), name=f"watch {node.id}")
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, node: _Node) -> None:
+        """After each idle, ask the table for a verdict from the inbox and the ledger alone.
+
+        The verdict is taken inside ``run_maintenance``, which only an idle agent grants:
+        on ``ready`` the disposal starts there, under idle ownership. An agent that became
+        busy again refuses the maintenance, and the verdict is taken with ``busy``.
+        """
+        try:
+            while node.stage == "active":
+                await node.agent.when_idle()
+                seen = node.pokes
+                verdict = _Verdict()
+                if node.stage != "active":
+                    # The inbox is closing: the table's verdict is closed, with no need to
+                    # own the agent to learn it.
+                    self._watch_verdict(node, verdict, seen, busy=False)
+                    return
+
+                async def decide(
+                    _signal: AbortSignal, verdict: _Verdict = verdict, seen: int = seen
+                ) -> None:
+                    self._watch_verdict(node, verdict, seen, busy=False)
+
+                try:
+                    await node.agent.run_maintenance(decide)
+                except Rejected:
+                    self._watch_verdict(node, verdict, seen, busy=True)
+                if verdict.value in ("closed", "ready"):
+                    return
+                if verdict.value == "wait":
+                    while node.pokes == seen and node.stage == "active":
+                        node.poked.clear()
+                        await node.poked.wait()
+        except Exception:
+            log.exception("the settlement watcher of %s failed", node.id)
+
+    def _watch_verdict(self, node: _Node, verdict: _Verdict, seen: int, *, busy: bool) -> None:
+        pending = node.agent.inbox.pending
+        self._fire(node, "watch", verdict, current=node.pokes == seen, busy=busy, pending=pending)
+
+    # --- the teardown -----------------------------------------------------------------------
+
+    async def _finish(self, node: _Node) -> None:
+        """finishDisposal after the ``dispose`` row: join the children, await idle, flush,
+        capture, dispose the handle; then the convergence row. Each stage reads the table,
+        so a run cancelled from outside resumes where it stopped (:func:`persist`)."""
+        if node.stage == "joining":
+            while pending := [f for f in node.child_teardowns if not f.done()]:
+                await asyncio.wait(pending)
+            node.failures[:0] = _failures(node.child_teardowns)
+            node.child_teardowns.clear()
+            self._fire(node, "children_joined")
+        if node.stage == "awaiting_idle":
+            await node.agent.when_idle()
+            self._fire(node, "agent_idle")
+        if node.stage == "flushing":
+            if node.flush_owed:
+                try:
+                    await node.agent.session.flush()
+                except Exception as error:
+                    node.failures.append(TeardownFailure(node.id, "final flush", error))
+                node.flush_owed = False
+            self._fire(node, "final_flushed")
+        if node.stage == "releasing":
+            assert node.handle_disposal is not None
+            try:
+                await node.handle_disposal
+            except Exception as error:
+                node.failures.append(TeardownFailure(node.id, "handle dispose", error))
+            own = any(f.activation == node.id for f in node.failures)
+            self._fire(node, "handle_disposed", failed=own)
+        if node.rethrow:
+            raise ActivationTeardownFailed(node.id, node.failures)
+
+    # --- firing and effects -----------------------------------------------------------------
+
+    def _fire(self, node: _Node, event: str, context: object = None, /, **args: Value) -> None:
+        """Fire a table event on ``node``; a listener's held BaseException is raised after
+        the outermost row, so no row stops half-way.
+
+        The ``dispose`` of each child a row's ``dispose_children`` names fires once that row
+        returned, still inside this call, level by level, so a subtree of any depth is
+        cancelled before the first await without nesting a Python frame per generation. The
+        row ends with that effect, so no later effect of it could tell the difference.
+        """
+        self._firing += 1
+        try:
+            node.control.fire(event, context, **args)
+        except BaseException:
+            if self._firing == 1:
+                self._held = None
+            raise
+        finally:
+            self._firing -= 1
+        if self._firing == 0 and not self._cascading:
+            self._cascading = True
+            try:
+                while self._cascade:
+                    parent, child = self._cascade.popleft()
+                    parent.child_teardowns.append(self._dispose(child, False))
+            finally:
+                self._cascading = False
+        if self._firing == 0 and self._held is not None:
+            held, self._held = self._held, None
+            raise held
+
+    def _performer(self, node: _Node) -> Callable[[Effect], None]:
+        return lambda effect: self._perform(node, effect)
+
+    def _perform(self, node: _Node, effect: Effect) -> None:
+        spec = node.control.spec
+        if spec.unmet(effect.name, node.control.snapshot(), effect.args):
+            requires = spec.table.effects[effect.name].requires_text
+            raise FsmError(
+                f"activation {node.id}: {effect} runs where its contract {requires!r} does not "
+                f"hold ({spec.format_state(node.control.snapshot())})"
+            )
+        try:
+            getattr(self, f"_{effect.name}")(node, *effect.args)
+        except Exception:
+            raise
+        except BaseException as error:
+            self._held = self._held or error
+
+    def _close_inbox(self, node: _Node) -> None:
+        node.closing = persist(lambda: self._finish(node), f"teardown {node.id}")
+        node.poked.set()  # the watcher finds the inbox closing
+
+    def _cancel_agent(self, node: _Node, cause: str) -> None:
+        assert cause == "parent"
+        node.agent.cancel(PARENT, keep_inbox=True)
+
+    def _dispose_children(self, node: _Node) -> None:
+        for child_id in node.owned:
+            child = self._resident.get(child_id)
+            if child is not None:
+                self._cascade.append((node, child))
+
+    def _flush_final_state(self, node: _Node) -> None:
+        node.flush_owed = True  # an effect cannot await: _finish awaits it
+
+    def _capture(self, node: _Node) -> None:
+        session = node.agent.session
+        turns = sum(1 for e in session.events if e.type == "turn/start")
+        pending = tuple(m.id for m in (*node.agent.inbox.next_step, *node.agent.inbox.next_turn))
+        node.terminal = Terminal(turns, _last_outcome(session), pending)
+
+    def _dispose_handle(self, node: _Node) -> None:
+        node.handle_disposal = node.handle.dispose()
+
+    def _leave_registry(self, node: _Node) -> None:
+        del self._resident[node.id]
+
+    def _release_slot(self, node: _Node) -> None:
+        if node.id not in self._slots:
+            raise FsmError(f"activation {node.id}: its pool slot was already released")
+        self._slots.remove(node.id)
+
+    def _notify_parent(self, node: _Node, failed: bool) -> None:
+        """Step 3: tell the parent by name, not through the registry (the child left it)."""
+        parent = node.parent
+        if parent is None:
+            self._roots.get(node.parent_agent.id, {}).pop(node.id, None)
+        else:
+            del parent.owned[node.id]
+            self._fire(parent, "child_settled", failed=failed, last=not parent.owned)
+        agent = node.parent_agent
+        if agent.phase == "disposed":
+            return  # nobody is left to tell
+        tearing_down = (parent is not None and parent.stage != "active") or agent.phase in (
+            "disposing",
+        )
+        self._notices += 1
+        text = f"subagent {node.id} {'failed' if failed else 'settled'}"
+        notice = UserMessage(f"{node.id}:settled:{self._notices}", text)
+        try:
+            agent.send(notice, "next_turn", wakeup=not tearing_down)
+        except Rejected:
+            log.info("the parent of %s was disposed before its notice", node.id)
+
+    def _release_ownership(self, node: _Node) -> None:
+        del self._owners[node.id]
+        self._dormant[node.id] = _Dormant(node.parent_agent, node.parent, node.agent.session)
+
+    def _settle(self, node: _Node, failed: bool) -> None:
+        node.failed = failed
+        self._events.emit("subagent/settled", ActivationSettled(node.public, failed))
+
+    def _rethrow(self, node: _Node) -> None:
+        node.rethrow = True  # _finish raises once the row returns: failure last
+
+    def _request_dispose(self, node: _Node) -> None:
+        self._dispose(node, False)
+
+    def _admit_child(self, node: _Node) -> None:
+        admission = node.control.context
+        assert isinstance(admission, _Admission)
+        admission.node = self._new_node(admission.child_id, node.agent, node, admission.session)
+
+    def _verdict(self, node: _Node, verdict: str) -> None:
+        holder = node.control.context
+        assert isinstance(holder, _Verdict)
+        holder.value = verdict
+
+    def _dispose_in_maintenance(self, node: _Node) -> None:
+        # The natural end's teardown has no caller to raise to: its failure reaches the
+        # settlement (``failed``) and the parent's notice, so it is read here, not left to
+        # asyncio's "exception was never retrieved".
+        self._dispose(node, True).add_done_callback(_read)
+
+    _EFFECTS = frozenset(
+        {
+            "close_inbox",
+            "cancel_agent",
+            "dispose_children",
+            "flush_final_state",
+            "capture",
+            "dispose_handle",
+            "leave_registry",
+            "release_slot",
+            "notify_parent",
+            "release_ownership",
+            "settle",
+            "rethrow",
+            "request_dispose",
+            "admit_child",
+            "verdict",
+            "dispose_in_maintenance",
+        }
+    )
+    """The table's effects; each is performed by the method named for it with a leading ``_``
+    (looked up when performed, so a test may patch one)."""
+
+    def __repr__(self) -> str:
+        state = " draining" if self._draining else ""
+        return f"<Subagents resident={len(self._resident)} slots={len(self._slots)}{state}>"
+
+
+def _nobody() -> None:
+    """No task awaits its own teardown through these entries; nothing to refuse."""
+
+
+def _read(teardown: asyncio.Future[None]) -> None:
+    if not teardown.cancelled():
+        teardown.exception()
+
+
+def _failures(teardowns: Iterable[asyncio.Future[None]]) -> list[TeardownFailure]:
+    """Every failure of the settled ``teardowns``, flattened, in order."""
+    out: list[TeardownFailure] = []
+    for teardown in teardowns:
+        error = teardown.exception()
+        if isinstance(error, ActivationTeardownFailed):
+            out += [f for f in error.failures if f not in out]
+        elif error is not None:
+            raise error
+    return out
+
+
+def _last_outcome(session: Session) -> Mapping[str, str | int] | None:
+    for event in reversed(session.events):
+        if event.type == "turn/end":
+            return cast(Mapping[str, str | int], event.data["outcome"])
+    return None
+
+
+def _last_text(session: Session) -> str:
+    for event in reversed(session.events):
+        if event.type == "assistant/message":
+            return cast(str, event.data["text"])
+    return ""

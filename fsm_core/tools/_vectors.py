@@ -1,0 +1,923 @@
+"""Conformance vectors: what the tables do, as data a port replays without Python.
+
+``fsm-core vectors`` writes one JSONL file per machine of the default models
+(``specs/vectors/<machine>.jsonl``) and the export of those machines (``tables.json``, the
+``fsm-core spec --json`` format, with the model-only tables such as the credit window too).
+``specs/vectors.schema.json`` describes a line; ``specs/SEMANTICS.md`` says what a port must do
+with one. Every line but the header is one *vector*, a question with its answer:
+
+- ``fire``: from a state (or, for a tree of activations, the state of each instance), fire an
+  event with arguments, running a *script*: at the n-th effect of the step (counting every
+  effect, nested ones included, in the order performed) a listener fires an event, or the
+  runtime creates an instance. The answer is the call tree (the row each call took, its
+  effects rendered ``name(args)``, the calls made inside each effect) and what the step
+  changed, or the refusal (``rejected`` or ``not-enabled``, with its exact message, or
+  ``bad-call``). States are sparse: only the values that differ from the initial state.
+- ``holds``: a predicate of the table (an effect's ``requires``, an invariant, a step
+  invariant, a definition) evaluated on a state (and arguments, or a second state): true or
+  false.
+
+What they cover, and where each comes from:
+
+- ``step/...``: every event with every argument tuple, from every state of the machine the
+  checker reached in the default models (for a table only table models check, the states a
+  table model of it reaches at its declared constants). A row or a refusal entry no reached
+  state exercises is taken from the first state of the domain that does, preferring states the
+  invariants admit.
+- ``holds/...``: for each predicate a case where it holds and one where it fails, when the
+  domain has one, from the reached states first.
+- ``call/...``: calls a host must refuse before anything changes (``bad-call``).
+- ``story/...``: the hand-written stories of :mod:`fsm_core.tools._stories`, step by step,
+  with the state each notification showed its listeners.
+- ``scenario/<model>/...``: for each move of a composed default model (an agent with
+  re-entrant listeners, a tree of activations) that calls anything inside an effect, and each
+  distinct outcome of it, one vector from the first state the checker found it in, with the
+  listener or wiring calls as the script: so every edge the checker proves is an instance of
+  some vector (a move's plain steps are the ``step`` vectors).
+
+:func:`generate` prints what is covered and by how much; every row, refusal entry, ignored
+entry, contract and invariant must be, and every move of the models, or the command fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shlex
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, echo
+from fsm_core._paths import models_dir
+from fsm_core.check import Model, load_model
+from fsm_core.check._compose import Composition, Engine
+from fsm_core.check._moves import Move
+from fsm_core.check._system import compose
+from fsm_core.export import spec_to_json
+from fsm_core.table import Clause, Effect, Machine, Spec, load_clauses, load_spec, load_table
+from fsm_core.table._expr import Value
+from fsm_core.table._load import read_toml
+from fsm_core.tools._stories import STORIES, Listen, Story
+
+__all__ = ["FORMAT", "VERSION", "configure", "generate", "render_vectors", "run"]
+
+FORMAT: Final = "fsm-core/vectors"
+VERSION: Final = 1
+TABLES: Final = "tables.json"
+COMMAND: Final = "fsm-core vectors"
+SHOWN: Final = 20
+"""The most failures ``--replay`` prints for one file (a broken port fails thousands)."""
+
+Json = dict[str, Any]
+State = tuple[Value, ...]
+
+
+class VectorError(FsmError):
+    """The vectors cannot be generated: a model does not hold, or a replay disagrees with the
+    checker (a bug of the generator or the checker, never of a port)."""
+
+
+# --- what the vectors cover ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Subject:
+    """One machine the vectors cover, and the default models that explore it."""
+
+    machine: Machine
+    clauses: Mapping[str, Clause]
+    table: str
+    """The table's file as the export names it (``specs/agent.toml``)."""
+    composed: list[Model] = field(default_factory=list)
+    """Default models that compose the table (an agent, a tree) at its declared constants."""
+    models: list[str] = field(default_factory=list)
+    """Every default model's file that uses the table, for the header."""
+
+
+def subjects(specs: Path | None = None) -> list[Subject]:
+    """The machines of the default models, in model-file order; each table once."""
+    spec = load_spec(specs)
+    root = models_dir()
+    found: dict[str, Subject] = {}
+    for path in sorted(root.glob("*.toml")):
+        display = f"{root.name}/{path.name}"
+        declared = read_toml(path, display).get("model")
+        if isinstance(declared, dict) and declared.get("tier") == "bench":
+            continue  # not a default model: loading it would prove its table for nothing
+        model = load_model(path, display, specs=specs)  # refuses a malformed file, naming it
+        assert isinstance(declared, dict)
+        table_path = path.parent / str(declared["table"])
+        name = model.machine.name
+        if table_path.parent.name == "specs":
+            machine, clauses = spec.machines[name], spec.clauses
+        else:
+            clauses = load_clauses(table_path.parent / "clauses.toml")
+            machine = load_table(table_path, clauses)  # at its declared constants
+        subject = found.get(name)
+        if subject is None:
+            subject = found[name] = Subject(machine, clauses, machine.table.file)
+        elif subject.table != machine.table.file:
+            raise SpecError(
+                display,
+                "[model]",
+                f"machine {echo(name)} is also {subject.table}'s; the vectors name files by "
+                "machine",
+            )
+        subject.models.append(display)
+        if model.kind != "table" and model.machine.table == machine.table:
+            # At the table's declared constants, the model's states are the machine's.
+            subject.composed.append(replace(model, machine=machine))
+    return list(found.values())
+
+
+# --- running a step on the interpreter -----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Frame:
+    """A call in progress: its node of the expected tree, its instance, and, for a checker's
+    move, the calls still to come inside its effects."""
+
+    node: Json
+    on: str
+    plan: deque[tuple[str, Move]] | None
+
+
+class _Scene:
+    """One step on the interpreter: a fire, and whatever its script makes happen inside it.
+
+    ``instances`` maps each instance to its live store (``None`` until the step creates it; one
+    instance ``""`` for a single machine). Calls inside an effect come from a checker's move
+    (:meth:`fire` with ``plan``, each nested call with its own), from a story's listeners
+    (``listen``), and in a tree from the wiring's one act that is not an event:
+    ``admit_child()`` creates the parent's first free child. Each is written to :attr:`script`
+    at the ordinal of the effect it happened in, and to the expected tree under that effect.
+    """
+
+    def __init__(
+        self,
+        machine: Machine,
+        instances: dict[str, list[Value] | None],
+        *,
+        multi: bool = False,
+        listen: Sequence[Listen] = (),
+        observe: bool = False,
+    ) -> None:
+        self.m = machine
+        self.instances = instances
+        self.multi = multi
+        self.listen = list(listen)
+        self.observe = observe
+        """Record the state each notifying effect shows its listeners (``observed``)."""
+        self.notifying = frozenset(n for n, e in machine.table.effects.items() if e.notifies)
+        self.performed: dict[str, int] = {}
+        self.ordinal = 0
+        self.script: list[Json] = []
+
+    def fire(self, on: str, event: str, args: tuple[Value, ...], plan: Move | None = None) -> Json:
+        """The expected node of ``event(args)`` on ``on``: its row, its effects and the calls
+        inside them, or its refusal."""
+        store = self.instances[on]
+        assert store is not None
+        try:
+            row = self.m.select(store, event, args)
+        except Rejected as e:
+            return {"refused": "rejected", "message": str(e)}
+        except NotEnabled as e:
+            return {"refused": "not-enabled", "message": str(e)}
+        node: Json = {"row": row.row.id if row is not None else None, "effects": []}
+        frame = _Frame(node, on, deque(plan.inside) if plan is not None else None)
+        if row is not None:
+            self.m.execute(row, store, args, lambda name, a: self._perform(frame, name, a))
+        if frame.plan:
+            raise VectorError(f"calls of the checker's move never happened: {list(frame.plan)}")
+        return node
+
+    def _perform(self, frame: _Frame, name: str, values: tuple[Value, ...]) -> None:
+        node, effect = frame.node, Effect(name, values)
+        index = len(node["effects"])
+        node["effects"].append(str(effect))
+        at = self.ordinal
+        self.ordinal += 1
+        store = self.instances[frame.on]
+        assert store is not None
+        if self.observe and name in self.notifying:
+            node.setdefault("observed", []).append({"at": index, "state": _state(self.m, store)})
+        calls: list[tuple[str, str, tuple[Value, ...], Move | None]] = []
+        while frame.plan and frame.plan[0][0] == str(effect):
+            _, move = frame.plan.popleft()
+            calls.append((move.instance, move.event, tuple(v for _, v in move.args), move))
+        if self.multi and name == "admit_child":
+            child = self._free_child(frame.on)
+            self.instances[child] = list(self.m.initial)
+            self.script.append({"at": at, "create": child})
+        count = self.performed[name] = self.performed.get(name, 0) + 1
+        for listener in [x for x in self.listen if x.effect == name and x.nth == count]:
+            self.listen.remove(listener)
+            args = self.m.arguments(listener.event, **listener.args)
+            calls.append((frame.on, listener.event, args, None))
+        for on, event, args, plan in calls:
+            where: Json = {"at": at, "on": on} if self.multi else {"at": at}
+            self.script.append({**where, "event": event, "args": _args(self.m, event, args)})
+            nested = self.fire(on, event, args, plan)
+            node.setdefault("inside", []).append({"at": index, **nested})
+
+    def _free_child(self, parent: str) -> str:
+        for name, store in self.instances.items():
+            if store is None and name.rpartition(".")[0] == parent:
+                return name
+        raise VectorError(f"admit_child() on {parent} with no free child slot")
+
+
+def _state(m: Machine, store: Sequence[Value]) -> Json:
+    """A state as a vector writes it: only the values that differ from the initial state."""
+    return _changes(m, m.initial, store)
+
+
+def _changes(m: Machine, before: Sequence[Value], after: Sequence[Value]) -> Json:
+    """The values (the state variable's first) that differ between two states, as in ``after``."""
+    return {n: b for n, a, b in zip(m.names, before, after, strict=True) if a != b}
+
+
+def _args(m: Machine, event: str, args: Sequence[Value]) -> Json:
+    return dict(zip((p for p, _ in m.table.events[event].params), args, strict=True))
+
+
+def _expect(node: Json, changes: Json) -> Json:
+    """A fire vector's answer: its refusal, or its call tree and what the step changed."""
+    return node if "refused" in node else {**node, "changes": changes}
+
+
+def _rows(node: Json) -> Iterator[str]:
+    """Every row a call tree took, in call order."""
+    if node.get("row"):
+        yield node["row"]
+    for child in node.get("inside", ()):
+        yield from _rows(child)
+
+
+# --- exploring the default models ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Explored:
+    """One default model explored breadth-first, as the checker explores it."""
+
+    model: Model
+    composition: Composition
+    states: list[tuple[Any, ...]]
+    """Every reached state, in the order found."""
+    edges: list[tuple[tuple[Any, ...], int, tuple[Any, ...]]]
+    """Every (source, move, target) whose move calls anything inside an effect."""
+
+    @property
+    def instances(self) -> tuple[str, ...] | None:
+        """A tree's instance names (slot i holds instance i), or None for one machine."""
+        c = self.composition
+        return c.wiring.instances if isinstance(c, Engine) and not c.wiring.flat else None
+
+    def tables(self, s: tuple[Any, ...], width: int) -> tuple[Any, ...]:
+        """The table states of a model state: each instance's slot, or the model's front."""
+        names = self.instances
+        return tuple(s[: len(names)]) if names is not None else (tuple(s[:width]),)
+
+
+def _explore(model: Model) -> _Explored:
+    """Explore ``model`` breadth-first, as the checker does; refuse one that breaks a property
+    (its vectors would pin a bug)."""
+    c = compose(model)
+    moves = c.moves
+    init = c.initial()
+    seen = {init}
+    found = _Explored(model, c, [init], [])
+    frontier = [init]
+    while frontier:
+        following = []
+        for s in frontier:
+            bad = c.first_violated(s)
+            if bad is not None:
+                raise VectorError(f"{model.name} breaks {bad}: run `fsm-core check {model.name}`")
+            for label, t in c.steps(s):
+                if moves[label].inside:
+                    found.edges.append((s, label, t))
+                if t not in seen:
+                    seen.add(t)
+                    found.states.append(t)
+                    following.append(t)
+        frontier = following
+    return found
+
+
+# --- the vectors of one machine ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Coverage:
+    """What a machine's vectors must cover, by group, and whether some vector covers each."""
+
+    items: dict[str, dict[str, bool]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    """How many vectors of each kind there are."""
+
+    def need(self, group: str, item: str) -> None:
+        self.items.setdefault(group, {}).setdefault(item, False)
+
+    def cover(self, group: str, item: str) -> None:
+        self.items.setdefault(group, {})[item] = True
+
+    def count(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    @property
+    def missing(self) -> list[str]:
+        return [f"{g}: {i}" for g, items in self.items.items() for i, ok in items.items() if not ok]
+
+    @property
+    def total(self) -> tuple[int, int]:
+        """(covered, required) items."""
+        done = sum(ok for items in self.items.values() for ok in items.values())
+        return done, sum(len(items) for items in self.items.values())
+
+
+@dataclass(slots=True)
+class Vectors:
+    """One machine's vector file as lines (the header first), and what it covers."""
+
+    subject: Subject
+    lines: list[Json]
+    coverage: Coverage
+
+
+class _Builder:
+    """The vectors of one machine, in file order."""
+
+    def __init__(self, subject: Subject) -> None:
+        self.m = m = subject.machine
+        self.t = t = m.table
+        self.lines: list[Json] = []
+        self.ids: set[str] = set()
+        self.cov = cov = Coverage()
+        for row in t.rows:
+            cov.need("rows", row.id)
+        for rule in t.pair_rules:
+            for s in rule.states:
+                for e in rule.events:
+                    cov.need(f"{rule.kind} pairs", f"{e} in {s}")
+        for name, spec in t.effects.items():
+            if spec.requires is not None:
+                cov.need("requires", name)
+        for inv in t.invariants:
+            cov.need("invariants", inv.id)
+        for st in t.stable:
+            cov.need("step invariants", st.id)
+        for d in t.defs:
+            cov.need("definitions", d)
+        self.pairs = {(s, e): r for r in t.pair_rules for s in r.states for e in r.events}
+
+    def add(self, kind: str, vector: Json) -> None:
+        if vector["id"] in self.ids:
+            raise VectorError(f"{self.m.name}: two vectors named {vector['id']}")
+        self.ids.add(vector["id"])
+        self.lines.append(vector)
+        self.cov.count(kind)
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def steps(self, reached: Sequence[State]) -> None:
+        """Every event with every argument tuple from every reached state, then, for each row
+        or refusal entry none of those exercised, one case from the domain."""
+        n = 0
+        for state in reached:
+            for event in self.t.events:
+                for args in self.m.all_arguments(event):
+                    self.step(f"step/{n}", state, event, args)
+                    n += 1
+        for state, event, args in self._uncovered():
+            self.step(f"step/{n}", state, event, args)
+            n += 1
+
+    def step(self, vid: str, state: State, event: str, args: tuple[Value, ...]) -> None:
+        m = self.m
+        store = list(state)
+        node = _Scene(m, {"": store}).fire("", event, args)
+        rule = self.pairs.get((str(state[0]), event))
+        if rule is not None:
+            self.cov.cover(f"{rule.kind} pairs", f"{event} in {state[0]}")
+        for row in m.enabled(state, event, args):
+            self.cov.cover("rows", row.row.id)
+        self.add(
+            "steps",
+            {
+                "kind": "fire",
+                "id": vid,
+                "state": _state(m, state),
+                "call": {"event": event, "args": _args(m, event, args)},
+                "expect": _expect(node, _changes(m, state, store)),
+            },
+        )
+
+    def _uncovered(self) -> Iterator[tuple[State, str, tuple[Value, ...]]]:
+        """For each row or pair no vector covers yet, the first state of the domain (one the
+        invariants admit if there is one) and arguments that exercise it."""
+        m, items = self.m, self.cov.items
+        domain = list(m.domain())
+        ordered = [s for s in domain if not m.violated(s)] + [s for s in domain if m.violated(s)]
+        for row in self.t.rows:
+            guard = m.rows[row.id].guard
+            if not items["rows"][row.id]:
+                yield from itertools.islice(
+                    (
+                        (s, row.event, a)
+                        for s in ordered
+                        if s[0] in row.sources
+                        for a in m.all_arguments(row.event)
+                        if guard(s, a)
+                    ),
+                    1,
+                )
+        for (state, event), rule in self.pairs.items():
+            if not items[f"{rule.kind} pairs"][f"{event} in {state}"]:
+                first = next(s for s in ordered if s[0] == state)
+                yield first, event, next(m.all_arguments(event))
+
+    # --- predicates ----------------------------------------------------------------------------
+
+    def predicates(self, reached: Sequence[State]) -> None:
+        """For each predicate, a case where it holds and one where it fails (when the domain
+        has one), from the reached states first."""
+        m, t = self.m, self.t
+        known = set(reached)
+        pool = [*reached, *(s for s in m.domain() if s not in known)]
+
+        def emit(what: str, name: str, holds: bool, state: State, **extra: Json) -> None:
+            self.add(
+                "predicates",
+                {
+                    "kind": "holds",
+                    "id": f"holds/{what}/{name}/{'true' if holds else 'false'}",
+                    "predicate": {"what": what, "name": name},
+                    "state": _state(m, state),
+                    **extra,
+                    "expect": {"holds": holds},
+                },
+            )
+            group = {"step_invariant": "step invariants", "requires": "requires"}
+            self.cov.cover(group.get(what, f"{what}s"), name)
+
+        for name, e in t.effects.items():
+            if e.requires is not None:
+                arguments = list(itertools.product(*(ty.values for _, ty in e.params)))
+                for want in (True, False):
+                    case = next(
+                        ((s, a) for s in pool for a in arguments if m.unmet(name, s, a) != want),
+                        None,
+                    )
+                    if case is not None:
+                        named = dict(zip((p for p, _ in e.params), case[1], strict=True))
+                        emit("requires", name, want, case[0], args=named)
+        for inv_id, holds in m.invariants:
+            for want in (True, False):
+                found = next((s for s in pool if bool(holds(s, ())) == want), None)
+                if found is not None:
+                    emit("invariant", inv_id, want, found)
+        for st in t.stable:
+            i = m.names.index(st.var)
+            values = next(v.type.values for v in t.variables if v.name == st.var)
+            for want in (True, False):
+                pair = next(
+                    (
+                        (s, after)
+                        for s in pool
+                        for v in values
+                        if v != s[i]
+                        for after in [(*s[:i], v, *s[i + 1 :])]
+                        if (st.id not in m.unstable(s, after)) == want
+                    ),
+                    None,
+                )
+                if pair is not None:
+                    emit("step_invariant", st.id, want, pair[0], after=_state(m, pair[1]))
+        for d in t.defs:
+            for want in (True, False):
+                found = next((s for s in pool if m.holds(d, s) == want), None)
+                if found is not None:
+                    emit("definition", d, want, found)
+
+    # --- bad calls -----------------------------------------------------------------------------
+
+    def bad_calls(self) -> None:
+        """Calls a host refuses before anything changes, from the initial state: an unknown
+        event, an extra or a missing parameter, a value of the wrong JSON type or outside its
+        domain."""
+        m = self.m
+        calls: list[tuple[str, str, Json]] = [("unknown", "no_such_event", {})]
+        for event, spec in self.t.events.items():
+            good = _args(m, event, next(m.all_arguments(event)))
+            calls.append(("extra", event, {**good, "extra": True}))
+            if not spec.params:
+                continue
+            first, ptype = spec.params[0]
+            calls.append(("missing", event, {k: v for k, v in good.items() if k != first}))
+            wrong = {"bool": 1, "int": True, "enum": 0}[ptype.kind]
+            calls.append(("type", event, {**good, first: wrong}))
+            if ptype.kind != "bool":  # every value of the right type is a boolean's
+                last = ptype.values[-1]
+                outside = last + 1 if isinstance(last, int) else "no_such_value"
+                calls.append(("domain", event, {**good, first: outside}))
+        for what, event, args in calls:
+            self.add(
+                "bad calls",
+                {
+                    "kind": "fire",
+                    "id": f"call/{event}/{what}",
+                    "state": {},
+                    "call": {"event": event, "args": args},
+                    "expect": {"refused": "bad-call"},
+                },
+            )
+
+    # --- stories -------------------------------------------------------------------------------
+
+    def stories(self, stories: Iterable[Story]) -> None:
+        """Each story step by step from the initial state, with the state every notification
+        shows its listeners."""
+        m = self.m
+        for story in stories:
+            store = list(m.initial)
+            for k, step in enumerate(story.steps):
+                before = tuple(store)
+                args = m.arguments(step.event, **step.args)
+                scene = _Scene(m, {"": store}, listen=step.listen, observe=True)
+                node = scene.fire("", step.event, args)
+                if scene.listen:
+                    raise VectorError(f"story {story.name} step {k}: {scene.listen} never ran")
+                self.add(
+                    "story steps",
+                    {
+                        "kind": "fire",
+                        "id": f"story/{story.name}/{k}",
+                        "story": {"name": story.name, "step": k, "of": len(story.steps)},
+                        **({"doc": story.doc} if k == 0 else {}),
+                        "state": _state(m, before),
+                        "call": {"event": step.event, "args": _args(m, step.event, args)},
+                        **({"script": scene.script} if scene.script else {}),
+                        "expect": _expect(node, _changes(m, before, store)),
+                    },
+                )
+
+    # --- scenarios -----------------------------------------------------------------------------
+
+    def scenarios(self, explored: _Explored) -> None:
+        """One vector per move of the model that calls inside an effect and per distinct
+        outcome of it, from the first state the checker found it in; each replay must take the
+        move's rows and reach the checker's states."""
+        m, model, c = self.m, explored.model, explored.composition
+        names = explored.instances
+        multi = names is not None
+        width = len(m.names)
+        group = f"moves of {model.name}"
+        for label, move in enumerate(c.moves):
+            if move.inside:
+                self.cov.need(group, str(label))
+        replayed: set[tuple[int, tuple[Any, ...]]] = set()
+        outcomes: set[tuple[int, str]] = set()
+        for s, label, t in explored.edges:
+            move = c.moves[label]
+            source = explored.tables(s, width)
+            if (label, source) in replayed:
+                continue
+            replayed.add((label, source))
+            slots = names if names is not None else ("",)
+            instances = {
+                k: None if v is None else list(v) for k, v in zip(slots, source, strict=True)
+            }
+            scene = _Scene(m, instances, multi=multi)
+            node = scene.fire(move.instance, move.event, tuple(v for _, v in move.args), move)
+            after: tuple[State | None, ...] = tuple(
+                None if v is None else tuple(v) for v in scene.instances.values()
+            )
+            if list(_rows(node)) != list(move.rows()) or after != explored.tables(t, width):
+                raise VectorError(
+                    f"{model.name}: replaying {move} from {source} disagrees with the checker"
+                )
+            outcome = json.dumps(node, sort_keys=True)
+            if (label, outcome) in outcomes:
+                continue
+            outcomes.add((label, outcome))
+            self.cov.cover(group, str(label))
+            vector: Json = {"kind": "fire", "id": f"scenario/{model.name}/{len(outcomes) - 1}"}
+            call: Json = {"event": move.event, "args": dict(move.args)}
+            if names is None:
+                vector |= {"state": _state(m, source[0]), "call": call}
+                assert after[0] is not None
+                changes = _changes(m, source[0], after[0])
+            else:
+                vector |= {
+                    "instances": {
+                        k: _state(m, v) for k, v in zip(names, source, strict=True) if v is not None
+                    },
+                    "call": {"on": move.instance, **call},
+                }
+                changes = {
+                    k: diff
+                    for k, old, new in zip(names, source, after, strict=True)
+                    if new is not None
+                    for diff in [_changes(m, old if old is not None else m.initial, new)]
+                    if diff
+                }
+            vector |= {"script": scene.script, "expect": _expect(node, changes)}
+            self.add("scenarios", vector)
+
+
+def build(subject: Subject) -> Vectors:
+    """The vectors of one machine (the module docstring says what they cover)."""
+    m = subject.machine
+    models = subject.composed or [
+        Model(name=m.name, file=subject.table, doc="", kind="table", tier="default", machine=m)
+    ]
+    explored = [_explore(model) for model in models]
+    reached: dict[State, None] = {}
+    for e in explored:
+        for s in e.states:
+            for part in e.tables(s, len(m.names)):
+                if part is not None:
+                    reached.setdefault(tuple(part), None)
+    b = _Builder(subject)
+    b.steps(list(reached))
+    b.predicates(list(reached))
+    b.bad_calls()
+    b.stories(s for s in STORIES if s.machine == m.name)
+    for e in explored:
+        if e.model.kind != "table":
+            b.scenarios(e)
+    header: Json = {
+        "kind": "header",
+        "id": "header",
+        "format": FORMAT,
+        "version": VERSION,
+        "machine": m.name,
+        "tables": TABLES,
+        "vectors": len(b.lines),
+        "generated": (
+            f"Generated by `{COMMAND}` from {subject.table} and {', '.join(subject.models)}; "
+            "do not edit."
+        ),
+    }
+    return Vectors(subject, [header, *b.lines], b.cov)
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def render_vectors(specs: Path | None = None) -> tuple[dict[str, str], list[Vectors]]:
+    """Every generated file as ``{name: exact text}``, and each machine's vectors."""
+    chosen = subjects(specs)
+    built = [build(s) for s in chosen]
+    files: dict[str, str] = {}
+    for v in built:
+        files[f"{v.subject.machine.name}.jsonl"] = "".join(
+            json.dumps(line, separators=(",", ":")) + "\n" for line in v.lines
+        )
+    files[TABLES] = json.dumps(_tables(chosen), indent=2) + "\n"
+    return files, built
+
+
+def _tables(chosen: Sequence[Subject]) -> Json:
+    """The export of every machine the vectors cover, with the clauses they cite."""
+    clauses: dict[str, Clause] = {}
+    for s in chosen:
+        for cid, clause in s.clauses.items():
+            if clauses.setdefault(cid, clause) != clause:
+                raise VectorError(f"clause {cid} means two things in two catalogues")
+    machines = {s.machine.name: s.machine for s in chosen}
+    return spec_to_json(Spec(Path("."), clauses, machines), list(machines))
+
+
+def default_out_dir() -> Path:
+    """Where ``fsm-core vectors`` writes: the checkout's ``specs/vectors``, else ``./vectors``."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file():
+        return root / "specs" / "vectors"
+    return Path.cwd() / "vectors"
+
+
+def _generated(path: Path) -> bool:
+    """True iff ``path`` is a file this command wrote (its first line is a vectors header)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            head = fh.readline(4096)
+    except OSError:
+        return False
+    return f'"format":"{FORMAT}"' in head
+
+
+def stale(files: Mapping[str, str], out: Path) -> list[str]:
+    """One problem per stale, missing or orphaned file in ``out``; ``[]`` when all are current."""
+    problems: list[str] = []
+    for name, text in files.items():
+        path = out / name
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+        elif path.read_bytes() != text.encode("utf-8"):
+            problems.append(f"{path} differs from the tables")
+    for path in sorted(out.glob("*.jsonl")):
+        if path.name not in files and _generated(path):
+            problems.append(f"{path} is generated from no table; delete it")
+    return problems
+
+
+def write(files: Mapping[str, str], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files.items():
+        path = out / name
+        path.write_text(text, encoding="utf-8", newline="\n")
+        written.append(path)
+    for path in sorted(out.glob("*.jsonl")):
+        if path.name not in files and _generated(path):
+            path.unlink()
+    return written
+
+
+def coverage_lines(built: Sequence[Vectors]) -> list[str]:
+    """What each machine's vectors cover, then one line with the whole figure."""
+    lines: list[str] = []
+    done = total = 0
+    for v in built:
+        cov = v.coverage
+        counts = ", ".join(f"{n} {kind}" for kind, n in cov.counts.items())
+        lines.append(f"{v.subject.machine.name} ({v.subject.table}): {counts}")
+        for group, items in cov.items.items():
+            ok = sum(items.values())
+            lines.append(f"  {group}: {ok}/{len(items)}")
+        for item in cov.missing:
+            lines.append(f"  not covered: {item}")
+        d, t = cov.total
+        done, total = done + d, total + t
+    percent = 100.0 * done / total if total else 100.0
+    lines.append(f"coverage: {percent:.1f}% ({done}/{total} items)")
+    return lines
+
+
+def generate(specs: Path | None = None) -> tuple[dict[str, str], list[Vectors], bool]:
+    """The files, each machine's vectors, and True iff everything is covered."""
+    files, built = render_vectors(specs)
+    complete = all(not v.coverage.missing for v in built)
+    return files, built, complete
+
+
+# --- replaying a port ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    file: str
+    line: int
+    id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.id}: {self.reason}"
+
+
+def replay(command: Sequence[str], out: Path) -> tuple[int, list[Failure]]:
+    """Run a port's replayer on every vector file in ``out``: ``command TABLES`` with the file
+    on standard input; it must print one verdict line per input line, in order,
+    ``{"id": ID, "verdict": "pass"}`` or ``{"id": ID, "verdict": "fail", "reason": WHY}``.
+    Returns the vectors replayed and every failure, each naming its file and line."""
+    files = sorted(p for p in out.glob("*.jsonl") if _generated(p))
+    if not files:
+        raise FsmError(f"{out}: no vector files; run `{COMMAND} --out {out}` first")
+    failures: list[Failure] = []
+    count = 0
+    for path in files:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        try:
+            done = subprocess.run(
+                [*command, str(out / TABLES)],
+                input="\n".join(lines) + "\n",
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except OSError as e:
+            raise FsmError(f"--replay {shlex.join(command)}: {e.strerror or e}") from None
+        verdicts = done.stdout.splitlines()
+        for number, line in enumerate(lines, 1):
+            vid = _id(line)
+            count += 1
+            if number > len(verdicts):
+                said = done.stderr.strip()[-200:]
+                why = f"no verdict (the replayer exited {done.returncode}: {said})"
+                failures.append(Failure(path.name, number, vid, why))
+                continue
+            failure = _judge(verdicts[number - 1], vid)
+            if failure is not None:
+                failures.append(Failure(path.name, number, vid, failure))
+        if len(verdicts) > len(lines):
+            failures.append(Failure(path.name, len(lines), "-", "more verdicts than vectors"))
+    return count, failures
+
+
+def _id(line: str) -> str:
+    """A vector line's id, or ``?`` for a line that is not a vector (a port must fail it)."""
+    try:
+        vector = json.loads(line)
+    except ValueError:
+        return "?"
+    return str(vector.get("id")) if isinstance(vector, dict) else "?"
+
+
+def _judge(text: str, vid: str) -> str | None:
+    try:
+        verdict = json.loads(text)
+    except ValueError:
+        return f"the verdict is not JSON: {echo(text)}"
+    if not isinstance(verdict, dict) or verdict.get("id") != vid:
+        return f"the verdict names another vector: {echo(text)}"
+    if verdict.get("verdict") == "pass":
+        return None
+    if verdict.get("verdict") == "fail":
+        return str(verdict.get("reason", "failed"))
+    return f"not a verdict: {echo(text)}"
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Generate the conformance vectors (JSONL, specs/vectors.schema.json) from the tables and "
+        "the default models, print what they cover, and fail under 100%. With --replay, run a "
+        "port's replayer on them."
+    )
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="output directory")
+    parser.add_argument(
+        "--check", action="store_true", help="fail and name each stale file; write nothing"
+    )
+    parser.add_argument(
+        "--replay",
+        default=None,
+        metavar="CMD",
+        help="run CMD TABLES once per vector file in DIR, the file on its standard input; it "
+        "prints one verdict per line (see specs/SEMANTICS.md); exit 1 naming each failure",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    specs: Path | None = getattr(args, "specs", None)
+    if specs is not None and args.out is None:
+        raise FsmError(
+            "vectors with --specs needs --out DIR: the default directory holds the shipped "
+            "tables' vectors"
+        )
+    out: Path = args.out if args.out is not None else default_out_dir()
+    if args.replay is not None:
+        command = shlex.split(args.replay)
+        if not command:
+            raise FsmError("--replay needs a command")
+        if args.check:
+            code = _check(specs, out)
+            if code:
+                return code
+        count, failures = replay(command, out)
+        for name in dict.fromkeys(f.file for f in failures):
+            mine = [f for f in failures if f.file == name]
+            for failure in mine[:SHOWN]:
+                print(f"fail: {failure}")
+            if len(mine) > SHOWN:
+                print(f"fail: {name}: {len(mine) - SHOWN:,} more vectors fail")
+        print(f"replayed {count} vectors with {shlex.join(command)}: {count - len(failures)} pass")
+        return 1 if failures else 0
+    if args.check:
+        return _check(specs, out)
+    files, built, complete = generate(specs)
+    for line in coverage_lines(built):
+        print(line)
+    if not complete:
+        print(f"{COMMAND}: coverage is under 100%; nothing written", file=sys.stderr)
+        return 1
+    for path in write(files, out):
+        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
+def _check(specs: Path | None, out: Path) -> int:
+    files, _, complete = generate(specs)
+    problems = stale(files, out)
+    for problem in problems:
+        print(f"stale: {problem}", file=sys.stderr)
+    if problems:
+        print(f"{COMMAND}: vectors are stale; run `{COMMAND}`", file=sys.stderr)
+        return 1
+    if not complete:
+        print(f"{COMMAND}: coverage is under 100%", file=sys.stderr)
+        return 1
+    print(f"vectors up to date in {out}")
+    return 0

@@ -1,0 +1,197 @@
+#!/usr/bin/env node
+// Replay fsm_core's conformance vectors (specs/vectors/*.jsonl, specs/vectors.schema.json) on
+// the JavaScript interpreter in fsm.js. The contract every replayer keeps (SEMANTICS.md,
+// "Checking a port"):
+//
+//   node ports/js/replay.js specs/vectors/tables.json < specs/vectors/agent.jsonl
+//
+// reads vectors on standard input and prints one verdict per input line, in order:
+// {"id": ID, "verdict": "pass"} or {"id": ID, "verdict": "fail", "reason": WHY}.
+// `fsm-core vectors --replay "node ports/js/replay.js"` runs it on every vector file.
+"use strict";
+
+const fs = require("fs");
+const { Refusal, loadTables } = require("./fsm");
+
+const FORMAT = "fsm-core/vectors";
+const VERSION = 1;
+
+/** A difference between what the port did and what the vector expects. */
+class Mismatch extends Error {}
+
+function same(a, b) {
+  return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
+}
+
+function canonical(value) {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.keys(value).sort().map((k) => [k, canonical(value[k])]));
+  }
+  return value;
+}
+
+function expectSame(what, got, want) {
+  if (!same(got, want)) {
+    throw new Mismatch(`${what}: got ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`);
+  }
+}
+
+/** A vector's sparse state (the values that differ from the initial state), as a store. */
+function store(machine, sparse) {
+  return { ...machine.initial(), ...sparse };
+}
+
+/** The values of `after` that differ from `before`. */
+function changes(machine, before, after) {
+  const out = {};
+  for (const n of machine.names) if (before[n] !== after[n]) out[n] = after[n];
+  return out;
+}
+
+/** One fire vector: fire the call, running the script at the effects it names, and build the
+ * call tree as the vector writes it. */
+function fire(machine, vector) {
+  const multi = "instances" in vector;
+  const instances = {};
+  if (multi) {
+    for (const [name, sparse] of Object.entries(vector.instances)) {
+      instances[name] = store(machine, sparse);
+    }
+  } else {
+    instances[""] = store(machine, vector.state);
+  }
+  const before = Object.fromEntries(Object.entries(instances).map(([k, v]) => [k, { ...v }]));
+  const script = vector.script || [];
+  let ordinal = 0;
+
+  function call(on, event, args) {
+    const s = instances[on];
+    if (s === undefined) throw new Mismatch(`no instance ${on}`);
+    const node = { row: null, effects: [] };
+    const inside = [];
+    const observed = [];
+    try {
+      const step = machine.fire(s, event, args, (name, values) => {
+        const index = node.effects.length;
+        node.effects.push(machine.renderEffect(name, values));
+        if (machine.effects.get(name).notifies) {
+          observed.push({ at: index, state: changes(machine, machine.initial(), s) });
+        }
+        const at = ordinal++;
+        for (const entry of script.filter((x) => x.at === at)) {
+          if ("create" in entry) {
+            instances[entry.create] = machine.initial();
+          } else {
+            inside.push({ at: index, ...call(multi ? entry.on : on, entry.event, entry.args) });
+          }
+        }
+      });
+      node.row = step.row;
+    } catch (e) {
+      if (!(e instanceof Refusal)) throw e;
+      return { refused: e.kind, message: e.message, observed: [] };
+    }
+    if (inside.length) node.inside = inside;
+    node.observed = observed;
+    return node;
+  }
+
+  const root = multi ? vector.call.on : "";
+  const got = call(root, vector.call.event, vector.call.args);
+  const want = vector.expect;
+  if ("refused" in want) {
+    expectSame("refusal", got.refused || null, want.refused);
+    if ("message" in want) expectSame("message", got.message, want.message);
+    expectSame("state after a refusal", instances, before);
+    return;
+  }
+  if ("refused" in got) throw new Mismatch(`refused (${got.refused}): ${got.message}`);
+  compareNode("call", got, want);
+  const changed = {};
+  for (const [name, s] of Object.entries(instances)) {
+    const diff = changes(machine, before[name] || machine.initial(), s);
+    if (Object.keys(diff).length) changed[name] = diff;
+  }
+  expectSame("changes", multi ? changed : changed[""] || {}, want.changes);
+}
+
+/** Compare a call node: its row (or refusal), effects, the calls inside and, when the vector
+ * records them, the states its notifications showed. */
+function compareNode(where, got, want) {
+  if ("refused" in want || "refused" in got) {
+    expectSame(`${where}: refusal`, [got.refused, got.message], [want.refused, want.message]);
+    return;
+  }
+  expectSame(`${where}: row`, got.row, want.row);
+  expectSame(`${where}: effects`, got.effects, want.effects);
+  if ("observed" in want) expectSame(`${where}: observed states`, got.observed, want.observed);
+  const inner = got.inside || [];
+  const wanted = want.inside || [];
+  expectSame(`${where}: calls inside`, inner.map((c) => c.at), wanted.map((c) => c.at));
+  wanted.forEach((w, i) => compareNode(`${where} > inside ${want.effects[w.at]}`, inner[i], w));
+}
+
+function holds(machine, vector) {
+  const { what, name } = vector.predicate;
+  const s = store(machine, vector.state);
+  let value;
+  if (what === "requires") value = machine.requires(name, s, vector.args);
+  else if (what === "invariant") value = Boolean(machine.evaluate(machine.invariants.get(name), s, {}));
+  else if (what === "step_invariant") value = machine.stable(name, s, store(machine, vector.after));
+  else if (what === "definition") value = Boolean(machine.evaluate({ def: name }, s, {}));
+  else throw new Mismatch(`unknown predicate ${what}`);
+  expectSame("holds", value, vector.expect.holds);
+}
+
+function verdict(machines, line) {
+  let vector;
+  try {
+    vector = JSON.parse(line);
+  } catch (e) {
+    return { id: null, verdict: "fail", reason: `not JSON: ${e.message}` };
+  }
+  const id = vector.id;
+  try {
+    if (vector.kind === "header") {
+      if (vector.format !== FORMAT || vector.version !== VERSION) {
+        throw new Mismatch(`expected ${FORMAT} version ${VERSION}`);
+      }
+      if (!(vector.machine in machines)) throw new Mismatch(`no machine ${vector.machine}`);
+    } else {
+      const machine = machines[current];
+      if (machine === undefined) throw new Mismatch("no header line names the machine");
+      if (vector.kind === "fire") fire(machine, vector);
+      else if (vector.kind === "holds") holds(machine, vector);
+      else throw new Mismatch(`unknown kind ${vector.kind}`);
+    }
+    return { id, verdict: "pass" };
+  } catch (e) {
+    if (!(e instanceof Mismatch)) return { id, verdict: "fail", reason: `crashed: ${e.stack}` };
+    return { id, verdict: "fail", reason: e.message };
+  }
+}
+
+let current = null;
+
+function main() {
+  if (process.argv.length !== 3) {
+    process.stderr.write("usage: replay.js TABLES.json < VECTORS.jsonl\n");
+    process.exit(2);
+  }
+  const machines = loadTables(JSON.parse(fs.readFileSync(process.argv[2], "utf8")));
+  const lines = fs.readFileSync(0, "utf8").split("\n").filter((l) => l.length > 0);
+  const out = [];
+  for (const line of lines) {
+    try {
+      const head = JSON.parse(line);
+      if (head.kind === "header") current = head.machine;
+    } catch (e) {
+      // reported by verdict()
+    }
+    out.push(JSON.stringify(verdict(machines, line)));
+  }
+  process.stdout.write(out.length ? out.join("\n") + "\n" : "");
+}
+
+main();

@@ -1,0 +1,205 @@
+"""Teardown mutants: plausible bugs in the activation registry (``rt.subagents``), each of which
+the subagent behaviour tests must kill.
+
+They use the runtime mutants' mechanism (:class:`~tests.race.runtime_mutants.RuntimeMutant`:
+exact textual edits of one function's source, switched on by monkeypatching in this process
+only). Until an activation race machine exists, the killer is the behaviour suite itself:
+:func:`kills` runs ``tests/runtime/test_subagents*.py``'s tests in order with the mutant on and
+reports the first that fails (a hang counts, through a watchdog alarm).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType, ModuleType
+
+from tests.race.runtime_mutants import Edit, RuntimeMutant, activated
+
+REGISTRY = "fsm_core.runtime._subagents:Subagents"
+
+
+def _edit(method: str, old: str, new: str) -> Edit:
+    return Edit(f"{REGISTRY}.{method}", old, new)
+
+
+TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
+    RuntimeMutant(
+        "children_not_disposed",
+        "dispose_children disposes nobody: the parent's teardown leaves its children running.",
+        (_edit("_dispose_children", "self._cascade.append((node, child))", "pass"),),
+    ),
+    RuntimeMutant(
+        "sibling_stopped_by_failure",
+        "finishDisposal stops joining its children at the first that failed.",
+        (
+            _edit(
+                "_finish",
+                "            await asyncio.wait(pending)\n",
+                "            await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)\n"
+                "            if any(f.exception() for f in node.child_teardowns if f.done()):\n"
+                "                break\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "slot_released_twice",
+        "releasing ownership releases the pool slot once more.",
+        (
+            _edit(
+                "_release_ownership",
+                "    del self._owners[node.id]\n",
+                "    del self._owners[node.id]\n    self._release_slot(node)\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "notice_before_registry_exit",
+        "the activation leaves the registry only when ownership is released, after the notice.",
+        (
+            _edit("_leave_registry", "    del self._resident[node.id]\n", "    pass\n"),
+            _edit(
+                "_release_ownership",
+                "    del self._owners[node.id]\n",
+                "    del self._owners[node.id]\n    del self._resident[node.id]\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "memo_lost",
+        "dispose() of an activation already closing starts a second teardown instead of "
+        "returning the memoized one.",
+        (
+            _edit(
+                "dispose",
+                "asyncio.shield(self._dispose(node, False))",
+                "asyncio.shield(\n"
+                "        self._dispose(node, False) if node.closing is None\n"
+                "        else persist(lambda: self._finish(node), 'again')\n"
+                "    )",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "watcher_reads_execution_state",
+        "the watcher judges pending work by the agent's status instead of its inbox.",
+        (
+            _edit(
+                "_watch_verdict",
+                "pending = node.agent.inbox.pending",
+                'pending = node.agent.status == "running"',
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "busy_taken_for_ready",
+        "a watcher refused maintenance (the agent is busy again) disposes it anyway.",
+        (
+            _edit(
+                "_watch",
+                "                self._watch_verdict(node, verdict, seen, busy=True)\n",
+                "                self._dispose(node, True)\n                return\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "notice_wakes_a_parent_tearing_down",
+        "the settlement notice always wakes the parent, even one that is tearing down.",
+        (_edit("_notify_parent", "wakeup=not tearing_down", "wakeup=True"),),
+    ),
+    RuntimeMutant(
+        "teardown_clears_the_inbox",
+        "the teardown's cancel clears the inbox: queued work never reaches the capture.",
+        (
+            _edit(
+                "_cancel_agent",
+                "node.agent.cancel(PARENT, keep_inbox=True)",
+                "node.agent.cancel(PARENT, keep_inbox=False)",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "failures_not_aggregated",
+        "a teardown reports only its own boundaries, dropping its children's failures.",
+        (
+            _edit(
+                "_finish",
+                "node.failures[:0] = _failures(node.child_teardowns)",
+                "_failures(node.child_teardowns)",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "failure_swallowed",
+        "the rethrow step is lost: a failed teardown resolves as if it succeeded.",
+        (_edit("_rethrow", "node.rethrow = True", "pass"),),
+    ),
+    RuntimeMutant(
+        "ownership_never_released",
+        "ownership is never released: the child's id stays taken after it settled.",
+        (_edit("_release_ownership", "    del self._owners[node.id]\n", "    pass\n"),),
+    ),
+    RuntimeMutant(
+        "drain_keeps_admitting",
+        "drain() tears the roots down but does not close admission.",
+        (_edit("drain", "    self._draining = True\n", "    pass\n"),),
+    ),
+    RuntimeMutant(
+        "lineage_unchecked",
+        "drain_children tears down any named activation, whoever its parent is.",
+        (_edit("drain_children", "if node.parent_agent is not parent:", "if False:"),),
+    ),
+    RuntimeMutant(
+        "spawned_child_cancelled_as_user",
+        "a spawned child is cancelled with the user cause when its parent's turn aborts.",
+        (_edit("_run_child", "child.cancel(PARENT)", "child.cancel()"),),
+    ),
+)
+
+BY_NAME = {m.name: m for m in TEARDOWN_MUTANTS}
+
+
+class _Hang(Exception):
+    """The watchdog fired: the mutant wedged a test."""
+
+
+@contextmanager
+def _watchdog(seconds: int) -> Iterator[None]:
+    def fire(_signum: int, _frame: FrameType | None) -> None:
+        raise _Hang(f"no return within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    # It fires again every second: a wedged test's clean-up (its runtime's aclose) may wedge too.
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def behaviour_tests(*modules: ModuleType) -> list[tuple[str, Callable[[], None]]]:
+    """The ``test_*`` functions of ``modules``, in source order."""
+    out = []
+    for module in modules:
+        for name, value in vars(module).items():
+            if name.startswith("test_") and callable(value):
+                out.append((f"{module.__name__.rpartition('.')[2]}::{name}", value))
+    return out
+
+
+def kills(
+    mutant: RuntimeMutant | None, tests: list[tuple[str, Callable[[], None]]], watchdog: int = 10
+) -> str | None:
+    """The first of ``tests`` that fails with ``mutant`` switched on, or None if all pass."""
+    with activated(mutant):
+        for name, test in tests:
+            try:
+                with _watchdog(watchdog):
+                    test()
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as error:  # pytest's failures and _Hang included
+                return f"{name}: {type(error).__name__}"
+    return None

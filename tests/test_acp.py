@@ -1,0 +1,176 @@
+"""``fsm-core acp`` end to end: the ``agent-client-protocol`` package's own client spawns it as a
+process, prompts, cancels mid-turn, prompts again and closes; bad input gets JSON-RPC errors and
+the agent goes on serving. No network: the default model is the scripted echo."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+from acp.interfaces import Client
+from acp.schema import AgentMessageChunk, AgentThoughtChunk
+
+from fsm_core.acp import EchoModel
+
+pytestmark = pytest.mark.timeout(120)
+
+SCRIPT = Path(sys.executable).with_name("fsm-core")
+"""The ``fsm-core`` console script of the environment running the tests."""
+
+
+class Recorder:
+    """An ACP client that records the session updates it gets; ``stepped`` is set at each
+    model request the agent announces (a thought ``step N``)."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.stepped = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        if isinstance(update, AgentMessageChunk):
+            self.messages.append(update.content.text)
+        elif isinstance(update, AgentThoughtChunk):
+            self.stepped.set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the fsm-core script is not installed")
+def test_prompt_cancel_mid_turn_prompt_again_and_close(tmp_path: Path) -> None:
+    recorder = Recorder()
+
+    async def main() -> int:
+        client = cast(Client, recorder)
+        command = (str(SCRIPT), "acp", "--hold", "wait for cancel")
+        async with spawn_agent_process(client, *command, use_unstable_protocol=True) as (
+            conn,
+            process,
+        ):
+            hello = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            assert hello.protocol_version == PROTOCOL_VERSION
+            assert hello.agent_info is not None and hello.agent_info.name == "fsm-core"
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+
+            first = await conn.prompt(session_id=sid, prompt=[text_block("hello")])
+            assert (first.stop_reason, recorder.messages) == ("end_turn", ["echo: hello"])
+
+            recorder.stepped.clear()
+            held = asyncio.ensure_future(
+                conn.prompt(session_id=sid, prompt=[text_block("wait for cancel")])
+            )
+            await recorder.stepped.wait()  # the turn is inside its model request
+            with pytest.raises(RequestError) as busy:
+                await conn.prompt(session_id=sid, prompt=[text_block("meanwhile")])
+            assert busy.value.code == -32600
+            assert "a prompt is already running in session-1" in str(busy.value.data)
+            await conn.cancel(session_id=sid)
+            assert (await held).stop_reason == "cancelled"
+
+            again = await conn.prompt(session_id=sid, prompt=[text_block("again")])
+            assert (again.stop_reason, recorder.messages[-1]) == ("end_turn", "echo: again")
+
+            with pytest.raises(RequestError) as unknown:
+                await conn.prompt(session_id="session-9", prompt=[text_block("hi")])
+            assert unknown.value.code == -32602
+            assert unknown.value.data == {
+                "details": 'no session "session-9"',
+                "sessionId": "session-9",
+            }
+
+            await conn.close_session(session_id=sid)
+            with pytest.raises(RequestError) as closed:
+                await conn.prompt(session_id=sid, prompt=[text_block("hi")])
+            assert closed.value.code == -32602
+            pid = process.pid
+        # Leaving the block closed the agent's stdin; it exited by itself, not by a signal.
+        assert process.returncode == 0
+        return pid
+
+    pid = asyncio.run(main())
+    assert not _alive(pid)
+
+
+def test_bad_input_gets_json_rpc_errors_and_the_agent_keeps_serving() -> None:
+    lines = [
+        b"not json at all",
+        b"[1, 2]",
+        b'{"jsonrpc": "2.0", "id": [1], "method": "initialize"}',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {"sessionId": 5}}',
+        b'{"jsonrpc": "2.0", "id": 2, "method": "session/prompt", '
+        b'"params": {"sessionId": "nope", "prompt": []}}',
+        b'{"jsonrpc": "2.0", "id": 3, "method": "no/such/method", "params": {}}',
+        b"\xff\xfe not utf-8",
+        b'{"jsonrpc": "2.0", "id": 4, "method": "session/new", '
+        b'"params": {"cwd": "/", "mcpServers": []}}',
+    ]
+
+    async def main() -> list[dict[str, Any]]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "fsm_core.acp",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        answers = []
+        for line in lines:  # one at a time: each answer before the next line
+            process.stdin.write(line + b"\n")
+            await process.stdin.drain()
+            answers.append(json.loads(await process.stdout.readline()))
+        process.stdin.close()
+        assert await process.wait() == 0
+        return answers
+
+    answers = asyncio.run(main())
+    codes = [(a.get("id"), a["error"]["code"] if "error" in a else None) for a in answers]
+    assert codes == [
+        (None, -32700),
+        (None, -32600),
+        (None, -32600),
+        (1, -32602),
+        (2, -32602),
+        (3, -32601),
+        (None, -32700),
+        (4, None),
+    ]
+    assert answers[-1]["result"] == {"sessionId": "session-1"}
+
+
+def test_the_echo_model_holds_only_its_hold_prompt() -> None:
+    from fsm_core import AbortController, Request
+
+    async def main() -> None:
+        model = EchoModel(hold="hold")
+        plain = Request("a1", 1, 1, ({"role": "user", "id": "m", "text": "hi"},), ())
+        assert (await model.generate(plain, AbortController().signal)).text == "echo: hi"
+
+    asyncio.run(main())
+
+
+def test_a_bad_model_option_is_refused_before_serving() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fsm_core.acp", "--model", "no_such_module:make"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "fsm-core: --model 'no_such_module:make': cannot import no_such_module"
+    )
