@@ -2,10 +2,11 @@
 same steps in the same order (the same moves, the same next states, once the compiled engine's
 packed states are unpacked), and the same verdicts.
 
-Every reachable state of every default agent and tree model is compared, and, for each spec
+Every reachable state of every default agent and tree model is compared (an even sample of
+them for the deepest, ``agent_deep`` and ``activation_three_levels``), and, for each spec
 mutant, the states of its counterexample and an even sample of the states the search reached
-before it (the interpreted engine is the slow reference: comparing every state of every
-mutant would cost minutes).
+before it. The interpreted engine is the slow reference: comparing every state of those would
+cost minutes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ COMPOSED = [m for m in load_models(models_dir()) if m.kind != "table" and m.tier
 
 SAMPLE = 40
 """How many of a mutant's reached states are compared, besides its counterexample's."""
+
+DEEP = {"agent_deep": 300, "activation_three_levels": 1500}
+"""How many states of the deepest default models are compared."""
 
 
 def steps(c: Composition, state: Any) -> list[tuple[Move, tuple[Any, ...]]]:
@@ -66,7 +70,9 @@ def agree(model: Model, sample: int | None = None) -> int:
 @pytest.mark.parametrize("model", COMPOSED, ids=lambda m: m.name)
 def test_compiled_steps_equal_interpreted_steps_in_every_reachable_state(model: Model) -> None:
     assert model.expect is not None
-    assert agree(model) == model.expect.states
+    sample = DEEP.get(model.name)
+    compared = agree(model, sample)
+    assert compared == model.expect.states if sample is None else compared >= sample
 
 
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if not m.load_killed], ids=lambda m: m.name)

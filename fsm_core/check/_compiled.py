@@ -1,8 +1,8 @@
 """The compiled composition: :class:`~fsm_core.check._compose.Engine`'s steps, made fast.
 
 :class:`CompiledEngine` takes the same :class:`~fsm_core.check._compose.Wiring` and returns the
-same steps, in the same order, with the same moves and the same properties; a differential
-test holds the two equal. Three things make it fast:
+same steps, in the same order, with the same moves and the same properties;
+``tests/test_compiled.py`` holds the two equal. What makes it fast:
 
 - **Rows as code.** :func:`~fsm_core.check._codegen.compile_rows` turns each row into straight
   Python over an instance's variables, cut at the effects the engine performs (notifications,
@@ -13,15 +13,25 @@ test holds the two equal. Three things make it fast:
   from the start. Here a step is a depth-first search over its reaction points: at each, the
   path that lets no listener in runs on, and each listener call runs on a copy of the path as
   it is there, so plans that agree up to a point share the work before it, and a call the table
-  refuses costs one lookup. The copies are visited in the order the interpreted engine's plan
-  stack visits its plans, so the steps come out in the same order.
+  refuses costs one lookup. Each path records where it branched (:attr:`_Path.order`): the
+  interpreted engine's plans come in the order of these records, and so do the steps here.
 - **Steps memoized without budgets.** No hook, property or row reads a budget: a budget only
-  decides whether a call may be made. So the steps of a state are computed once per state
-  *without its budgets*, as if every budget were unlimited, each step recording what it spent;
-  a state's steps are those whose spending its budgets cover, in the same order (a step a
-  budget forbids here is one whose plan the interpreted engine finds invalid, and so is every
-  step that extends it). The budgets are the positions named ``budget.*``; they must be
-  contiguous in the layout.
+  decides whether a call may be made. So the steps a call begins are searched once per state
+  *without its budgets*, within a bound on the budgets (the most of each the states met so far
+  had), each step recording what it spent; a state's steps are those whose spending its
+  budgets cover, in the same order (a step a budget forbids is one whose plan the interpreted
+  engine finds invalid, and so is every step that extends it). A state with more budget widens
+  the bound: the search resumes where the old bound left listener calls out, and the new steps
+  are merged in by their order. A call whose row performs no effect changes only its
+  instance's variables, so its step is also cached by those variables.
+- **Packed states.** A state is a number: the state without its budgets, numbered as met,
+  times the number of budgets' codes, plus the budgets' mixed-radix code under the initial
+  budgets (budgets only fall). A state's steps are then arithmetic on the memo, and its
+  verdicts are cached per state without budgets. :meth:`CompiledEngine.unpack` gives a state as
+  the layout names it.
+
+The layout must hold the instances first, then the budgets (the positions named
+``budget.*``, contiguous), then the rest, the record of what broke among it.
 """
 
 from __future__ import annotations

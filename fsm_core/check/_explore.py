@@ -70,7 +70,8 @@ class Result(Generic[S]):
     labels_taken: set[int] = field(default_factory=set)
     graph: dict[S, list[S]] | None = None
     parent: dict[S, tuple[S, int] | None] = field(default_factory=dict)
-    """Parent pointers of every visited state: :func:`trace_to` walks them."""
+    """Parent pointers of every visited state, as the system stores it (packed, for an agent
+    or a tree: see :attr:`System.unpack`): :func:`trace_to` walks them."""
 
 
 Progress = Callable[[int, int, int, float], None]
