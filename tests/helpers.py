@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -18,6 +19,7 @@ from fsm_core.runtime._core import AgentCore
 __all__ = [
     "FSM_CORE",
     "NOTIFICATIONS",
+    "alive",
     "copy_specs",
     "core_of",
     "edit",
@@ -115,3 +117,13 @@ def head(argv: Sequence[str]) -> tuple[int, bytes, bytes]:
         p.stdout.close()
         _, err = p.communicate(timeout=120)
     return p.returncode, line, err
+
+
+def alive(pid: int) -> bool:
+    """True iff a process ``pid`` exists, a zombie included (``kill(pid, 0)`` succeeds): a
+    test that finds it gone knows the process was reaped, not merely killed."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

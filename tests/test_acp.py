@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -17,6 +16,7 @@ from acp.interfaces import Client
 from acp.schema import AgentMessageChunk, AgentThoughtChunk
 
 from fsm_core.acp import EchoModel
+from tests.helpers import alive
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,14 +37,6 @@ class Recorder:
             self.messages.append(update.content.text)
         elif isinstance(update, AgentThoughtChunk):
             self.stepped.set()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason="the fsm-core script is not installed")
@@ -99,7 +91,7 @@ def test_prompt_cancel_mid_turn_prompt_again_and_close(tmp_path: Path) -> None:
         return pid
 
     pid = asyncio.run(main())
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_bad_input_gets_json_rpc_errors_and_the_agent_keeps_serving() -> None:

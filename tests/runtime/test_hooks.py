@@ -29,6 +29,7 @@ from fsm_core import (
     run_hook,
 )
 from fsm_core.testing import ScriptedModel, ScriptedTool
+from tests.helpers import alive
 
 pytestmark = pytest.mark.timeout(60)  # a hook that is never stopped sleeps for 1000 s
 
@@ -57,18 +58,10 @@ class Tree:
         """Wait until the hook wrote to its FIFO; return the three PIDs, all alive."""
         await asyncio.to_thread(self.fifo.read_text)
         pids = [int((self.dir / f"{name}.pid").read_text()) for name in self.NAMES]
-        assert all(_alive(pid) for pid in pids)
+        assert all(alive(pid) for pid in pids)
         return pids
 
     NAMES = ("hook", "child", "grandchild")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _outcomes(rt_session: Any) -> list[Any]:
@@ -87,7 +80,7 @@ def test_a_cancelled_prompt_hook_is_reaped_before_idle(tmp_path: Path) -> None:
         pids = await tree.ready()
         agent.cancel()
         await agent.when_idle()
-        assert [pid for pid in pids if _alive(pid)] == []
+        assert [pid for pid in pids if alive(pid)] == []
         assert _outcomes(agent.session) == [{"kind": "aborted"}]
         assert model.requests == [], "the turn never reached the model"
         # The next turn gets a fresh signal and runs its hook again, to completion this time.
@@ -109,7 +102,7 @@ def test_a_disposed_agents_prompt_hook_is_reaped_before_disposal_returns(tmp_pat
         handle.agent.followup(UserMessage("m1", "hi"))
         pids = await tree.ready()
         await handle.dispose()
-        assert [pid for pid in pids if _alive(pid)] == []
+        assert [pid for pid in pids if alive(pid)] == []
         assert _outcomes(handle.agent.session) == [{"kind": "disposed"}]
         await rt.aclose()
 
@@ -127,7 +120,7 @@ def test_a_process_that_left_the_hooks_session_is_reaped_too(tmp_path: Path) -> 
         pids = await tree.ready()
         controller.abort(USER)
         result = await running
-        assert [pid for pid in pids if _alive(pid)] == []
+        assert [pid for pid in pids if alive(pid)] == []
         assert (result.exit_code, result.decision, result.killed) == (None, None, True)
 
     asyncio.run(main())
@@ -146,7 +139,7 @@ def test_a_hook_whose_caller_is_cancelled_is_reaped_before_the_cancellation_prop
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running
-        assert [pid for pid in pids if _alive(pid)] == []
+        assert [pid for pid in pids if alive(pid)] == []
 
     asyncio.run(main())
 
@@ -158,7 +151,7 @@ def test_what_a_hook_leaves_running_is_stopped_when_it_exits(tmp_path: Path) -> 
         command = f"sleep 1000 & echo $! > {shlex.quote(str(marker))}; echo done"
         result = await run_hook(command, RunHookOptions(signal=AbortController().signal))
         assert (result.exit_code, result.stdout) == (0, "done\n")
-        assert not _alive(int(marker.read_text()))
+        assert not alive(int(marker.read_text()))
 
     asyncio.run(main())
 
