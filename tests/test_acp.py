@@ -166,3 +166,42 @@ def test_a_bad_model_option_is_refused_before_serving() -> None:
     assert done.stderr.startswith(
         "fsm-core: --model 'no_such_module:make': cannot import no_such_module"
     )
+
+
+def test_closing_stdin_mid_turn_answers_the_prompt_cancelled_then_exits() -> None:
+    """The client closes stdin while a prompt's turn runs: the agent cancels it (``USER``),
+    answers it ``cancelled``, writes everything out and exits 0."""
+
+    def request(rid: int, method: str, **params: Any) -> bytes:
+        message = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        return json.dumps(message).encode() + b"\n"
+
+    async def main() -> tuple[list[dict[str, Any]], int, int]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "fsm_core.acp",
+            "--hold",
+            "wait",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(request(1, "initialize", protocolVersion=PROTOCOL_VERSION))
+        process.stdin.write(request(2, "session/new", cwd="/", mcpServers=[]))
+        prompt = [{"type": "text", "text": "wait"}]
+        process.stdin.write(request(3, "session/prompt", sessionId="session-1", prompt=prompt))
+        await process.stdin.drain()
+        seen: list[dict[str, Any]] = []
+        while not seen or seen[-1].get("method") != "session/update":  # the turn has begun
+            seen.append(json.loads(await process.stdout.readline()))
+        process.stdin.close()
+        seen += [json.loads(line) for line in (await process.stdout.read()).splitlines()]
+        return seen, await process.wait(), process.pid
+
+    seen, status, pid = asyncio.run(main())
+    answers = {m["id"]: m for m in seen if "id" in m}
+    assert sorted(answers) == [1, 2, 3]
+    assert answers[3]["result"] == {"stopReason": "cancelled"}
+    assert status == 0
+    assert not alive(pid)

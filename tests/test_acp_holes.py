@@ -10,7 +10,7 @@ import pytest
 from acp.schema import CloseSessionResponse, TextContentBlock
 
 from fsm_core.acp import AcpAgent, EchoModel, serve
-from fsm_core.acp._adapter import LINE_LIMIT
+from fsm_core.acp._adapter import LINE_LIMIT, UPDATE_LIMIT, _Lines, _serve
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -64,3 +64,126 @@ def test_a_deeply_nested_line_is_refused_and_the_agent_goes_on_serving() -> None
         (2, None),
     ]
     assert answers[0]["error"]["data"] == {"details": "a line nested too deeply to parse"}
+
+
+def _request(rid: int, method: str, **params: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode()
+
+
+NEW = _request(1, "session/new", cwd="/", mcpServers=[])
+
+
+def _prompt(rid: int, text: str) -> bytes:
+    return _request(
+        rid, "session/prompt", sessionId="session-1", prompt=[{"type": "text", "text": text}]
+    )
+
+
+def test_a_prompt_read_before_stdin_closed_is_answered_cancelled() -> None:
+    """The client sends a prompt and closes stdin at once: the prompt still gets its answer."""
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+
+        reader.feed_data(NEW + b"\n" + _prompt(2, "hold") + b"\n")
+        reader.feed_eof()
+        await serve(EchoModel(hold="hold"), (reader, write))
+        return [json.loads(line) for line in written]
+
+    answers = {a["id"]: a for a in asyncio.run(main()) if "id" in a}
+    assert answers[2]["result"] == {"stopReason": "cancelled"}
+
+
+def test_a_cancel_does_not_wait_for_a_client_that_stopped_reading() -> None:
+    """A client stops reading stdout: the turn's progress update cannot be written, yet the
+    client's ``session/cancel`` ends the turn at once; the answers go out once it reads."""
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+        wrote = asyncio.Event()
+        reading = asyncio.Event()
+        reading.set()
+        stuck = asyncio.Event()  # a write is waiting for the client to read
+
+        async def write(data: bytes) -> None:
+            if not reading.is_set():
+                stuck.set()
+                await reading.wait()
+            written.append(data)
+            wrote.set()
+
+        agent = AcpAgent(EchoModel(hold="hold"))
+        ended: list[str] = []
+        turn_ended = asyncio.Event()
+
+        def on_end(event: Any) -> None:
+            ended.append(str(event.outcome["kind"]))
+            turn_ended.set()
+
+        agent.runtime.events.on("turn/end", on_end)
+        serving = asyncio.ensure_future(_serve(agent, reader, write))
+        reader.feed_data(NEW + b"\n")
+        await wrote.wait()  # the session exists once its answer is written
+        reading.clear()  # the client stops reading
+        reader.feed_data(_prompt(2, "hold") + b"\n")
+        await stuck.wait()  # the turn's first update is waiting for the client
+        cancel = {
+            "jsonrpc": "2.0",
+            "method": "session/cancel",
+            "params": {"sessionId": "session-1"},
+        }
+        reader.feed_data(json.dumps(cancel).encode() + b"\n")
+        await turn_ended.wait()  # before the client read anything more
+        assert not reading.is_set() and ended == ["aborted"]
+        reading.set()
+        reader.feed_eof()
+        await serving
+        return [json.loads(line) for line in written]
+
+    answers = asyncio.run(main())
+    assert [a.get("id") for a in answers] == [1, None, 2]
+    assert answers[1]["params"]["update"]["content"]["text"] == "step 1"
+    assert answers[2]["result"] == {"stopReason": "cancelled"}
+
+
+def test_updates_for_a_client_that_stopped_reading_are_bounded_merged_then_dropped() -> None:
+    """Past UPDATE_LIMIT waiting updates, a text chunk joins the last one waiting of its
+    session and kind; an update of another kind is dropped; answers are never dropped."""
+
+    def chunk(kind: str, text: str) -> dict[str, Any]:
+        update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+        return {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": "s", "update": update},
+        }
+
+    async def main() -> list[dict[str, Any]]:
+        reading = asyncio.Event()
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            await reading.wait()
+            written.append(data)
+
+        lines = _Lines(asyncio.StreamReader(), write, at_end=lambda: None)
+        for i in range(UPDATE_LIMIT):
+            await lines.send(chunk("agent_message_chunk", f"{i},"))
+        await lines.send(chunk("agent_message_chunk", "more"))  # merged into the last
+        await lines.send(chunk("agent_thought_chunk", "step 2"))  # dropped
+        answer = asyncio.ensure_future(lines.send({"jsonrpc": "2.0", "id": 7, "result": {}}))
+        reading.set()
+        await answer
+        await lines.finish()
+        return [json.loads(line) for line in written]
+
+    out = asyncio.run(main())
+    texts = [m["params"]["update"]["content"]["text"] for m in out[:-1]]
+    assert len(texts) == UPDATE_LIMIT
+    assert texts[-1] == f"{UPDATE_LIMIT - 1},more"
+    assert out[-1] == {"jsonrpc": "2.0", "id": 7, "result": {}}

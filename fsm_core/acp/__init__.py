@@ -11,7 +11,11 @@ talks JSON-RPC on its stdin and stdout. Each ACP session is one agent of one
   ``session/update`` notifications while the turn runs;
 - ``session/cancel`` is ``agent.cancel(USER)`` (seed 000); the pending prompt answers
   ``cancelled``;
-- ``session/close`` disposes the agent; closing stdin disposes them all, then the process exits.
+- ``session/close`` disposes the agent; closing stdin cancels every running prompt (``USER``:
+  the client left), answers each ``cancelled``, writes out every answer, disposes every agent,
+  then the process exits;
+- progress updates never wait for a client that stops reading stdout (a bounded queue merges,
+  then drops them), so a cancel takes effect at once; answers wait for the client.
 
 The model is pluggable (``--model MODULE:FACTORY``); the default :class:`EchoModel` answers
 ``echo: <prompt>`` with no network. Bad client input gets the JSON-RPC error response and the

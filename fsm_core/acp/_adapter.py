@@ -8,6 +8,7 @@ answers when the turn that claimed it ends; ``session/cancel`` is ``agent.cancel
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import importlib
 import itertools
@@ -41,6 +42,7 @@ from fsm_core.runtime import (
     AbortSignal,
     Agent,
     AgentHandle,
+    Hooks,
     MessageDiscarded,
     MessagesClaimed,
     ModelAdapter,
@@ -64,6 +66,10 @@ STOP_REASONS: Mapping[str, StopReason] = {
 }
 """The ACP stop reason of each durable turn outcome; an ``error`` outcome answers the prompt
 with a JSON-RPC error instead (ACP has no stop reason for a failed turn)."""
+
+UPDATE_LIMIT = 256
+"""The most progress updates (``session/update``) that wait for a client that is not reading;
+past it, updates are merged or dropped (see ``_Lines``)."""
 
 LINE_LIMIT = 16 << 20
 """The longest JSON-RPC message read from the client, in bytes; a longer one is answered
@@ -129,11 +135,12 @@ def _invalid_params(detail: str, **data: Any) -> RequestError:
 class AcpAgent:
     """An ACP agent (``acp.Agent``) whose sessions are the agents of one runtime."""
 
-    def __init__(self, model: ModelAdapter) -> None:
-        self.runtime = Runtime(model=_Streaming(self, model))
+    def __init__(self, model: ModelAdapter, *, hooks: Hooks | None = None) -> None:
+        self.runtime = Runtime(model=_Streaming(self, model), hooks=hooks)
         self._client: Client | None = None
         self._sessions: dict[str, _Session] = {}
         self._ids = itertools.count(1)
+        self._left = False  # True iff the client closed its side (client_left)
         events = self.runtime.events
         events.on("inbox/claimed", self._claimed)
         events.on("inbox/discarded", self._discarded)
@@ -185,6 +192,8 @@ class AcpAgent:
                     "this agent reads text only",
                 )
             texts.append(block.text)
+        if self._left:  # read before the client left, handled after: cancelled unstarted
+            return PromptResponse(stop_reason="cancelled")
         pending = session.prompt = _Prompt(f"{session_id}/prompt-{next(self._ids)}")
         try:
             session.handle.agent.followup(UserMessage(pending.message_id, "\n".join(texts)))
@@ -260,6 +269,24 @@ class AcpAgent:
         with contextlib.suppress(ConnectionError):  # the client left; the turn goes on
             await self._client.session_update(session_id=session_id, update=update)
 
+    def client_left(self) -> None:
+        """The client closed its side (stdin reached end-of-file): cancel every running prompt
+        with ``cancel(USER)``; each still gets its answer, ``cancelled``, before the process
+        exits.
+
+        Why cancel rather than finish them: a client that closes stdin is leaving (ACP clients,
+        like MCP's, close stdin to stop an agent, and signal it if it does not exit), so no one
+        waits for the rest of a turn, and a turn may run for as long as its model likes. Its
+        leaving is the user's cancel (seed 000 maps ACP cancellation to ``user``). Answering
+        each prompt anyway, and flushing, keeps JSON-RPC's promise that every request gets a
+        response, for a client that still reads stdout. A client that pipes requests in from a
+        file must therefore keep stdin open until its prompts are answered.
+        """
+        self._left = True
+        for session in self._sessions.values():
+            if session.prompt is not None:
+                session.handle.agent.cancel(USER)
+
     async def aclose(self) -> None:
         """Dispose every session's agent and wait for all their work; a prompt still pending
         answers ``cancelled``."""
@@ -277,6 +304,15 @@ def _unpark(session: _Session) -> None:
         session.prompt.ended.set_result({"kind": "disposed"})
 
 
+@dataclass(eq=False, slots=True)
+class _Out:
+    """One message waiting for the writer. ``written`` is None for a progress update (its
+    sender does not wait); otherwise the sender awaits it."""
+
+    message: dict[str, Any]
+    written: asyncio.Future[None] | None
+
+
 class _Lines:
     """Newline-delimited JSON-RPC over the process's stdin and stdout (an ``acp`` transport).
 
@@ -284,21 +320,138 @@ class _Lines:
     response JSON-RPC 2.0 prescribes (``Parse error`` for a line that is not JSON, ``Invalid
     request`` for JSON that is not a request, a response or a notification) and the agent
     goes on reading; a line longer than :data:`LINE_LIMIT` is skipped the same way.
+
+    Output goes through one writer task, in order, one whole line per message. A response or
+    a request waits until its line is written (a client that stops reading holds back its own
+    answers, and nothing more); a progress update (``session/update``) does not wait at all,
+    so a turn streaming to a client that stopped reading is never stuck in a write, and its
+    cancel takes effect at once. At most :data:`UPDATE_LIMIT` updates wait: past that, an
+    update of the same session and kind as the last one waiting is merged into it (their texts
+    joined), and any other is dropped, with a warning.
     """
 
     def __init__(
-        self, reader: asyncio.StreamReader, write: Callable[[bytes], Awaitable[None]]
+        self,
+        reader: asyncio.StreamReader,
+        write: Callable[[bytes], Awaitable[None]],
+        at_end: Callable[[], None],
     ) -> None:
         self._reader = reader
         self._write = write
-        self._lock = asyncio.Lock()
+        self._at_end = at_end
+        self._queue: collections.deque[_Out] = collections.deque()
+        self._updates = 0  # Invariant: the number of progress updates in _queue.
+        self._writer: asyncio.Task[None] | None = None
+        self._broken: BaseException | None = None
+        self._open: dict[Any, int] = {}
+        """The ids of the requests read and not yet answered, each with how many times."""
+        self._answered = asyncio.Event()
+        self.dropped = 0
+        """How many progress updates were dropped because the client was not reading."""
 
     async def send(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-        async with self._lock:  # one message per line, whole, whatever task sends it
-            await self._write(line)
+        if self._broken is not None:
+            raise ConnectionError(f"the client's end is closed: {self._broken}")
+        if message.get("method") == "session/update":
+            if self._updates >= UPDATE_LIMIT:
+                if not self._merge(message):
+                    self.dropped += 1
+                    if self.dropped == 1:
+                        log.warning("the client is not reading; dropping progress updates")
+                return
+            self._queue.append(_Out(message, None))
+            self._updates += 1
+            self._start()
+            return
+        written = asyncio.get_running_loop().create_future()
+        self._queue.append(_Out(message, written))
+        self._start()
+        await written
+
+    def _merge(self, message: dict[str, Any]) -> bool:
+        """Join ``message``'s text onto the last update waiting, if it is the same session and
+        kind with text content; True iff it did."""
+        if not self._queue or self._queue[-1].written is not None:
+            return False
+        last = self._queue[-1].message.get("params")
+        params = message.get("params")
+        if not (isinstance(last, dict) and isinstance(params, dict)):
+            return False
+        if last.get("sessionId") != params.get("sessionId"):
+            return False
+        old, new = last.get("update"), params.get("update")
+        if not (isinstance(old, dict) and isinstance(new, dict)) or set(old) != set(new):
+            return False
+        if old.get("sessionUpdate") != new.get("sessionUpdate"):
+            return False
+        a, b = old.get("content"), new.get("content")
+        if not (_is_text(a) and _is_text(b)):
+            return False
+        assert isinstance(a, dict) and isinstance(b, dict)
+        a["text"] = a["text"] + b["text"]
+        return True
+
+    def _start(self) -> None:
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        """Write every waiting message, in order; on a write error, fail them all."""
+        while self._queue:
+            out = self._queue[0]
+            line = json.dumps(out.message, separators=(",", ":"), ensure_ascii=False).encode()
+            try:
+                await self._write(line + b"\n")
+            except Exception as error:  # the client closed its end: nothing more goes out
+                self._fail(error)
+                return
+            except BaseException:
+                self._fail(ConnectionError("the writer was stopped"))
+                raise
+            self._queue.popleft()
+            if out.written is None:
+                self._updates -= 1
+            elif not out.written.done():
+                out.written.set_result(None)
+            answer = out.message.get("id")
+            if "method" not in out.message and answer in self._open:
+                self._open[answer] -= 1
+                if not self._open[answer]:
+                    del self._open[answer]
+                if not self._open:
+                    self._answered.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._broken = error
+        self._answered.set()
+        while self._queue:
+            out = self._queue.popleft()
+            if out.written is not None and not out.written.done():
+                out.written.set_exception(ConnectionError(f"the client's end is closed: {error}"))
+        self._updates = 0
+
+    async def finish(self) -> None:
+        """Return once every request read has been answered and every line is written (or
+        the client's end closed)."""
+        while self._open and self._broken is None:
+            self._answered.clear()
+            await self._answered.wait()
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait([self._writer])
 
     async def receive(self) -> dict[str, Any] | None:
+        """The next message; at the end of the input, None, but only once ``at_end()`` ran
+        and every request read has been answered (the connection stops its handlers when
+        this returns None)."""
+        message = await self._receive()
+        if message is None:
+            self._at_end()
+            await self.finish()
+        elif "method" in message and "id" in message:
+            self._open[message["id"]] = self._open.get(message["id"], 0) + 1
+        return message
+
+    async def _receive(self) -> dict[str, Any] | None:
         while True:
             try:
                 line = await self._reader.readuntil(b"\n")
@@ -344,7 +497,19 @@ class _Lines:
             await self.send({"jsonrpc": "2.0", "id": None, "error": error})
 
     async def close(self) -> None:
-        """Nothing to release: the streams are the process's own."""
+        """Stop the writer (a client that never reads again would hold it forever); the
+        streams are the process's own."""
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+            await asyncio.wait([self._writer])
+
+
+def _is_text(content: object) -> bool:
+    return (
+        isinstance(content, dict)
+        and content.get("type") == "text"
+        and isinstance(content.get("text"), str)
+    )
 
 
 def _not_a_message(message: object) -> str | None:
@@ -368,16 +533,26 @@ def _not_a_message(message: object) -> str | None:
 async def serve(
     model: ModelAdapter,
     streams: tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[None]]] | None = None,
+    *,
+    hooks: Hooks | None = None,
 ) -> None:
     """Serve ``model`` as an ACP agent on ``streams`` (a reader of the client's lines and an
     async ``write(bytes)``; default: this process's stdin and stdout) until the client closes
-    its side; then dispose every session and return once all their work has settled."""
+    its side; then answer what is pending (see :meth:`AcpAgent.client_left`), dispose every
+    session and return once all their work has settled and every answer is written.
+    ``hooks`` are the runtime's hook commands (:class:`~fsm_core.Hooks`)."""
     reader, write = streams if streams is not None else await _stdio()
-    agent = AcpAgent(model)
+    await _serve(AcpAgent(model, hooks=hooks), reader, write)
+
+
+async def _serve(
+    agent: AcpAgent, reader: asyncio.StreamReader, write: Callable[[bytes], Awaitable[None]]
+) -> None:
     try:
         # AcpAgent has the methods it serves; the router answers the others "Method not found".
         served = cast(acp.Agent, agent)
-        await run_agent(served, _Lines(reader, write), use_unstable_protocol=True)
+        lines = _Lines(reader, write, at_end=agent.client_left)
+        await run_agent(served, lines, use_unstable_protocol=True)
     finally:
         await agent.aclose()
 
