@@ -35,7 +35,7 @@ from fsm_core.check._report import (
 )
 from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
-from fsm_core.runtime import ModelAdapter
+from fsm_core.runtime import Hooks, ModelAdapter
 from fsm_core.table import load_spec
 from fsm_core.tools import _bench as bench
 from fsm_core.tools import _mutants as mutants
@@ -125,6 +125,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="echo model only: a prompt that is exactly TEXT waits until it is cancelled",
     )
+    for seam, when in (
+        ("prompt", "before a turn's first step; a block ends the turn (stop reason refusal)"),
+        ("tool", "before each approved tool call; a block answers the call blocked"),
+        ("stop", "once a turn stopped; observe only"),
+    ):
+        p_acp.add_argument(
+            f"--hook-{seam}",
+            action="append",
+            default=[],
+            metavar="CMD",
+            help=f"a shell command run as a {seam} hook, {when} (repeatable, run in order)",
+        )
 
     p_diag = sub.add_parser("diagrams", help="generate DOT (and SVG, when dot is present)")
     p_diag.add_argument("--out", type=Path, default=None, help="output directory")
@@ -154,7 +166,11 @@ def _acp(args: argparse.Namespace) -> int:
             model = acp.load_model(args.model)()
         except ValueError as error:
             raise _Refused(str(error)) from None
-    asyncio.run(acp.serve(model))
+    try:
+        hooks = Hooks(prompt=args.hook_prompt, tool=args.hook_tool, stop=args.hook_stop)
+    except TypeError as error:
+        raise _Refused(str(error).replace("Hooks.", "--hook-")) from None
+    asyncio.run(acp.serve(model, hooks=hooks))
     return 0
 
 

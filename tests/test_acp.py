@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -205,3 +206,45 @@ def test_closing_stdin_mid_turn_answers_the_prompt_cancelled_then_exits() -> Non
     assert answers[3]["result"] == {"stopReason": "cancelled"}
     assert status == 0
     assert not alive(pid)
+
+
+def test_hook_options_run_the_hooks_on_each_prompt(tmp_path: Path) -> None:
+    """``--hook-prompt`` blocks the turn (stop reason ``refusal``) before the model is asked;
+    ``--hook-stop`` sees the turn end ``blocked``."""
+    seen, stopped = tmp_path / "prompt.json", tmp_path / "stop.json"
+    command = (
+        *(sys.executable, "-m", "fsm_core.acp"),
+        *("--hook-prompt", f"cat > {shlex.quote(str(seen))}; echo not today >&2; exit 2"),
+        *("--hook-stop", f"cat > {shlex.quote(str(stopped))}"),
+    )
+    recorder = Recorder()
+
+    async def main() -> str:
+        client = cast(Client, recorder)
+        async with spawn_agent_process(client, *command, use_unstable_protocol=True) as (conn, _):
+            await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            answer = await conn.prompt(session_id=sid, prompt=[text_block("rm -rf /")])
+            return answer.stop_reason
+
+    assert asyncio.run(main()) == "refusal"
+    assert recorder.messages == []  # no model request: nothing streamed
+    payload = json.loads(seen.read_text())
+    assert payload == {"hook": "prompt", "agent": "session-1", "turn": 1, "prompt": ["rm -rf /"]}
+    assert json.loads(stopped.read_text())["ending"] == "blocked"
+
+
+def test_an_empty_hook_command_is_refused_before_serving() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fsm_core.acp", "--hook-tool", " "],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "fsm-core: --hook-tool is a sequence of non-empty shell commands, not [' ']"
+    )
