@@ -42,7 +42,14 @@ from typing import Any, Literal
 
 from fsm_core.runtime._signal import AbortSignal
 
-__all__ = ["HookDecision", "HookResult", "Hooks", "RunHookOptions", "run_hook", "run_hooks"]
+__all__ = [
+    "HookDecision",
+    "HookResult",
+    "Hooks",
+    "RunHookOptions",
+    "run_hook",
+    "run_hooks",
+]
 
 log = logging.getLogger("fsm_core.runtime")
 
@@ -248,12 +255,46 @@ async def run_hook(command: str, options: RunHookOptions) -> HookResult:
     return HookResult(code, decision, reason, stdout, stderr)
 
 
+PAYLOAD_DEPTH = 64
+"""The deepest nesting of containers in a hook's JSON payload (the session's own limit)."""
+
+
+def _encode(payload: Mapping[str, Any]) -> bytes | str:
+    """``payload`` as JSON (objects JSON lacks written as their ``repr``), or why it cannot be:
+    nested deeper than :data:`PAYLOAD_DEPTH` (checked without recursion, before the encoder
+    would exhaust the stack), circular, or otherwise not encodable."""
+    stack: list[tuple[object, int, str]] = [(payload, 0, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, Mapping | list | tuple):
+            if depth >= PAYLOAD_DEPTH:
+                return f"nests deeper than {PAYLOAD_DEPTH} levels, under {path.split('.')[0]!r}"
+            items = value.items() if isinstance(value, Mapping) else enumerate(value)
+            stack.extend((v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in items)
+    try:
+        return json.dumps(payload, default=repr).encode()
+    except (ValueError, TypeError, RecursionError) as error:
+        return f"cannot be written as JSON: {error}"
+
+
 async def run_hooks(
     commands: Sequence[str], payload: Mapping[str, Any], signal: AbortSignal, hooks: Hooks
 ) -> HookResult | None:
     """Run ``commands`` in order with ``payload`` as JSON on stdin; return the first result
-    that blocks, or None. Stops early once the signal aborts (the caller checks it)."""
-    data = json.dumps(payload, default=repr).encode()
+    that blocks, or None. Stops early once the signal aborts (the caller checks it).
+
+    A payload that cannot be written as JSON (nested deeper than :data:`PAYLOAD_DEPTH`,
+    circular) runs no hook and *blocks*, with a reason naming the seam and the depth: a hook
+    is a gate, and one that cannot see what it guards must not let it through (truncating the
+    payload would let a tool argument hide from the hook below the cut). The turn goes on;
+    only the call (or, at the prompt seam, the turn) is refused.
+    """
+    data = _encode(payload)
+    if isinstance(data, str):
+        seam = payload.get("hook", "?")
+        reason = f"the {seam} hooks did not run: their payload {data}"
+        log.warning("%s (%d hooks, the first: %s)", reason, len(commands), commands[:1])
+        return HookResult(None, "block", reason)
     for command in commands:
         if signal.aborted:
             return None

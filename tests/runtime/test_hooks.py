@@ -28,6 +28,7 @@ from fsm_core import (
     UserMessage,
     run_hook,
 )
+from fsm_core.runtime._hooks import HookResult, run_hooks
 from fsm_core.testing import ScriptedModel, ScriptedTool
 from tests.helpers import alive
 
@@ -273,3 +274,39 @@ def test_a_blocking_tool_hook_answers_the_call_blocked_and_stop_hooks_see_the_en
         await rt.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        ("deep", "nests deeper than 64 levels, under 'args'"),
+        ("circular", "nests deeper than 64 levels, under 'args'"),
+        (
+            "tuple key",
+            "cannot be written as JSON: keys must be str, int, float, bool or None, not tuple",
+        ),
+    ],
+)
+def test_a_payload_that_cannot_be_json_blocks_without_running_a_hook(
+    tmp_path: Path, args: str, why: str
+) -> None:
+    """Nested deeper than the stack allows, circular, or not JSON: the tool hook is not run,
+    and the call is blocked (fail closed) with a reason naming the seam, instead of raising."""
+    value: Any = []
+    if args == "deep":
+        for _ in range(100_000):
+            value = [value]
+    elif args == "circular":
+        value.append(value)
+    else:
+        value = {(1, 2): "a key JSON cannot hold"}
+    ran = tmp_path / "ran"
+
+    async def main() -> HookResult | None:
+        payload = {"hook": "tool", "agent": "a1", "turn": 1, "args": {"path": value}}
+        signal = AbortController().signal
+        return await run_hooks([f"touch {shlex.quote(str(ran))}"], payload, signal, Hooks())
+
+    result = asyncio.run(main())
+    assert result == HookResult(None, "block", f"the tool hooks did not run: their payload {why}")
+    assert not ran.exists()
