@@ -56,6 +56,8 @@ log = logging.getLogger("fsm_core.runtime")
 HookDecision = Literal["allow", "block"]
 
 _REAPER = str(Path(__file__).with_name("_reaper.py"))
+_spawn = asyncio.create_subprocess_exec
+"""How the supervisor is started (a seam: a test holds the start open to cancel inside it)."""
 _CHUNK = 65536
 
 
@@ -199,21 +201,34 @@ async def run_hook(command: str, options: RunHookOptions) -> HookResult:
     signal = options.signal
     if signal.aborted:
         return HookResult(None, None, killed=True)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        _REAPER,
-        str(os.getpid()),
-        repr(float(options.grace)),
-        command,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=options.cwd,
-        env=dict(options.env) if options.env is not None else None,
-        start_new_session=True,  # a terminal's Ctrl-C goes to the runtime, which stops it
+    spawning = asyncio.ensure_future(
+        _spawn(
+            sys.executable,
+            "-I",
+            "-S",
+            _REAPER,
+            str(os.getpid()),
+            repr(float(options.grace)),
+            command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=options.cwd,
+            env=dict(options.env) if options.env is not None else None,
+            start_new_session=True,  # a terminal's Ctrl-C goes to the runtime, which stops it
+        )
     )
+    # A cancellation that lands while the supervisor is being started must not orphan it: the
+    # start runs to its end in its own task, and the hook is then stopped and reaped below.
+    interrupted: BaseException | None = None
+    while not spawning.done():
+        try:
+            await asyncio.wait([spawning])
+        except BaseException as error:  # the caller is cancelled (or interrupted)
+            interrupted = interrupted or error
+    if interrupted is not None and spawning.exception() is not None:
+        raise interrupted
+    process = spawning.result()
     killed = False
 
     def stop(_signal: AbortSignal) -> None:
@@ -233,6 +248,8 @@ async def run_hook(command: str, options: RunHookOptions) -> HookResult:
     )
     exited = asyncio.ensure_future(process.wait())
     try:
+        if interrupted is not None:
+            raise interrupted
         await asyncio.shield(exited)
     except BaseException:
         # The caller is cancelled (or interrupted): stop the hook all the same, and leave

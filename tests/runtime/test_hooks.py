@@ -9,9 +9,11 @@ all, which a zombie would still answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
+import signal as signals
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,9 @@ from fsm_core import (
     UserMessage,
     run_hook,
 )
+from fsm_core.runtime import _hooks as hooks_module
 from fsm_core.runtime._hooks import HookResult, run_hooks
-from fsm_core.testing import ScriptedModel, ScriptedTool
+from fsm_core.testing import Gate, ScriptedModel, ScriptedTool
 from tests.helpers import alive
 
 pytestmark = pytest.mark.timeout(60)  # a hook that is never stopped sleeps for 1000 s
@@ -310,3 +313,42 @@ def test_a_payload_that_cannot_be_json_blocks_without_running_a_hook(
     result = asyncio.run(main())
     assert result == HookResult(None, "block", f"the tool hooks did not run: their payload {why}")
     assert not ran.exists()
+
+
+def test_a_hook_cancelled_while_its_supervisor_starts_is_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller is cancelled after the supervisor (and the hook) started but before the
+    start returned: run_hook still stops and reaps them before the cancellation propagates."""
+    tree = Tree(tmp_path)
+    spawn = hooks_module._spawn
+
+    async def main() -> None:
+        started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        gate = Gate("the rest of the supervisor's start")
+
+        async def held_start(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+            process = await spawn(*args, **kwargs)
+            started.set_result(process.pid)
+            await gate.wait()
+            return process
+
+        monkeypatch.setattr(hooks_module, "_spawn", held_start)
+        running = asyncio.ensure_future(
+            run_hook(tree.command, RunHookOptions(signal=AbortController().signal))
+        )
+        supervisor = await started
+        pids = [supervisor, *await tree.ready()]
+        await gate.reached.wait()
+        running.cancel()  # lands inside the start: the gate is not open yet
+        gate.open()
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            assert [pid for pid in pids if alive(pid)] == []
+        finally:
+            for pid in pids[1:]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signals.SIGKILL)
+
+    asyncio.run(main())
