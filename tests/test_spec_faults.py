@@ -526,6 +526,20 @@ TABLE_FAULTS = [
         id="unknown-constant-in-a-range",
     ),
     pytest.param(
+        'count = { type = "int[0..2]"',
+        'count = { type = "int[0..\u0662]"',
+        "specs/t.toml: var 'count': the range bound '\u0662' is neither an integer in ASCII "
+        "digits nor a constant name",
+        id="arabic-indic-digit-in-a-range",
+    ),
+    pytest.param(
+        'count = { type = "int[0..2]"',
+        'count = { type = "int[\uff10..2]"',
+        "specs/t.toml: var 'count': the range bound '\uff10' is neither an integer in ASCII "
+        "digits nor a constant name",
+        id="fullwidth-digit-in-a-range",
+    ),
+    pytest.param(
         'from = ["idle"]\nguard = "wake"',
         'from = ["\\u001b[2Jidle"]\nguard = "wake"',
         "specs/t.toml: row 'submit.idle': "

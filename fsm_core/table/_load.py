@@ -64,9 +64,11 @@ from fsm_core.table._table import (
     Variable,
 )
 
-_INT = re.compile(r"int\[(-?\d+|[A-Za-z_]\w*)\.\.(-?\d+|[A-Za-z_]\w*)\]\Z")
+_INT = re.compile(r"int\[([^\]]*?)\.\.([^\]]*)\]\Z")
+"""An integer type, ``int[lo..hi]``; each bound is checked by ``_bound`` (ASCII only)."""
+_INTEGER = re.compile(r"-?[0-9]+\Z")
 _PATH_PART = re.compile(r"[A-Za-z0-9_.-]+")
-_CONSTANT = re.compile(r"[A-Za-z_]\w*\Z")
+_CONSTANT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 _TOP = {
     "machine", "constants", "states", "types", "vars", "defs", "events", "effects",
     "rows", "ignored", "rejected", "invariants",
@@ -426,12 +428,18 @@ class _TableParser:
     def _bound(self, where: str, text: str) -> int:
         if text in self.consts:
             return self.consts[text]
-        if text.lstrip("-").isdigit():
+        if _INTEGER.match(text):  # ASCII digits only: int() would read any script's
             # Compare the text first: int() refuses over 4,300 digits.
             if len(text.lstrip("-")) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
                 self.f.fail(where, f"the range bound {echo(text)} is over the limit of {MAX_INT:,}")
             return int(text)
-        self.f.fail(where, f"unknown constant {echo(text)} in an integer range")
+        if _CONSTANT.match(text):
+            self.f.fail(where, f"unknown constant {echo(text)} in an integer range")
+        self.f.fail(
+            where,
+            f"the range bound {echo(text)} is neither an integer in ASCII digits nor a "
+            "constant name",
+        )
 
     def _resolve_type(self, where: str, spec: object) -> Type:
         f, limits = self.f, self.limits
