@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -339,3 +341,60 @@ def test_a_failing_port_shows_the_first_failures_of_each_file_and_counts_the_res
     assert shown[3] == "fail: window.jsonl:4: ?: no"
     assert shown[20] == f"fail: window.jsonl: {len(lines) - 20:,} more vectors fail"
     assert shown[21] == f"replayed {len(lines)} vectors with {sys.executable} {port}: 0 pass"
+
+
+def test_a_replayer_that_hangs_is_killed_with_its_group_naming_the_vector(tmp_path: Path) -> None:
+    """The port answers the first vector, starts a child that holds its stdout open, and never
+    answers again: after --timeout the whole group is killed and the second vector named."""
+    shutil.copy(VECTORS / "window.jsonl", tmp_path)
+    shutil.copy(VECTORS / TABLES, tmp_path)
+    pid_file = tmp_path / "child.pid"
+    port = tmp_path / "hangs.py"
+    port.write_text(
+        "import json, subprocess, sys, threading\n"
+        "first = json.loads(sys.stdin.readline())\n"
+        "print(json.dumps({'id': first['id'], 'verdict': 'pass'}), flush=True)\n"
+        "child = subprocess.Popen(['sleep', '1000'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('stuck on the second vector', file=sys.stderr, flush=True)\n"
+        "threading.Event().wait()\n",
+        encoding="utf-8",
+    )
+    lines = (tmp_path / "window.jsonl").read_text(encoding="utf-8").splitlines()
+    second = json.loads(lines[1])["id"]
+    command = f"{sys.executable} {port}"
+    try:
+        code, out, _ = run("--out", str(tmp_path), "--replay", command, "--timeout", "1")
+        # Killed: gone, or a zombie its new parent (init) has not reaped yet.
+        assert _running(int(pid_file.read_text())) is False
+    finally:
+        if pid_file.exists() and _running(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    shown = out.splitlines()
+    assert code == 1
+    assert shown[0] == (
+        f"fail: window.jsonl:2: {second}: no verdict within 1 s; the replayer was killed: "
+        "stuck on the second vector"
+    )
+    assert shown[1] == f"fail: window.jsonl:3: {json.loads(lines[2])['id']}: not replayed " + (
+        "(the replayer timed out at line 2)"
+    )
+    assert shown[-1] == f"replayed {len(lines)} vectors with {command}: 1 pass"
+
+
+def _running(pid: int) -> bool:
+    """True iff process ``pid`` exists and is not a zombie (Linux ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "soon"])
+def test_a_bad_timeout_is_refused(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["vectors", "--replay", "true", "--timeout", bad])
+    assert (
+        f"argument --timeout: a positive number of seconds, not '{bad}'" in capsys.readouterr().err
+    )

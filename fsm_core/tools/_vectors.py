@@ -42,9 +42,13 @@ entry, contract and invariant must be, and every move of the models, or the comm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
+import math
+import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections import deque
@@ -786,11 +790,23 @@ class Failure:
         return f"{self.file}:{self.line}: {self.id}: {self.reason}"
 
 
-def replay(command: Sequence[str], out: Path) -> tuple[int, list[Failure]]:
+REPLAY_TIMEOUT = 600.0
+"""The default ``--timeout``: the seconds a replayer has for one vector file (the JS reference
+replays the largest in a few seconds)."""
+
+
+def replay(
+    command: Sequence[str], out: Path, timeout: float = REPLAY_TIMEOUT
+) -> tuple[int, list[Failure]]:
     """Run a port's replayer on every vector file in ``out``: ``command TABLES`` with the file
     on standard input; it must print one verdict line per input line, in order,
     ``{"id": ID, "verdict": "pass"}`` or ``{"id": ID, "verdict": "fail", "reason": WHY}``.
-    Returns the vectors replayed and every failure, each naming its file and line."""
+    Returns the vectors replayed and every failure, each naming its file and line.
+
+    A replayer still running ``timeout`` seconds after it was given a file is stopped: its
+    whole process group (it runs in a session of its own) gets SIGKILL, so a child it started
+    cannot keep the pipes open, and the vector it gave no verdict for is reported as timed out.
+    """
     files = sorted(p for p in out.glob("*.jsonl") if _generated(p))
     if not files:
         raise FsmError(f"{out}: no vector files; run `{COMMAND} --out {out}` first")
@@ -798,23 +814,19 @@ def replay(command: Sequence[str], out: Path) -> tuple[int, list[Failure]]:
     count = 0
     for path in files:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        try:
-            done = subprocess.run(
-                [*command, str(out / TABLES)],
-                input="\n".join(lines) + "\n",
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        except OSError as e:
-            raise FsmError(f"--replay {shlex.join(command)}: {e.strerror or e}") from None
-        verdicts = done.stdout.splitlines()
+        stdout, stderr, code = _run_port([*command, str(out / TABLES)], lines, timeout)
+        verdicts = stdout.splitlines()
         for number, line in enumerate(lines, 1):
             vid = _id(line)
             count += 1
             if number > len(verdicts):
-                said = done.stderr.strip()[-200:]
-                why = f"no verdict (the replayer exited {done.returncode}: {said})"
+                said = stderr.strip()[-200:]
+                if code is not None:
+                    why = f"no verdict (the replayer exited {code}: {said})"
+                elif number == len(verdicts) + 1:
+                    why = f"no verdict within {timeout:g} s; the replayer was killed: {said}"
+                else:
+                    why = f"not replayed (the replayer timed out at line {len(verdicts) + 1})"
                 failures.append(Failure(path.name, number, vid, why))
                 continue
             failure = _judge(verdicts[number - 1], vid)
@@ -823,6 +835,40 @@ def replay(command: Sequence[str], out: Path) -> tuple[int, list[Failure]]:
         if len(verdicts) > len(lines):
             failures.append(Failure(path.name, len(lines), "-", "more verdicts than vectors"))
     return count, failures
+
+
+def _run_port(argv: list[str], lines: Sequence[str], timeout: float) -> tuple[str, str, int | None]:
+    """The replayer's stdout, stderr and exit status (None if it was killed for taking longer
+    than ``timeout``), given ``lines`` on stdin. Its process group never outlives the call."""
+    try:
+        port = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise FsmError(f"--replay {shlex.join(argv[:-1])}: {e.strerror or e}") from None
+    try:
+        stdout, stderr = port.communicate("\n".join(lines) + "\n", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(port)
+        stdout, stderr = port.communicate()
+        return stdout, stderr, None
+    except BaseException:  # an interrupt (Ctrl-C): the replayer goes too
+        _kill_group(port)
+        port.wait()
+        raise
+    return stdout, stderr, port.returncode
+
+
+def _kill_group(port: subprocess.Popen[str]) -> None:
+    """SIGKILL the replayer's process group. Only before the replayer is reaped: until then
+    its pid, the group's id, cannot name another process group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(port.pid, signal.SIGKILL)
 
 
 def _id(line: str) -> str:
@@ -868,6 +914,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="run CMD TABLES once per vector file in DIR, the file on its standard input; it "
         "prints one verdict per line (see specs/SEMANTICS.md); exit 1 naming each failure",
     )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=REPLAY_TIMEOUT,
+        metavar="SECONDS",
+        help=f"with --replay: stop a replayer (its whole process group) that has not finished a "
+        f"vector file after SECONDS, naming the vector it was on (default {REPLAY_TIMEOUT:g})",
+    )
+
+
+def _seconds(text: str) -> float:
+    """A ``--timeout``: a positive, finite number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text!r}")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -886,7 +951,7 @@ def run(args: argparse.Namespace) -> int:
             code = _check(specs, out)
             if code:
                 return code
-        count, failures = replay(command, out)
+        count, failures = replay(command, out, args.timeout)
         for name in dict.fromkeys(f.file for f in failures):
             mine = [f for f in failures if f.file == name]
             for failure in mine[:SHOWN]:
