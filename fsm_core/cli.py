@@ -35,7 +35,7 @@ from fsm_core.check._report import (
 )
 from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
 from fsm_core.export import spec_to_json, spec_to_text
-from fsm_core.runtime import Hooks, ModelAdapter
+from fsm_core.runtime import ModelAdapter
 from fsm_core.table import load_spec
 from fsm_core.tools import _bench as bench
 from fsm_core.tools import _mutants as mutants
@@ -155,6 +155,7 @@ def _acp(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from fsm_core import acp  # noqa: PLC0415 - the other subcommands need not load it
+    from fsm_core.runtime import Hooks  # noqa: PLC0415
 
     if args.model is not None and args.hold is not None:
         raise _Refused("--hold applies to the echo model only; drop it or --model")

@@ -64,7 +64,26 @@ def test_every_public_name_is_exported_and_exists() -> None:
 
 
 def test_no_undeclared_public_name_leaks() -> None:
+    for name in fsm_core.__all__:  # the lazy ones (PEP 562) are in vars() once looked up
+        getattr(fsm_core, name)
     assert _public(fsm_core) == set(fsm_core.__all__)
+    assert sorted(dir(fsm_core)) == sorted(vars(fsm_core))
+
+
+def test_importing_the_package_loads_no_submodule_until_a_name_is_used() -> None:
+    """``import fsm_core`` is cheap (a CLI run pays only for what it uses); the TYPE_CHECKING
+    imports in ``fsm_core/__init__.py`` show mypy the same names."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, fsm_core\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fsm_core.') and '._' not in m))\n"
+        "fsm_core.Runtime\n"
+        "print('fsm_core.runtime' in sys.modules, 'asyncio' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "True True"]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)
