@@ -560,7 +560,8 @@ async def _serve(
 async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[None]]]:
     """This process's stdin as a stream reader and stdout as an async write: through the event
     loop for pipes, and through a thread (stdin) or blocking writes (stdout) for a regular
-    file, which the event loop cannot watch (``fsm-core acp < requests.jsonl > out``)."""
+    file, which the event loop cannot watch (``fsm-core acp < requests.jsonl > out``; such a
+    stdin ends at once, so its prompts answer ``cancelled``: see ``AcpAgent.client_left``)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=LINE_LIMIT)
     try:
