@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from fsm_core.runtime._session import MAX_DEPTH
 from fsm_core.runtime._signal import AbortSignal
 
 __all__ = [
@@ -272,22 +273,19 @@ async def run_hook(command: str, options: RunHookOptions) -> HookResult:
     return HookResult(code, decision, reason, stdout, stderr)
 
 
-PAYLOAD_DEPTH = 64
-"""The deepest nesting of containers in a hook's JSON payload (the session's own limit)."""
-
-
 def _encode(payload: Mapping[str, Any]) -> bytes | str:
     """``payload`` as JSON (objects JSON lacks written as their ``repr``), or why it cannot be:
-    nested deeper than :data:`PAYLOAD_DEPTH` (checked without recursion, before the encoder
-    would exhaust the stack), circular, or otherwise not encodable."""
-    stack: list[tuple[object, int, str]] = [(payload, 0, "")]
+    a field nested deeper than the session's ``MAX_DEPTH`` (so a hook sees whatever the session
+    records; checked without recursion, before the encoder would exhaust the stack), circular,
+    or otherwise not encodable."""
+    stack: list[tuple[object, int, str]] = [(v, 0, str(k)) for k, v in payload.items()]
     while stack:
-        value, depth, path = stack.pop()
+        value, depth, field = stack.pop()
         if isinstance(value, Mapping | list | tuple):
-            if depth >= PAYLOAD_DEPTH:
-                return f"nests deeper than {PAYLOAD_DEPTH} levels, under {path.split('.')[0]!r}"
+            if depth >= MAX_DEPTH:
+                return f"nests deeper than {MAX_DEPTH} levels, under {field!r}"
             items = value.items() if isinstance(value, Mapping) else enumerate(value)
-            stack.extend((v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in items)
+            stack.extend((v, depth + 1, field) for _, v in items)
     try:
         return json.dumps(payload, default=repr).encode()
     except (ValueError, TypeError, RecursionError) as error:
@@ -300,7 +298,7 @@ async def run_hooks(
     """Run ``commands`` in order with ``payload`` as JSON on stdin; return the first result
     that blocks, or None. Stops early once the signal aborts (the caller checks it).
 
-    A payload that cannot be written as JSON (nested deeper than :data:`PAYLOAD_DEPTH`,
+    A payload that cannot be written as JSON (a field nested deeper than ``MAX_DEPTH``,
     circular) runs no hook and *blocks*, with a reason naming the seam and the depth: a hook
     is a gate, and one that cannot see what it guards must not let it through (truncating the
     payload would let a tool argument hide from the hook below the cut). The turn goes on;

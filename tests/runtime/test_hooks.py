@@ -352,3 +352,28 @@ def test_a_hook_cancelled_while_its_supervisor_starts_is_reaped(
                     os.kill(pid, signals.SIGKILL)
 
     asyncio.run(main())
+
+
+def test_a_tool_hook_sees_the_deepest_args_the_session_records(tmp_path: Path) -> None:
+    """The bound on hook payloads is the session's: arguments the log holds reach the hook."""
+    seen = tmp_path / "tool.json"
+    deep: list[Any] = []
+    for _ in range(62):  # with "path" and the args object: 64 levels, the session's limit
+        deep = [deep]
+
+    async def main() -> None:
+        call = ToolCall("c1", "rm", {"path": deep})
+        model = ScriptedModel([Reply(tool_calls=(call,), finish="tool_calls"), Reply("ok")])
+        tool = ScriptedTool("rm", ["removed"])
+        rt = Runtime(
+            model=model, tools=[tool], hooks=Hooks(tool=[f"cat > {shlex.quote(str(seen))}"])
+        )
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "clean up"))
+        await agent.when_idle()
+        results = [e.data["result"] for e in agent.session.events if e.type == "tool/result"]
+        assert results == ["removed"]
+        await rt.aclose()
+
+    asyncio.run(main())
+    assert json.loads(seen.read_text())["args"] == {"path": deep}
