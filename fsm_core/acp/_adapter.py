@@ -371,8 +371,8 @@ class _Lines:
     def _merge(self, message: dict[str, Any]) -> bool:
         """Join ``message``'s text onto the last update waiting, if it is the same session and
         kind with text content; True iff it did."""
-        if not self._queue or self._queue[-1].written is not None:
-            return False
+        if len(self._queue) < 2 or self._queue[-1].written is not None:
+            return False  # the first one waiting may be in the middle of its write
         last = self._queue[-1].message.get("params")
         params = message.get("params")
         if not (isinstance(last, dict) and isinstance(params, dict)):
