@@ -364,7 +364,8 @@ def test_a_replayer_that_hangs_is_killed_with_its_group_naming_the_vector(tmp_pa
     second = json.loads(lines[1])["id"]
     command = f"{sys.executable} {port}"
     try:
-        code, out, _ = run("--out", str(tmp_path), "--replay", command, "--timeout", "1")
+        # 3 s: ample for the port to start and answer the first vector on a loaded machine.
+        code, out, _ = run("--out", str(tmp_path), "--replay", command, "--timeout", "3")
         # Killed: gone, or a zombie its new parent (init) has not reaped yet.
         assert _running(int(pid_file.read_text())) is False
     finally:
@@ -373,7 +374,7 @@ def test_a_replayer_that_hangs_is_killed_with_its_group_naming_the_vector(tmp_pa
     shown = out.splitlines()
     assert code == 1
     assert shown[0] == (
-        f"fail: window.jsonl:2: {second}: no verdict within 1 s; the replayer was killed: "
+        f"fail: window.jsonl:2: {second}: no verdict within 3 s; the replayer was killed: "
         "stuck on the second vector"
     )
     assert shown[1] == f"fail: window.jsonl:3: {json.loads(lines[2])['id']}: not replayed " + (
