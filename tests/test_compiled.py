@@ -7,11 +7,17 @@ them for the deepest, ``agent_deep`` and ``activation_three_levels``), and, for 
 mutant, the states of its counterexample and an even sample of the states the search reached
 before it. The interpreted engine is the slow reference: comparing every state of those would
 cost minutes.
+
+The explorer takes the compiled engine's steps folded by where they lead
+(:meth:`~fsm_core.check._compiled.CompiledEngine.grouped`); each of those searches is compared
+with the search over the steps one by one: the same states, transitions, parents (so the same
+shortest traces), labels taken and verdict.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +27,7 @@ from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, load_model, load_models
 from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import Composition
-from fsm_core.check._explore import System, explore
+from fsm_core.check._explore import Result, System, explore
 from fsm_core.check._moves import Move
 from fsm_core.check._system import compose
 from fsm_core.tools._mutants import MUTANTS, Mutant
@@ -40,6 +46,35 @@ def steps(c: Composition, state: Any) -> list[tuple[Move, tuple[Any, ...]]]:
     return [(c.moves[label], c.unpack(nxt)) for label, nxt in c.steps(state)]
 
 
+def folds(c: CompiledEngine, state: Any) -> bool:
+    """True iff the grouped steps from ``state`` are its steps folded: to each next state the
+    first step there, in order, with how many steps there are and every step's label."""
+    every = c.steps(state)
+    firsts, count, labels = c.grouped(state)
+    return (
+        count == len(every)
+        and sorted(label for group in labels for label in group) == sorted(s for s, _ in every)
+        and set(firsts) <= set(every)
+        and first_to_each(firsts) == first_to_each(every)
+    )
+
+
+def first_to_each(steps: list[tuple[int, Any]]) -> list[tuple[Any, int]]:
+    """The first step's label to each next state, in order."""
+    first: dict[Any, int] = {}
+    for label, nxt in steps:
+        first.setdefault(nxt, label)
+    return list(first.items())
+
+
+def searched(result: Result[Any]) -> tuple[Any, ...]:
+    """Everything a search found, but its time."""
+    return (
+        result.states, result.transitions, result.depth, result.complete, result.violation,
+        result.labels_taken, result.parent,
+    )  # fmt: skip
+
+
 def agree(model: Model, sample: int | None = None) -> int:
     """Explore ``model`` compiled and compare both engines on the states reached (``sample``
     of them, evenly spread in search order, plus the counterexample's; None: all of them).
@@ -51,6 +86,8 @@ def agree(model: Model, sample: int | None = None) -> int:
         compiled.first_violated, compiled.quiescent, "deadlock", compiled.unpack,
     )  # fmt: skip
     result = explore(system)
+    folded = explore(replace(system, grouped=compiled.grouped))
+    assert searched(folded) == searched(result)
     reached = list(result.parent)
     chosen = reached if sample is None else reached[:: max(1, len(reached) // sample)]
     if result.violation is not None:
@@ -64,6 +101,7 @@ def agree(model: Model, sample: int | None = None) -> int:
         assert compiled.quiescent(packed) == interpreted.quiescent(state), state
         if broken is None:  # the explorer asks for no step of a state that breaks a property
             assert steps(compiled, packed) == steps(interpreted, state), state
+            assert folds(compiled, packed), state
     return len(chosen)
 
 
