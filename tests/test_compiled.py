@@ -16,7 +16,9 @@ shortest traces), labels taken and verdict.
 
 from __future__ import annotations
 
+import gc
 import shutil
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
-from fsm_core.check import Model, load_model, load_models
+from fsm_core.check import Model, _system, check, load_model, load_models
 from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import Composition
 from fsm_core.check._explore import Result, System, explore
@@ -122,3 +124,22 @@ def test_compiled_steps_equal_interpreted_steps_on_a_spec_mutant(
     mutant.plant(tmp_path / "specs")
     for name in mutant.models:
         assert agree(load_model(tmp_path / "models" / f"{name}.toml"), SAMPLE) > 0
+
+
+def test_a_report_keeps_no_engine_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's memo (every step of every state without budgets) is a check's largest
+    structure: once the check is reported, nothing holds it."""
+    engines: list[weakref.ref[Composition]] = []
+
+    def recorded(model: Model, *, interpreted: bool = False) -> Composition:
+        c = compose(model, interpreted=interpreted)
+        engines.append(weakref.ref(c))
+        return c
+
+    monkeypatch.setattr(_system, "compose", recorded)
+    model = next(m for m in COMPOSED if m.name == "agent_races")
+    report = check(model)
+    gc.collect()
+    assert report.verdict == "ok"
+    assert len(engines) == 1
+    assert engines[0]() is None
