@@ -17,16 +17,19 @@ shortest traces), labels taken and verdict.
 from __future__ import annotations
 
 import gc
+import itertools
 import shutil
 import weakref
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, _system, check, load_model, load_models
+from fsm_core.check import _explore as explore_module
 from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import Composition
 from fsm_core.check._explore import Result, System, explore
@@ -143,3 +146,15 @@ def test_a_report_keeps_no_engine_alive(monkeypatch: pytest.MonkeyPatch) -> None
     assert report.verdict == "ok"
     assert len(engines) == 1
     assert engines[0]() is None
+
+
+def test_an_agent_check_reports_progress_every_4096_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress is reported per state searched, however many steps each has: with a clock
+    that moves two seconds a reading, every 4,096th state reports."""
+    ticks = itertools.count(step=2.0)
+    monkeypatch.setattr(explore_module, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    seen: list[int] = []
+    model = next(m for m in COMPOSED if m.name == "agent_deep")
+    report = check(model, progress=lambda states, *_: seen.append(states))
+    assert report.result.states == 10_905
+    assert len(seen) == 10_905 // 4096

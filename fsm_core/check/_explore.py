@@ -157,8 +157,8 @@ def _explore(
                 nexts = succ(s)
                 transitions += len(nexts)
             else:
-                nexts, count, labelled = grouped(s)
-                transitions += count
+                nexts, pairs, labelled = grouped(s)
+                transitions += pairs
             if bad is None and not nexts and not quiescent(s):
                 bad = deadlock
             if bad is not None:
