@@ -29,6 +29,7 @@ import pytest
 
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, _system, check, load_model, load_models
+from fsm_core.check import _compiled as compiled_module
 from fsm_core.check import _explore as explore_module
 from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import Composition
@@ -158,3 +159,19 @@ def test_an_agent_check_reports_progress_every_4096_states(monkeypatch: pytest.M
     report = check(model, progress=lambda states, *_: seen.append(states))
     assert report.result.states == 10_905
     assert len(seen) == 10_905 // 4096
+
+
+def test_a_bounded_notice_cache_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answers kept for what listeners observe are bounded; past the bound they are
+    computed again, the same."""
+    monkeypatch.setattr(compiled_module, "NOTICED", 100)
+    model = next(m for m in COMPOSED if m.name == "agent_races")
+    c = compose(model)
+    assert isinstance(c, CompiledEngine) and model.expect is not None
+    system = System(
+        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, "deadlock",
+        c.unpack, c.grouped,
+    )  # fmt: skip
+    result = explore(system)
+    assert (result.states, result.transitions) == (model.expect.states, model.expect.transitions)
+    assert len(c._noticed) == 100

@@ -68,6 +68,10 @@ _Step = tuple[int, int, int]
 """A memoized step: (label, the number of the next state without its budgets times the number
 of budgets' codes, the number of what it spent)."""
 
+NOTICED = 200_000
+"""At most this many of :meth:`CompiledEngine._notice`'s answers are kept (a few hundred bytes
+each, beside states the engine keeps anyway); the default models keep under 3,000."""
+
 _Seen = tuple[int, Sequence[Any], tuple[Any, ...], Notice]
 """What a listener observes at an effect: the instance, its variables when a listener last
 observed it, the state, and the effect."""
@@ -764,7 +768,9 @@ class CompiledEngine(Engine):
             where = (i, before, now if self._flat else tuple(store), f.effect)
             verdict = self._noticed.get(where)
             if verdict is None:
-                verdict = self._noticed[where] = self._notice(before, now, store, f.effect, i)
+                verdict = self._notice(before, now, store, f.effect, i)
+                if len(self._noticed) < NOTICED:
+                    self._noticed[where] = verdict
             if verdict:
                 self._stop(path, verdict[0], f.effect, out)
                 return False
