@@ -68,6 +68,32 @@ _Step = tuple[int, int, int]
 """A memoized step: (label, the number of the next state without its budgets times the number
 of budgets' codes, the number of what it spent)."""
 
+NOTICED = 200_000
+"""At most this many of :meth:`CompiledEngine._notice`'s answers are kept (a few hundred bytes
+each, beside states the engine keeps anyway); the default models keep under 3,000."""
+
+_Seen = tuple[int, Sequence[Any], tuple[Any, ...], Notice]
+"""What a listener observes at an effect: the instance, its variables when a listener last
+observed it, the state, and the effect."""
+
+_Group = tuple[int, int, int, int, tuple[int, ...]]
+"""Memoized steps to one next state: (the first's label, the number of the next state without
+its budgets times the number of budgets' codes, the number of what each spent, how many, and
+every label in order)."""
+
+
+def _fold(steps: list[_Step]) -> list[_Group]:
+    """``steps`` grouped by where they lead (the state without its budgets, and what they spend),
+    in the order of each group's first step."""
+    where: dict[tuple[int, int], list[Any]] = {}
+    for label, base, k in steps:
+        group = where.get((base, k))
+        if group is None:
+            where[base, k] = [label, base, k, [label]]
+        else:
+            group[3].append(label)
+    return [(label, base, k, len(every), tuple(every)) for label, base, k, every in where.values()]
+
 
 class _Frame:
     """One event firing in a path: its row, where its code resumes, and what ran inside it.
@@ -159,7 +185,8 @@ class _Call:
     begins, searched within a bound on the budgets."""
 
     __slots__ = (
-        "args", "bound", "event", "found", "i", "local", "orders", "pruned", "spent", "steps"
+        "args", "bound", "event", "found", "groups", "i", "local", "orders", "pruned", "spent",
+        "steps",
     )  # fmt: skip
 
     def __init__(self, i: int, found: int, event: str, args: Args, spent: int, local: bool) -> None:
@@ -174,11 +201,17 @@ class _Call:
         self.bound = -1
         """The code of the budgets its steps were searched within (-1: not searched yet)."""
         self.steps: list[_Step] = []
+        self.groups: list[_Group] | None = None
+        """:attr:`steps` folded (:func:`_fold`), once asked; None when they have changed since."""
         self.orders: list[tuple[int, ...]] = []
         """Each step's :attr:`_Path.order`."""
         self.pruned: list[_Branch] = []
         """The listener calls the bound left out, where the search met them: a wider bound
         resumes the search there."""
+
+    def fold(self) -> list[_Group]:
+        self.groups = _fold(self.steps)
+        return self.groups
 
 
 _Option = tuple[int, int, str, Args, tuple[int, ...]]
@@ -254,6 +287,11 @@ class CompiledEngine(Engine):
         """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
         whether listeners may call inside it."""
         self._label_of: dict[MoveKey, int] = {}
+        self._moves: dict[MoveKey, Move] = {}
+        """The move of each move key met, a listener's nested in a step's included."""
+        self._noticed: dict[_Seen, tuple[str | None, ...]] = {}
+        """:meth:`_notice`'s answers, by the instance, its variables a listener last observed,
+        the state and the effect: what a listener observes depends on nothing else."""
         self._numbers: dict[tuple[int, ...], int] = {}
         self._spendings: list[tuple[int, ...]] = []
         """Every spending a call or a memoized step records, by number."""
@@ -272,6 +310,8 @@ class CompiledEngine(Engine):
         """:meth:`_taken_at`'s answers."""
         self._steps_of: list[list[_Step] | None] = []
         """Without listener calls: the steps from each state without its budgets."""
+        self._groups_of: list[list[_Group] | None] = []
+        """Those steps folded (:func:`_fold`), once asked."""
         self._verdicts: list[tuple[str | None, bool] | None] = []
         """What :meth:`first_violated` and :meth:`quiescent` say of each, once asked."""
         self._budgets: dict[int, tuple[int, ...]] = {}
@@ -306,6 +346,7 @@ class CompiledEngine(Engine):
             self._keys.append(rest)
             self._calls_of.append(None)
             self._steps_of.append(None)
+            self._groups_of.append(None)
             self._verdicts.append(None)
         return found
 
@@ -351,26 +392,71 @@ class CompiledEngine(Engine):
 
     def steps(self, state: Any) -> list[tuple[int, Any]]:
         key, code = divmod(state, self._codes)
-        if not self._branching:
-            # No listener call: every step of a call spends what the call does, so a state
-            # without budgets has one list of steps, searched at once.
-            found = self._steps_of[key]
-            if found is None:
-                full = self.unpack(state)
-                found = self._steps_of[key] = [
-                    step for start in self._starts(full) for step in self._steps(full, start)
-                ]
-            after = self._spend(code)
-            return [(label, base + left) for label, base, k in found if (left := after[k]) >= 0]
+        if self._branching:
+            calls, after = self._ready(key, code)
+            lists = [c.steps for c in calls]
+        else:
+            lists, after = [self._unbranched(key, code)], self._spend(code)
+        out: list[tuple[int, int]] = []
+        append = out.append
+        for steps in lists:
+            for label, base, k in steps:
+                left = after[k]
+                if left >= 0:
+                    append((label, base + left))
+        return out
+
+    def grouped(self, state: Any) -> tuple[list[tuple[int, Any]], int, list[tuple[int, ...]]]:
+        """:meth:`steps` folded by where they lead, for the explorer: the first step to each
+        next state, in the order of :meth:`steps`; how many steps there are; and the labels
+        of every step, in groups. A state has about ten times as many steps as next states
+        (one per plan of listener calls, each plan a different move), so the explorer saves
+        the work of the other nine, and this method the work of telling them apart."""
+        key, code = divmod(state, self._codes)
+        if self._branching:
+            calls, after = self._ready(key, code)
+            lists = [c.fold() if c.groups is None else c.groups for c in calls]
+        else:
+            groups = self._groups_of[key]
+            if groups is None:
+                groups = self._groups_of[key] = _fold(self._unbranched(key, code))
+            lists, after = [groups], self._spend(code)
+        out: list[tuple[int, int]] = []
+        labels: list[tuple[int, ...]] = []
+        count = 0
+        append = out.append
+        for groups in lists:
+            for label, base, k, n, every in groups:
+                left = after[k]
+                if left >= 0:
+                    append((label, base + left))
+                    count += n
+                    labels.append(every)
+        return out, count, labels
+
+    def _unbranched(self, key: int, code: int) -> list[_Step]:
+        """Without listener calls: every step of a call spends what the call does, so a state
+        without budgets has one list of steps, searched at once."""
+        found = self._steps_of[key]
+        if found is None:
+            full = self.unpack(key * self._codes + code)
+            found = self._steps_of[key] = [
+                step for start in self._starts(full) for step in self._steps(full, start)
+            ]
+        return found
+
+    def _ready(self, key: int, code: int) -> tuple[list[_Call], list[int]]:
+        """The calls a step may begin with from the state numbered ``key * codes + code``, their
+        steps memoized within a bound that covers its budgets, and what each numbered spending
+        leaves of them (a step whose spending they do not cover is none of this state's)."""
         full_state: tuple[Any, ...] | None = None
         calls = self._calls_of[key]
         if calls is None:
-            full_state = self.unpack(state)
+            full_state = self.unpack(key * self._codes + code)
             calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
         after = self._spend(code)
-        out: list[tuple[int, int]] = []
-        append = out.append
         covers, codes = self._covers, self._codes
+        ready: list[_Call] = []
         for c in calls:
             if after[c.spent] < 0:
                 continue  # the budgets do not cover the call itself
@@ -383,14 +469,11 @@ class CompiledEngine(Engine):
                 else:
                     c.bound = self._code(tuple(map(max, self._budget(c.bound), self._budget(code))))
                 if full_state is None:
-                    full_state = self.unpack(state)
+                    full_state = self.unpack(key * self._codes + code)
                 self._memoize(full_state, c, first)
                 after = self._spend(code)
-            for label, base, k in c.steps:
-                left = after[k]
-                if left >= 0:
-                    append((label, base + left))
-        return out
+            ready.append(c)
+        return ready, after
 
     def _spend(self, code: int) -> list[int]:
         """What each numbered spending leaves of the budgets coded ``code``."""
@@ -477,6 +560,7 @@ class CompiledEngine(Engine):
         ``first`` time, else only those the last bound left out, merged in."""
         if c.local and not state[self.broken]:
             c.steps = [self._local_step(state, (c.i, c.found, c.event, c.args, c.spent, True))]
+            c.groups = None
             return
         out: _Out = []
         bound = self._bound = self._budget(c.bound)
@@ -501,6 +585,7 @@ class CompiledEngine(Engine):
             found.sort()
         c.orders = [order for order, _ in found]
         c.steps = [step for _, step in found]
+        c.groups = None
 
     def _local_step(self, state: tuple[Any, ...], start: _Start) -> _Step:
         """The one step of a local call: the instance's variables after it, and what it
@@ -534,9 +619,13 @@ class CompiledEngine(Engine):
         return found
 
     def _move(self, key: MoveKey) -> Move:
-        i, event, args, row, inside, stopped = key
-        nested = tuple((_notice(n), self._move(k)) for n, k in inside)
-        return self.move(i, event, args, row, nested, _notice(stopped) if stopped else "")
+        found = self._moves.get(key)
+        if found is None:
+            i, event, args, row, inside, stopped = key
+            nested = tuple((_notice(n), self._move(k)) for n, k in inside)
+            found = self.move(i, event, args, row, nested, _notice(stopped) if stopped else "")
+            self._moves[key] = found
+        return found
 
     # --- one step, every plan --------------------------------------------------------------------
 
@@ -675,22 +764,37 @@ class CompiledEngine(Engine):
             before = path.observed.get(i)
             if before is None:
                 before = path.start if self._flat else path.start[i]
-            path.observed[i] = tuple(node)
-            k = self._first_unstable(before, node)
-            if k >= 0:
-                self._stop(path, self._named(self._stable[k], i), f.effect, out)
-                return False
-            for prop, holds_at in self.notified:
-                if not holds_at(store, f.effect):
-                    self._stop(path, prop, f.effect, out)
-                    return False
-            if Engine.first_violated(self, store) is not None:
-                self._stop(path, None, f.effect, out)
+            now = path.observed[i] = tuple(node)
+            where = (i, before, now if self._flat else tuple(store), f.effect)
+            verdict = self._noticed.get(where)
+            if verdict is None:
+                verdict = self._notice(before, now, store, f.effect, i)
+                if len(self._noticed) < NOTICED:
+                    self._noticed[where] = verdict
+            if verdict:
+                self._stop(path, verdict[0], f.effect, out)
                 return False
         if hooked:
             f.pending = w.wire(store, i, name, values)
         f.point = reacts
         return True
+
+    def _notice(
+        self, before: Sequence[Any], now: Sequence[Any], store: list[Any], at: Notice, i: int
+    ) -> tuple[str | None, ...]:
+        """What a listener observing ``store`` at the effect ``at`` of ``i``, whose variables
+        went from ``before`` to ``now`` since a listener last observed it, finds broken: ()
+        for nothing, else the property to record (None: the state breaks one between steps,
+        which needs no record)."""
+        k = self._first_unstable(before, now)
+        if k >= 0:
+            return (self._named(self._stable[k], i),)
+        for prop, holds_at in self.notified:
+            if not holds_at(store, at):
+                return (prop,)
+        if Engine.first_violated(self, store) is not None:
+            return (None,)
+        return ()
 
     def _named(self, prop: str, i: int) -> str:
         node = self.wiring.instances[i]

@@ -216,7 +216,9 @@ class Engine:
     def properties(self) -> tuple[Property, ...]:
         w = self.wiring
         own = table_properties(self.machine.table, w.instances)
-        return (*own, *w.own, *explorer_properties(self.quiescent))
+        # The wiring's quiescence, not the engine's: a property decides a state as the layout
+        # names it, and a report keeps its properties, not the engine's memo.
+        return (*own, *w.own, *explorer_properties(w.quiescent))
 
     def quiescent(self, state: Any) -> bool:
         return self.wiring.quiescent(state)

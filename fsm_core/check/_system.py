@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from fsm_core.check._agent import agent_engine
 from fsm_core.check._codegen import compile_predicates, compile_successors
+from fsm_core.check._compiled import CompiledEngine
 from fsm_core.check._compose import Composition, Layout
 from fsm_core.check._config import Model
 from fsm_core.check._explore import System
@@ -113,6 +114,6 @@ def build(model: Model, *, interpreted: bool = False) -> Built:
     deadlock = next(p.name for p in properties if p.kind == "deadlock-free")
     system = System(
         model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock,
-        c.unpack,
+        c.unpack, c.grouped if isinstance(c, CompiledEngine) else None,
     )  # fmt: skip
     return Built(system, c.layout.names, c.moves, properties)
