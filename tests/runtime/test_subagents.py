@@ -506,6 +506,25 @@ def test_drain_children_checks_every_lineage_before_tearing_anything_down() -> N
     run(test)
 
 
+def test_drain_children_checks_the_lineage_of_a_child_already_closing() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        p, c, _g = await tree(rt, models, host)
+        closing = rt.subagents.dispose(c)  # c and g are closing, held in their model requests
+        assert c.stage == "joining"
+        with pytest.raises(
+            SubagentError,
+            match=r"^'host' cannot drain 'c': the named parent does not own this activation$",
+        ) as caught:
+            rt.subagents.drain_children(host, ["c"])
+        assert caught.value.code == "UNAUTHORIZED"
+        joined = rt.subagents.drain_children(p.agent, ["c"])  # the parent joins the teardown
+        await asyncio.gather(closing, joined)
+        assert settled.ids == ["g", "c"]
+
+    run(test)
+
+
 def test_a_stale_parent_identity_is_unauthorized() -> None:
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         c = await rt.subagents.start(host, "c", "work")
