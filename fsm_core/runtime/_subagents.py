@@ -87,6 +87,15 @@ class _Admission:
 
 
 @dataclass(slots=True)
+class _Delivery:
+    """The context of a ``deliver`` fire: the message, and whether the row said to resume
+    it cold once the running teardown settled."""
+
+    message: UserMessage
+    resume: bool = False
+
+
+@dataclass(slots=True)
 class _Verdict:
     """The context of a ``watch`` fire: the verdict its row gives."""
 
@@ -348,17 +357,15 @@ class Subagents:
             node = self._resident.get(child_id)
             if node is None:
                 return self._resume(child_id, message)
-            if node.stage == "active":
-                node.agent.followup(message)
+            delivery = _Delivery(message)
+            try:
+                self._fire(node, "deliver", delivery, drained=self._draining)
+            except Rejected as refused:
+                code, _, why = str(refused).partition(": ")
+                text = why.replace("the activation", f"activation {child_id!r}", 1)
+                raise SubagentError(cast(SubagentCode, code), text) from None
+            if not delivery.resume:
                 return node.public
-            if self._draining:
-                raise SubagentError("DRAINING", _DRAINING)
-            if not node.value("flushed"):
-                raise SubagentError(
-                    "ACTIVATION_CLOSING",
-                    f"activation {child_id!r} is being torn down; the message was not delivered",
-                )
-            # It lost the race with its natural-end disposal: resume once that settled.
             assert node.closing is not None
             await asyncio.wait([node.closing])
 
@@ -581,11 +588,7 @@ class Subagents:
                     self._watch_verdict(node, verdict, seen, busy=True)
                 if verdict.value in ("closed", "ready"):
                     return
-                # A disposed agent is idle at once and refuses maintenance for good: retrying
-                # on its idle would spin without ever yielding. Wait for a poke instead (the
-                # activation's own dispose pokes it, and then finds it closing).
-                gone = node.agent.phase in ("disposing", "disposed")
-                if verdict.value == "wait" or gone:
+                if verdict.value == "wait":
                     while node.pokes == seen and node.stage == "active":
                         node.poked.clear()
                         await node.poked.wait()
@@ -593,6 +596,11 @@ class Subagents:
             log.exception("the settlement watcher of %s failed", node.id)
 
     def _watch_verdict(self, node: _Node, verdict: _Verdict, seen: int, *, busy: bool) -> None:
+        if node.agent.phase in ("disposing", "disposed"):
+            # Idle at once and refusing maintenance for good: the table says wait for a poke
+            # (the activation's own dispose pokes it) rather than retry and spin.
+            self._fire(node, "watch_gone", verdict)
+            return
         pending = node.agent.inbox.pending
         self._fire(node, "watch", verdict, current=node.pokes == seen, busy=busy, pending=pending)
 
@@ -724,23 +732,28 @@ class Subagents:
         """Step 3: tell the parent by name, not through the registry (the child left it)."""
         parent = node.parent
         if parent is None:
+            # A host-owned parent has no activation: the notice wakes it, and its own agent
+            # table parks it unwoken while it is disposing, or refuses it once disposed.
             self._roots.get(node.parent_agent.id, {}).pop(node.id, None)
+            self._send_notice(node, failed, wake=True)
         else:
             del parent.owned[node.id]
-            self._fire(parent, "child_settled", failed=failed, last=not parent.owned)
-        agent = node.parent_agent
-        if agent.phase == "disposed":
-            return  # nobody is left to tell
-        tearing_down = (parent is not None and parent.stage != "active") or agent.phase in (
-            "disposing",
-        )
+            self._fire(
+                parent, "child_settled", (node, failed), failed=failed, last=not parent.owned
+            )
+
+    def _notice_agent(self, node: _Node, wake: bool) -> None:
+        child, failed = cast(tuple[_Node, bool], node.control.context)
+        self._send_notice(child, failed, wake=wake)
+
+    def _send_notice(self, child: _Node, failed: bool, *, wake: bool) -> None:
         self._notices += 1
-        text = f"subagent {node.id} {'failed' if failed else 'settled'}"
-        notice = UserMessage(f"{node.id}:settled:{self._notices}", text)
+        text = f"subagent {child.id} {'failed' if failed else 'settled'}"
+        notice = UserMessage(f"{child.id}:settled:{self._notices}", text)
         try:
-            agent.send(notice, "next_turn", wakeup=not tearing_down)
+            child.parent_agent.send(notice, "next_turn", wakeup=wake)
         except Rejected:
-            log.info("the parent of %s was disposed before its notice", node.id)
+            log.info("the parent of %s was disposed before its notice", child.id)
 
     def _release_ownership(self, node: _Node) -> None:
         del self._owners[node.id]
@@ -752,6 +765,16 @@ class Subagents:
 
     def _rethrow(self, node: _Node) -> None:
         node.rethrow = True  # _finish raises once the row returns: failure last
+
+    def _deliver_message(self, node: _Node) -> None:
+        delivery = node.control.context
+        assert isinstance(delivery, _Delivery)
+        node.agent.followup(delivery.message)
+
+    def _resume_after_teardown(self, node: _Node) -> None:
+        delivery = node.control.context
+        assert isinstance(delivery, _Delivery)
+        delivery.resume = True  # followup awaits the teardown, then resumes cold
 
     def _request_dispose(self, node: _Node) -> None:
         self._dispose(node, False)
@@ -790,6 +813,9 @@ class Subagents:
             "admit_child",
             "verdict",
             "dispose_in_maintenance",
+            "deliver_message",
+            "resume_after_teardown",
+            "notice_agent",
         }
     )
     """The table's effects; each is performed by the method named for it with a leading ``_``

@@ -108,7 +108,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "notice_wakes_a_parent_tearing_down",
         "the settlement notice always wakes the parent, even one that is tearing down.",
-        (_edit("_notify_parent", "wakeup=not tearing_down", "wakeup=True"),),
+        (_edit("_notice_agent", "wake=wake", "wake=True"),),
     ),
     RuntimeMutant(
         "teardown_clears_the_inbox",
