@@ -53,7 +53,7 @@ from fsm_core.runtime._causes import PARENT
 from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
-from fsm_core.runtime._payloads import MessageInserted
+from fsm_core.runtime._payloads import DisposalEnded, MessageInserted
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
@@ -163,7 +163,6 @@ class _Dormant:
     """A settled continuable child: enough to resume it cold on its session."""
 
     parent_agent: Agent
-    parent: _Node | None
     session: Session
 
 
@@ -208,6 +207,12 @@ class Subagents:
         self._roots: dict[str, dict[str, None]] = {}
         """Host-owned parent id -> the roots it owns (ordered)."""
         self._dormant: dict[str, _Dormant] = {}
+        """Settled continuable children a followup resumes cold, by id. An entry goes when
+        the child is resumed, or when its parent agent is disposed: nobody could resume it
+        then (the parent is no live parent), so the map never outgrows the live parents."""
+        self._below: dict[str, dict[str, None]] = {}
+        """Parent agent id -> the ids of its dormant children, to forget them with it."""
+        self._followups = 0
         self._draining = False
         self._drained_hosts: set[str] = set()
         self._watchers: set[asyncio.Task[None]] = set()
@@ -218,6 +223,7 @@ class Subagents:
         """Children whose ``dispose`` a row asked for, fired once that row returns."""
         self._cascading = False
         events.on("inbox/inserted", self._poke)
+        events.on("agent/disposed", self._forget_below)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -244,6 +250,11 @@ class Subagents:
     def draining(self) -> bool:
         """True iff ``drain()`` has closed admission registry-wide."""
         return self._draining
+
+    @property
+    def dormant(self) -> tuple[str, ...]:
+        """The ids of the settled continuable children a ``followup`` would resume cold."""
+        return tuple(self._dormant)
 
     def holds(self, agent_id: str) -> bool:
         """True iff ``agent_id`` is an activation's id until its ownership is released."""
@@ -338,13 +349,18 @@ class Subagents:
             self._roots.setdefault(parent_agent.id, {})[child_id] = None
         else:
             parent.owned[child_id] = None
-        self._dormant.pop(child_id, None)
+        dormant = self._dormant.pop(child_id, None)
+        if dormant is not None:
+            self._below.get(dormant.parent_agent.id, {}).pop(child_id, None)
         return node
 
     # --- delivery ---------------------------------------------------------------------------
 
-    async def followup(self, child_id: str, message: UserMessage) -> Activation:
+    async def followup(self, child_id: str, message: str | UserMessage) -> Activation:
         """Deliver ``message`` to the continuable child ``child_id``, waking it.
+
+        A str is sent as a :class:`UserMessage` with the id ``<child_id>:followup:<n>``,
+        ``n`` counting the registry's followups.
 
         A child that settled (or loses the race with its natural-end disposal) is resumed
         cold: a fresh activation on the same session, under the same parent, gets the
@@ -352,7 +368,8 @@ class Subagents:
         dispose or drain tears the child down, ``DRAINING`` after a drain, and
         :class:`~fsm_core.UsageError` for an id that never was a continuable child here.
         """
-        message = self._message(message, "")
+        self._followups += 1
+        message = self._message(message, f"{child_id}:followup:{self._followups}")
         while True:
             node = self._resident.get(child_id)
             if node is None:
@@ -373,17 +390,16 @@ class Subagents:
         dormant = self._dormant.get(child_id)
         if dormant is None:
             raise UsageError(f"no continuable subagent is named {echo(child_id)}")
-        if (
-            dormant.parent is not None
-            and self._resident.get(dormant.parent.id) is not dormant.parent
-        ):
-            raise SubagentError(
-                "ACTIVATION_CLOSING",
-                f"the parent of {child_id!r} has settled; it cannot be resumed",
-            )
         node = self._admit(dormant.parent_agent, child_id, dormant.session)
         node.agent.followup(message)
         return node.public
+
+    def _forget_below(self, ended: DisposalEnded) -> None:
+        """A disposed agent is no live parent: its dormant children can never resume."""
+        for child_id in self._below.pop(ended.agent.id, {}):
+            dormant = self._dormant.get(child_id)
+            if dormant is not None and dormant.parent_agent is ended.agent:
+                del self._dormant[child_id]
 
     def _poke(self, inserted: MessageInserted) -> None:
         node = self._resident.get(inserted.agent.id)
@@ -757,7 +773,10 @@ class Subagents:
 
     def _release_ownership(self, node: _Node) -> None:
         del self._owners[node.id]
-        self._dormant[node.id] = _Dormant(node.parent_agent, node.parent, node.agent.session)
+        parent = node.parent_agent
+        if parent.phase != "disposed":  # else its agent/disposed has passed: none resumes it
+            self._dormant[node.id] = _Dormant(parent, node.agent.session)
+            self._below.setdefault(parent.id, {})[node.id] = None
 
     def _settle(self, node: _Node, failed: bool) -> None:
         node.failed = failed

@@ -422,6 +422,38 @@ def test_followup_during_someone_elses_teardown_is_refused_closing() -> None:
     run(test)
 
 
+def test_a_followup_given_text_gets_a_message_id_of_its_own() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        c = await rt.subagents.start(host, "c", "work")
+        await rt.subagents.followup("c", "more")
+        await rt.subagents.followup("c", "and more")
+        await c.agent.when_idle()
+        claimed = [e.data["id"] for e in c.agent.session.events if e.type == "user/message"]
+        assert claimed == ["c:prompt", "c:followup:1", "c:followup:2"]
+
+    run(test)
+
+
+def test_settled_children_are_forgotten_when_their_parent_agent_is_disposed() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        p = await rt.subagents.start(host, "p", "work")
+        c = await rt.subagents.start(p.agent, "c", "work")
+        await rt.subagents.dispose(c)
+        assert list(rt.subagents.dormant) == ["c"]  # a followup would resume it
+        await rt.subagents.dispose(p)  # p's agent is disposed: nobody can resume c now
+        assert list(rt.subagents.dormant) == ["p"]
+        with pytest.raises(UsageError, match=r"^no continuable subagent is named 'c'$"):
+            await rt.subagents.followup("c", "more")
+        other = await rt.create_agent("other")
+        q = await rt.subagents.start(other.agent, "q", "work")
+        await rt.subagents.dispose(q)
+        assert list(rt.subagents.dormant) == ["p", "q"]
+        await other.dispose()
+        assert list(rt.subagents.dormant) == ["p"]
+
+    run(test)
+
+
 def test_followup_of_an_unknown_child_is_a_usage_error() -> None:
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         with pytest.raises(UsageError, match=r"^no continuable subagent is named 'x'$"):
