@@ -20,8 +20,10 @@ starts the one teardown task) and every later ``dispose``, ``drain`` or ``drain_
 ignored by the table, so every caller awaits that one teardown.
 
 What is registry-wide rather than one activation's (a drain of the whole registry, or of the
-roots below a host-owned parent, which no activation represents) is held here and refused at
-the door with the same ``DRAINING`` code, before any table is asked.
+roots below a host-owned parent, which no activation represents, and whether a named parent is
+live at all) is decided by the registry's door, a :class:`~fsm_core.HostedMachine` of
+specs/admission.toml; the registry tells it what the named parent is, as it tells an
+activation's ``drain_child`` the lineage.
 """
 
 from __future__ import annotations
@@ -67,8 +69,6 @@ log = logging.getLogger("fsm_core.runtime")
 
 _T = TypeVar("_T")
 
-_DRAINING = "continuable subagents are draining; the operation was not admitted"
-
 
 def _draining_below(parent: str) -> str:
     return (
@@ -84,6 +84,13 @@ class _Admission:
     child_id: str
     session: Session
     node: _Node | None = None
+
+
+@dataclass(slots=True)
+class _Route:
+    """The context of the door's ``admit``: where its row sends the child."""
+
+    value: str = ""
 
 
 @dataclass(slots=True)
@@ -182,6 +189,7 @@ class Subagents:
     def __init__(
         self,
         table: Machine,
+        door: Machine,
         *,
         events: EventBus,
         create: Callable[[str, Session], AgentHandle],
@@ -194,6 +202,13 @@ class Subagents:
             raise FsmError(
                 f"the runtime and {table.table.file} disagree on effects: {sorted(missing)}"
             )
+        missing = set(door.table.effects) ^ self._DOOR_EFFECTS
+        if missing:
+            raise FsmError(
+                f"the runtime and {door.table.file} disagree on effects: {sorted(missing)}"
+            )
+        self._door = HostedMachine(door, perform=self._perform_door)
+        """The registry's door (specs/admission.toml): registry-wide drains, live parents."""
         self._events = events
         self._create = create
         self._host_agent = host_agent
@@ -213,7 +228,6 @@ class Subagents:
         self._below: dict[str, dict[str, None]] = {}
         """Parent agent id -> the ids of its dormant children, to forget them with it."""
         self._followups = 0
-        self._draining = False
         self._drained_hosts: set[str] = set()
         self._watchers: set[asyncio.Task[None]] = set()
         self._notices = 0
@@ -249,7 +263,7 @@ class Subagents:
     @property
     def draining(self) -> bool:
         """True iff ``drain()`` has closed admission registry-wide."""
-        return self._draining
+        return self._door.state == "drained"
 
     @property
     def dormant(self) -> tuple[str, ...]:
@@ -296,46 +310,56 @@ class Subagents:
         return prompt
 
     def _admit(self, parent: Agent, child_id: str, session: Session) -> _Node:
-        """Refuse at the door what the table cannot take, then admit: through the parent
-        activation's ``admit`` row, or registry-wide for a host-owned parent."""
+        """Ask the door (specs/admission.toml) whether ``parent`` may admit now, then
+        admit: through the parent activation's own ``admit`` row, or as a root."""
         _check_id(child_id)
-        if self._draining:
-            raise SubagentError("DRAINING", _DRAINING)
-        parent_node = self._live_parent(parent)
-        if parent_node is None and parent.id in self._drained_hosts:
-            raise SubagentError("DRAINING", _draining_below(parent.id))
+        kind, parent_node = self._parent_kind(parent)
+        route = _Route()
+        self._ask_door("admit", route, parent, parent=kind)
         if child_id in self._owners or self._in_use(child_id):
             raise UsageError(f"an agent named {echo(child_id)} already exists")
         if session._owner is not None:
             raise UsageError(f"agent {session._owner!r} already records into that session")
-        if parent_node is None:
+        if route.value == "root":
             node = self._new_node(child_id, parent, None, session)
         else:
+            assert route.value == "below" and parent_node is not None
             admission = _Admission(child_id, session)
             try:
                 self._fire(parent_node, "admit", admission)
             except Rejected as refused:
-                code, _, why = str(refused).partition(": ")
-                text = _draining_below(parent.id) if "below" in why else why
-                raise SubagentError(cast(SubagentCode, code), text) from None
+                raise _refusal(refused, parent) from None
             assert admission.node is not None
             node = admission.node
         self._start_watcher(node)
         return node
 
+    def _parent_kind(self, parent: object) -> tuple[str, _Node | None]:
+        """What ``parent`` is, as the door's ``parent`` type says, and its activation if it
+        is the exact agent of a resident one. Facts only: the door decides."""
+        if not isinstance(parent, Agent):
+            return "stale", None
+        node = self._resident.get(parent.id)
+        if node is not None and node.agent is parent:
+            return "activation", node
+        if self._host_agent(parent.id) is not parent:
+            return "stale", None
+        if parent.phase in ("disposing", "disposed"):
+            return "host_disposing", None
+        return ("host_drained" if parent.id in self._drained_hosts else "host"), None
+
     def _live_parent(self, parent: Agent) -> _Node | None:
         """The activation whose agent is exactly ``parent``, None for a host-owned parent;
-        ``UNAUTHORIZED`` for anything else (a stale agent object, another runtime's)."""
-        node = self._resident.get(parent.id) if isinstance(parent, Agent) else None
-        if node is not None and node.agent is parent:
-            return node
-        if isinstance(parent, Agent) and self._host_agent(parent.id) is parent:
-            if parent.phase in ("disposing", "disposed"):
-                raise SubagentError("UNAUTHORIZED", f"parent {parent.id!r} is disposing")
-            return None
-        raise SubagentError(
-            "UNAUTHORIZED", f"{echo(parent)} is not a live parent agent of this runtime"
-        )
+        the door refuses anything else ``UNAUTHORIZED``."""
+        kind, node = self._parent_kind(parent)
+        self._ask_door("name_parent", None, parent, parent=kind)
+        return node
+
+    def _ask_door(self, event: str, context: object, parent: object, /, **args: Value) -> None:
+        try:
+            self._door.fire(event, context, **args)
+        except Rejected as refused:
+            raise _refusal(refused, parent) from None
 
     def _new_node(
         self, child_id: str, parent_agent: Agent, parent: _Node | None, session: Session
@@ -376,11 +400,9 @@ class Subagents:
                 return self._resume(child_id, message)
             delivery = _Delivery(message)
             try:
-                self._fire(node, "deliver", delivery, drained=self._draining)
+                self._fire(node, "deliver", delivery, drained=self.draining)
             except Rejected as refused:
-                code, _, why = str(refused).partition(": ")
-                text = why.replace("the activation", f"activation {child_id!r}", 1)
-                raise SubagentError(cast(SubagentCode, code), text) from None
+                raise _refusal(refused, None, child_id) from None
             if not delivery.resume:
                 return node.public
             assert node.closing is not None
@@ -434,13 +456,12 @@ class Subagents:
         Every later admission is refused with ``DRAINING``. Failures are raised together
         as one :class:`ActivationTeardownFailed` naming each.
         """
-        self._draining = True
-        roots = [n for n in self._resident.values() if n.parent is None]
-        escaped = _each(roots, lambda node: self._fire(node, "drain", scope="registry"))
+        escaped: list[BaseException] = []
+        self._door.fire("drain", escaped)
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
-        if escaped is not None:
-            raise escaped
+        if escaped:
+            raise escaped[0]
         return drained
 
     def drain_descendants(self, parents: Iterable[Agent]) -> Pending:
@@ -509,7 +530,6 @@ class Subagents:
     def _close(self) -> asyncio.Future[None]:
         """The runtime's final switch: drain, inside the caller's call; also await every
         teardown already running."""
-        self._draining = True
         drained = self.drain()._future
         everything = [n.closing for n in self._resident.values() if n.closing is not None]
         return persist(lambda: self._join("the runtime's close", [drained, *everything]), "drain")
@@ -549,8 +569,7 @@ class Subagents:
             raise UsageError(
                 f"spawn() takes the parent turn's AbortSignal, not {echo(parent_signal)}"
             )
-        if self._draining:
-            raise SubagentError("DRAINING", _DRAINING)
+        self._ask_door("spawn", None, None)
         if spec.child_id in self._owners or self._in_use(spec.child_id):
             raise UsageError(f"an agent named {echo(spec.child_id)} already exists")
         handle = self._create(spec.child_id, session)
@@ -814,6 +833,36 @@ class Subagents:
         # asyncio's "exception was never retrieved".
         self._dispose(node, True).add_done_callback(_read)
 
+    def _perform_door(self, effect: Effect) -> None:
+        spec = self._door.spec
+        if spec.unmet(effect.name, self._door.snapshot(), effect.args):
+            requires = spec.table.effects[effect.name].requires_text
+            raise FsmError(f"the registry's door: {effect} runs where {requires!r} does not hold")
+        getattr(self, f"_{effect.name}")(*effect.args)
+
+    def _admit_root(self) -> None:
+        route = self._door.context
+        assert isinstance(route, _Route)
+        route.value = "root"
+
+    def _admit_below(self) -> None:
+        route = self._door.context
+        assert isinstance(route, _Route)
+        route.value = "below"
+
+    def _drain_roots(self) -> None:
+        """Begin every root's teardown, even when one raises (a listener's BaseException
+        held by :meth:`_fire`); the first is raised by :meth:`drain` once all began."""
+        escaped = self._door.context
+        assert isinstance(escaped, list)
+        roots = [n for n in self._resident.values() if n.parent is None]
+        error = _each(roots, lambda node: self._fire(node, "drain", scope="registry"))
+        if error is not None:
+            escaped.append(error)
+
+    _DOOR_EFFECTS = frozenset({"admit_root", "admit_below", "drain_roots"})
+    """The door's effects, each performed by the method named for it with a leading ``_``."""
+
     _EFFECTS = frozenset(
         {
             "close_inbox",
@@ -841,8 +890,21 @@ class Subagents:
     (looked up when performed, so a test may patch one)."""
 
     def __repr__(self) -> str:
-        state = " draining" if self._draining else ""
+        state = " draining" if self.draining else ""
         return f"<Subagents resident={len(self._resident)} slots={len(self._slots)}{state}>"
+
+
+def _refusal(refused: Rejected, parent: object, activation: str | None = None) -> SubagentError:
+    """The table's refusal ``CODE: why`` as the caller's :class:`SubagentError`, naming the
+    parent or the activation the table's text calls "this parent" or "the activation"."""
+    code, _, why = str(refused).partition(": ")
+    if "below this parent" in why:
+        why = _draining_below(getattr(parent, "id", "?"))
+    elif code == "UNAUTHORIZED" and why.startswith("not a live parent"):
+        why = f"{echo(parent)} is {why}"
+    elif activation is not None:
+        why = why.replace("the activation", f"activation {activation!r}", 1)
+    return SubagentError(cast(SubagentCode, code), why)
 
 
 def _check_id(child_id: object) -> None:

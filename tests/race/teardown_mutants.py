@@ -145,7 +145,14 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "drain_keeps_admitting",
         "drain() tears the roots down but does not close admission.",
-        (_edit("drain", "    self._draining = True\n", "    pass\n"),),
+        (
+            _edit(
+                "drain",
+                'self._door.fire("drain", escaped)',
+                "for root in [n for n in self._resident.values() if n.parent is None]:\n"
+                '            self._fire(root, "drain", scope="registry")',
+            ),
+        ),
     ),
     RuntimeMutant(
         "lineage_unchecked",
