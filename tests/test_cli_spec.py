@@ -20,7 +20,7 @@ def test_spec_json_prints_every_machine(capsys: pytest.CaptureFixture[str]) -> N
     out, err = capsys.readouterr()
     doc = json.loads(out)
     assert doc["format"] == "fsm-core/spec"
-    assert list(doc["machines"]) == ["activation", "agent"]
+    assert list(doc["machines"]) == ["activation", "admission", "agent"]
     assert err == ""
 
 
@@ -70,7 +70,7 @@ def test_spec_with_unknown_machine_exits_2_naming_it(capsys: pytest.CaptureFixtu
     assert main(["spec", "agent", "agnet"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == "fsm-core: unknown machine 'agnet' (machines: activation, agent)\n"
+    assert err == "fsm-core: unknown machine 'agnet' (machines: activation, admission, agent)\n"
 
 
 def test_spec_on_a_broken_table_exits_2_naming_file_and_row(

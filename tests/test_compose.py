@@ -74,7 +74,9 @@ def tree_report(tmp_path: Path, old: str, new: str) -> Report:
     return check(load_model(path))
 
 
-SETTLED_JOINING = 'do = ["children := not last", "failure := failure or failed"]'
+SETTLED_JOINING = (
+    'do = ["children := not last", "failure := failure or failed", "notice_agent(false)"]'
+)
 """The body of row ``child.settled.joining``: a joining parent takes its child's notice."""
 
 
@@ -111,7 +113,8 @@ def test_a_tree_step_stopped_inside_shows_its_row_the_calls_inside_and_where_it_
     report = tree_report(
         tmp_path,
         SETTLED_JOINING,
-        'do = ["children := not last", "failure := failure or failed", "close_inbox()"]',
+        'do = ["children := not last", "failure := failure or failed", "notice_agent(false)", '
+        '"close_inbox()"]',
     )
     assert format_trace(report) == TO_RELEASING + (
         "6. a.1.handle_disposed(failed=false) -> ledger.converge (stopped at settle(false))"

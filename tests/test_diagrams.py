@@ -29,6 +29,8 @@ def generated_files() -> list[str]:
     return [
         "activation.dot",
         *(["activation.svg"] if svg else []),
+        "admission.dot",
+        *(["admission.svg"] if svg else []),
         "agent.dot",
         *(["agent.svg"] if svg else []),
         "traceability.md",
@@ -63,7 +65,7 @@ def test_default_out_dir_is_the_checkouts_diagrams_directory() -> None:
 
 def test_rendering_gives_the_diagrams_as_plain_newline_terminated_text() -> None:
     rendered = render_diagrams(load_spec())
-    assert list(rendered) == ["activation.dot", "agent.dot", "traceability.md"]
+    assert list(rendered) == ["activation.dot", "admission.dot", "agent.dot", "traceability.md"]
     for name, text in rendered.items():
         assert text.endswith("\n") and "\r" not in text, name
 

@@ -46,7 +46,7 @@ def test_export_of_every_machine_matches_the_schema() -> None:
     doc = exported()
     validator().validate(doc)
     assert (doc["format"], doc["version"]) == (FORMAT, VERSION)
-    assert list(doc["machines"]) == ["activation", "agent"]
+    assert list(doc["machines"]) == ["activation", "admission", "agent"]
 
 
 @pytest.mark.parametrize("name", MACHINES)
@@ -127,7 +127,7 @@ def test_export_keeps_the_order_machines_were_named_in_once_each() -> None:
 
 def test_unknown_machine_is_a_key_error_naming_it() -> None:
     with pytest.raises(
-        KeyError, match=r"^\"unknown machine 'agnet' \(machines: activation, agent\)\"$"
+        KeyError, match=r"^\"unknown machine 'agnet' \(machines: activation, admission, agent\)\"$"
     ):
         spec_to_json(SPEC, ["agnet"])
 
@@ -428,10 +428,11 @@ def test_listing_opens_with_an_overview_of_every_machine() -> None:
     invariants = sum(len(m.table.invariants) for m in SPEC.machines.values())
     assert sum(len(m.table.stable) for m in SPEC.machines.values()) == 1
     cited = len(exported()["clauses"])
-    assert lines[:3] == [
-        f"fsm-core spec: 2 machines from specs/, {rows} rows, {invariants} invariants, "
+    assert lines[:4] == [
+        f"fsm-core spec: 3 machines from specs/, {rows} rows, {invariants} invariants, "
         f"1 step invariant, {cited} seed clauses cited",
         f"  activation  {SPEC.machines['activation'].table.title}",
+        f"  admission   {SPEC.machines['admission'].table.title}",
         f"  agent       {SPEC.machines['agent'].table.title}",
     ]
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm_core import FsmError
+from fsm_core import FsmError, UsageError
 from fsm_core.runtime._causes import PARENT, USER
 from fsm_core.runtime._session import (
     ERROR_CODES,
@@ -906,3 +906,22 @@ def test_garbage_lines_are_rejected_with_one_session_error(lines: list[str]) -> 
         Session.from_jsonl(text, "fuzz.jsonl")
     except SessionError as error:
         assert re.match(r"^fuzz\.jsonl: line \d+: ", str(error)), str(error)
+
+
+def test_a_writer_takes_the_whole_log_at_each_flush_and_excludes_a_path(tmp_path: Path) -> None:
+    written: list[str] = []
+
+    async def store(log: str) -> None:
+        written.append(log)
+
+    session = Session(writer=store)
+    session.append("user/message", {"id": "m1", "text": "hi"})
+    asyncio.run(session.flush())
+    session.append("user/message", {"id": "m2", "text": "again"})
+    asyncio.run(session.flush())
+    assert written == [session.to_jsonl().splitlines(keepends=True)[0], session.to_jsonl()]
+    assert session.path is None
+    with pytest.raises(UsageError, match=r"^a session writes to a path or through a writer, not "):
+        Session(tmp_path / "log.jsonl", writer=store)
+    with pytest.raises(UsageError, match=r"^a session's writer is an async callable, not 3$"):
+        Session(writer=3)  # type: ignore[arg-type]

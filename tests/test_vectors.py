@@ -58,6 +58,7 @@ def test_the_committed_vectors_are_current_and_cover_everything() -> None:
     files, built, complete = generate()
     assert sorted(files) == [
         "activation.jsonl",
+        "admission.jsonl",
         "agent.jsonl",
         TABLES,
         "turncancel.jsonl",

@@ -140,7 +140,9 @@ class AgentRegistry(Mapping[str, "Agent"]):
         Memoized: every caller waits for the same close. Awaited from outside any boundary,
         it returns once no boundary is active. Awaited from inside boundaries (those of the
         current context), it returns once every active boundary is either one of those or
-        also waiting for the close: it never waits for itself.
+        also waiting for the close: it never waits for itself. A boundary counts as waiting
+        only while something awaits its close: one that calls close() and works on, or
+        whose awaiting task is cancelled, is still waited for.
         """
         self._begin_close()
         mine = tuple(b for b in _BOUNDARIES.get() if b.registry is self and b in self._active)
@@ -148,11 +150,32 @@ class AgentRegistry(Mapping[str, "Agent"]):
             assert self._closed is not None
             return Pending(asyncio.shield(self._closed), _never)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        awaited = asyncio.shield(waiter)
+        # The boundaries count as waiting only once the close is awaited: a close called
+        # and never awaited (or whose awaiting task was cancelled) leaves them working.
+        awaited.add_done_callback(lambda f: self._unwait(waiter, mine) if f.cancelled() else None)
+        return Pending(awaited, lambda: self._wait(waiter, mine))
+
+    def _wait(self, waiter: asyncio.Future[None], mine: tuple[_Boundary, ...]) -> None:
+        """Count ``mine`` as waiting for the close ``waiter`` resolves (it is awaited now)."""
+        if waiter.done() or any(w is waiter for w, _ in self._inside):
+            return
         for boundary in mine:
             boundary.waiting += 1
         self._inside.append((waiter, mine))
         self._settle()
-        return Pending(asyncio.shield(waiter), _never)
+
+    def _unwait(self, waiter: asyncio.Future[None], mine: tuple[_Boundary, ...]) -> None:
+        """The close ``waiter`` is no longer awaited: ``mine`` stop counting as waiting."""
+        if waiter.done():
+            return
+        waiter.cancel()
+        before = len(self._inside)
+        self._inside = [(w, b) for w, b in self._inside if w is not waiter]
+        if len(self._inside) < before:
+            for boundary in mine:
+                boundary.waiting -= 1
+        self._settle()
 
     def _begin_close(self) -> None:
         """Refuse new boundaries from now on (what :meth:`close` does first)."""

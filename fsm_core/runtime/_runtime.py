@@ -59,6 +59,13 @@ class Runtime:
                 f"no table defines the machine 'activation' that rt.subagents runs "
                 f"(machines: {known(spec.machines)})",
             )
+        if "admission" not in spec.machines:
+            raise SpecError(
+                str(spec.root),
+                "",
+                f"no table defines the machine 'admission' that rt.subagents' door runs "
+                f"(machines: {known(spec.machines)})",
+            )
         self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self.agents = AgentRegistry(self._handles)
@@ -67,6 +74,7 @@ class Runtime:
         self._closing: asyncio.Future[None] | None = None
         self.subagents = Subagents(
             spec.machines["activation"],
+            spec.machines["admission"],
             events=self.events,
             create=self._new_agent,
             host_agent=self._host_agent,

@@ -39,7 +39,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -630,14 +630,23 @@ class Session:
     :meth:`load` and :meth:`from_jsonl` read a log without attaching to it, so replaying a
     recorded file never writes to it.
 
+    ``Session(writer=store)`` hands the whole log (:meth:`to_jsonl`) to the async callable
+    ``store`` at every :meth:`flush` instead, for a log kept elsewhere than a local file; the
+    flush waits for it and raises what it raises.
+
     A ``tool/result`` with ``ok`` false records a short error *classification* as its result
     (``"tool-error"``, ``"aborted"``, ``"invalid-args"``), never an exception's text: the
     shape rejects anything else, as it rejects any value that is not plain JSON.
     """
 
-    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps")
+    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps", "_writer")
 
-    def __init__(self, path: StrPath | None = None) -> None:
+    def __init__(
+        self,
+        path: StrPath | None = None,
+        *,
+        writer: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         # Invariant: _events[i].seq == i; every event passed _check_data.
         self._events: list[SessionEvent] = []
         # Invariant: _lines[i] is the JSONL line of _events[i] (a prefix; filled lazily).
@@ -646,6 +655,14 @@ class Session:
         self._name = "<session>" if path is None else os.fspath(path)
         self._owner: str | None = None
         self._steps = _Steps()
+        if writer is not None and (path is not None or not callable(writer)):
+            raise UsageError(
+                f"a session writes to a path or through a writer, not {echo(path)} and "
+                f"{echo(writer)}"
+                if path is not None
+                else f"a session's writer is an async callable, not {echo(writer)}"
+            )
+        self._writer = writer
         if self._path is not None and self._path.exists():
             loaded = Session.load(self._path)
             self._events, self._steps = loaded._events, loaded._steps
@@ -689,7 +706,8 @@ class Session:
         self._write(Path(path))
 
     async def flush(self) -> None:
-        """A durability point: when it returns, the whole log is on disk (if attached).
+        """A durability point: when it returns, the whole log is on disk (if attached), or
+        its writer has taken it.
 
         The runtime awaits it through the ``session/flush`` waterfall after each turn ends,
         before the next turn and before idle, and once more when the agent is disposed. With
@@ -698,6 +716,8 @@ class Session:
         """
         if self._path is not None:
             self._write(self._path)
+        elif self._writer is not None:
+            await self._writer(self.to_jsonl())
 
     def _write(self, path: Path) -> None:
         try:

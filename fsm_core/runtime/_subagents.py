@@ -20,8 +20,10 @@ starts the one teardown task) and every later ``dispose``, ``drain`` or ``drain_
 ignored by the table, so every caller awaits that one teardown.
 
 What is registry-wide rather than one activation's (a drain of the whole registry, or of the
-roots below a host-owned parent, which no activation represents) is held here and refused at
-the door with the same ``DRAINING`` code, before any table is asked.
+roots below a host-owned parent, which no activation represents, and whether a named parent is
+live at all) is decided by the registry's door, a :class:`~fsm_core.HostedMachine` of
+specs/admission.toml; the registry tells it what the named parent is, as it tells an
+activation's ``drain_child`` the lineage.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from fsm_core.runtime._causes import PARENT
 from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
-from fsm_core.runtime._payloads import MessageInserted
+from fsm_core.runtime._payloads import DisposalEnded, MessageInserted
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
@@ -66,8 +68,6 @@ __all__ = ["Subagents"]
 log = logging.getLogger("fsm_core.runtime")
 
 _T = TypeVar("_T")
-
-_DRAINING = "continuable subagents are draining; the operation was not admitted"
 
 
 def _draining_below(parent: str) -> str:
@@ -84,6 +84,22 @@ class _Admission:
     child_id: str
     session: Session
     node: _Node | None = None
+
+
+@dataclass(slots=True)
+class _Route:
+    """The context of the door's ``admit``: where its row sends the child."""
+
+    value: str = ""
+
+
+@dataclass(slots=True)
+class _Delivery:
+    """The context of a ``deliver`` fire: the message, and whether the row said to resume
+    it cold once the running teardown settled."""
+
+    message: UserMessage
+    resume: bool = False
 
 
 @dataclass(slots=True)
@@ -154,7 +170,6 @@ class _Dormant:
     """A settled continuable child: enough to resume it cold on its session."""
 
     parent_agent: Agent
-    parent: _Node | None
     session: Session
 
 
@@ -174,6 +189,7 @@ class Subagents:
     def __init__(
         self,
         table: Machine,
+        door: Machine,
         *,
         events: EventBus,
         create: Callable[[str, Session], AgentHandle],
@@ -186,6 +202,13 @@ class Subagents:
             raise FsmError(
                 f"the runtime and {table.table.file} disagree on effects: {sorted(missing)}"
             )
+        missing = set(door.table.effects) ^ self._DOOR_EFFECTS
+        if missing:
+            raise FsmError(
+                f"the runtime and {door.table.file} disagree on effects: {sorted(missing)}"
+            )
+        self._door = HostedMachine(door, perform=self._perform_door)
+        """The registry's door (specs/admission.toml): registry-wide drains, live parents."""
         self._events = events
         self._create = create
         self._host_agent = host_agent
@@ -199,7 +222,12 @@ class Subagents:
         self._roots: dict[str, dict[str, None]] = {}
         """Host-owned parent id -> the roots it owns (ordered)."""
         self._dormant: dict[str, _Dormant] = {}
-        self._draining = False
+        """Settled continuable children a followup resumes cold, by id. An entry goes when
+        the child is resumed, or when its parent agent is disposed: nobody could resume it
+        then (the parent is no live parent), so the map never outgrows the live parents."""
+        self._below: dict[str, dict[str, None]] = {}
+        """Parent agent id -> the ids of its dormant children, to forget them with it."""
+        self._followups = 0
         self._drained_hosts: set[str] = set()
         self._watchers: set[asyncio.Task[None]] = set()
         self._notices = 0
@@ -209,6 +237,7 @@ class Subagents:
         """Children whose ``dispose`` a row asked for, fired once that row returns."""
         self._cascading = False
         events.on("inbox/inserted", self._poke)
+        events.on("agent/disposed", self._forget_below)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -234,7 +263,12 @@ class Subagents:
     @property
     def draining(self) -> bool:
         """True iff ``drain()`` has closed admission registry-wide."""
-        return self._draining
+        return self._door.state == "drained"
+
+    @property
+    def dormant(self) -> tuple[str, ...]:
+        """The ids of the settled continuable children a ``followup`` would resume cold."""
+        return tuple(self._dormant)
 
     def holds(self, agent_id: str) -> bool:
         """True iff ``agent_id`` is an activation's id until its ownership is released."""
@@ -276,46 +310,56 @@ class Subagents:
         return prompt
 
     def _admit(self, parent: Agent, child_id: str, session: Session) -> _Node:
-        """Refuse at the door what the table cannot take, then admit: through the parent
-        activation's ``admit`` row, or registry-wide for a host-owned parent."""
+        """Ask the door (specs/admission.toml) whether ``parent`` may admit now, then
+        admit: through the parent activation's own ``admit`` row, or as a root."""
         _check_id(child_id)
-        if self._draining:
-            raise SubagentError("DRAINING", _DRAINING)
-        parent_node = self._live_parent(parent)
-        if parent_node is None and parent.id in self._drained_hosts:
-            raise SubagentError("DRAINING", _draining_below(parent.id))
+        kind, parent_node = self._parent_kind(parent)
+        route = _Route()
+        self._ask_door("admit", route, parent, parent=kind)
         if child_id in self._owners or self._in_use(child_id):
             raise UsageError(f"an agent named {echo(child_id)} already exists")
         if session._owner is not None:
             raise UsageError(f"agent {session._owner!r} already records into that session")
-        if parent_node is None:
+        if route.value == "root":
             node = self._new_node(child_id, parent, None, session)
         else:
+            assert route.value == "below" and parent_node is not None
             admission = _Admission(child_id, session)
             try:
                 self._fire(parent_node, "admit", admission)
             except Rejected as refused:
-                code, _, why = str(refused).partition(": ")
-                text = _draining_below(parent.id) if "below" in why else why
-                raise SubagentError(cast(SubagentCode, code), text) from None
+                raise _refusal(refused, parent) from None
             assert admission.node is not None
             node = admission.node
         self._start_watcher(node)
         return node
 
+    def _parent_kind(self, parent: object) -> tuple[str, _Node | None]:
+        """What ``parent`` is, as the door's ``parent`` type says, and its activation if it
+        is the exact agent of a resident one. Facts only: the door decides."""
+        if not isinstance(parent, Agent):
+            return "stale", None
+        node = self._resident.get(parent.id)
+        if node is not None and node.agent is parent:
+            return "activation", node
+        if self._host_agent(parent.id) is not parent:
+            return "stale", None
+        if parent.phase in ("disposing", "disposed"):
+            return "host_disposing", None
+        return ("host_drained" if parent.id in self._drained_hosts else "host"), None
+
     def _live_parent(self, parent: Agent) -> _Node | None:
         """The activation whose agent is exactly ``parent``, None for a host-owned parent;
-        ``UNAUTHORIZED`` for anything else (a stale agent object, another runtime's)."""
-        node = self._resident.get(parent.id) if isinstance(parent, Agent) else None
-        if node is not None and node.agent is parent:
-            return node
-        if isinstance(parent, Agent) and self._host_agent(parent.id) is parent:
-            if parent.phase in ("disposing", "disposed"):
-                raise SubagentError("UNAUTHORIZED", f"parent {parent.id!r} is disposing")
-            return None
-        raise SubagentError(
-            "UNAUTHORIZED", f"{echo(parent)} is not a live parent agent of this runtime"
-        )
+        the door refuses anything else ``UNAUTHORIZED``."""
+        kind, node = self._parent_kind(parent)
+        self._ask_door("name_parent", None, parent, parent=kind)
+        return node
+
+    def _ask_door(self, event: str, context: object, parent: object, /, **args: Value) -> None:
+        try:
+            self._door.fire(event, context, **args)
+        except Rejected as refused:
+            raise _refusal(refused, parent) from None
 
     def _new_node(
         self, child_id: str, parent_agent: Agent, parent: _Node | None, session: Session
@@ -329,13 +373,18 @@ class Subagents:
             self._roots.setdefault(parent_agent.id, {})[child_id] = None
         else:
             parent.owned[child_id] = None
-        self._dormant.pop(child_id, None)
+        dormant = self._dormant.pop(child_id, None)
+        if dormant is not None:
+            self._below.get(dormant.parent_agent.id, {}).pop(child_id, None)
         return node
 
     # --- delivery ---------------------------------------------------------------------------
 
-    async def followup(self, child_id: str, message: UserMessage) -> Activation:
+    async def followup(self, child_id: str, message: str | UserMessage) -> Activation:
         """Deliver ``message`` to the continuable child ``child_id``, waking it.
+
+        A str is sent as a :class:`UserMessage` with the id ``<child_id>:followup:<n>``,
+        ``n`` counting the registry's followups.
 
         A child that settled (or loses the race with its natural-end disposal) is resumed
         cold: a fresh activation on the same session, under the same parent, gets the
@@ -343,22 +392,19 @@ class Subagents:
         dispose or drain tears the child down, ``DRAINING`` after a drain, and
         :class:`~fsm_core.UsageError` for an id that never was a continuable child here.
         """
-        message = self._message(message, "")
+        self._followups += 1
+        message = self._message(message, f"{child_id}:followup:{self._followups}")
         while True:
             node = self._resident.get(child_id)
             if node is None:
                 return self._resume(child_id, message)
-            if node.stage == "active":
-                node.agent.followup(message)
+            delivery = _Delivery(message)
+            try:
+                self._fire(node, "deliver", delivery, drained=self.draining)
+            except Rejected as refused:
+                raise _refusal(refused, None, child_id) from None
+            if not delivery.resume:
                 return node.public
-            if self._draining:
-                raise SubagentError("DRAINING", _DRAINING)
-            if not node.value("flushed"):
-                raise SubagentError(
-                    "ACTIVATION_CLOSING",
-                    f"activation {child_id!r} is being torn down; the message was not delivered",
-                )
-            # It lost the race with its natural-end disposal: resume once that settled.
             assert node.closing is not None
             await asyncio.wait([node.closing])
 
@@ -366,17 +412,16 @@ class Subagents:
         dormant = self._dormant.get(child_id)
         if dormant is None:
             raise UsageError(f"no continuable subagent is named {echo(child_id)}")
-        if (
-            dormant.parent is not None
-            and self._resident.get(dormant.parent.id) is not dormant.parent
-        ):
-            raise SubagentError(
-                "ACTIVATION_CLOSING",
-                f"the parent of {child_id!r} has settled; it cannot be resumed",
-            )
         node = self._admit(dormant.parent_agent, child_id, dormant.session)
         node.agent.followup(message)
         return node.public
+
+    def _forget_below(self, ended: DisposalEnded) -> None:
+        """A disposed agent is no live parent: its dormant children can never resume."""
+        for child_id in self._below.pop(ended.agent.id, {}):
+            dormant = self._dormant.get(child_id)
+            if dormant is not None and dormant.parent_agent is ended.agent:
+                del self._dormant[child_id]
 
     def _poke(self, inserted: MessageInserted) -> None:
         node = self._resident.get(inserted.agent.id)
@@ -411,13 +456,12 @@ class Subagents:
         Every later admission is refused with ``DRAINING``. Failures are raised together
         as one :class:`ActivationTeardownFailed` naming each.
         """
-        self._draining = True
-        roots = [n for n in self._resident.values() if n.parent is None]
-        escaped = _each(roots, lambda node: self._fire(node, "drain", scope="registry"))
+        escaped: list[BaseException] = []
+        self._door.fire("drain", escaped)
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
-        if escaped is not None:
-            raise escaped
+        if escaped:
+            raise escaped[0]
         return drained
 
     def drain_descendants(self, parents: Iterable[Agent]) -> Pending:
@@ -486,7 +530,6 @@ class Subagents:
     def _close(self) -> asyncio.Future[None]:
         """The runtime's final switch: drain, inside the caller's call; also await every
         teardown already running."""
-        self._draining = True
         drained = self.drain()._future
         everything = [n.closing for n in self._resident.values() if n.closing is not None]
         return persist(lambda: self._join("the runtime's close", [drained, *everything]), "drain")
@@ -526,8 +569,7 @@ class Subagents:
             raise UsageError(
                 f"spawn() takes the parent turn's AbortSignal, not {echo(parent_signal)}"
             )
-        if self._draining:
-            raise SubagentError("DRAINING", _DRAINING)
+        self._ask_door("spawn", None, None)
         if spec.child_id in self._owners or self._in_use(spec.child_id):
             raise UsageError(f"an agent named {echo(spec.child_id)} already exists")
         handle = self._create(spec.child_id, session)
@@ -581,11 +623,7 @@ class Subagents:
                     self._watch_verdict(node, verdict, seen, busy=True)
                 if verdict.value in ("closed", "ready"):
                     return
-                # A disposed agent is idle at once and refuses maintenance for good: retrying
-                # on its idle would spin without ever yielding. Wait for a poke instead (the
-                # activation's own dispose pokes it, and then finds it closing).
-                gone = node.agent.phase in ("disposing", "disposed")
-                if verdict.value == "wait" or gone:
+                if verdict.value == "wait":
                     while node.pokes == seen and node.stage == "active":
                         node.poked.clear()
                         await node.poked.wait()
@@ -593,6 +631,11 @@ class Subagents:
             log.exception("the settlement watcher of %s failed", node.id)
 
     def _watch_verdict(self, node: _Node, verdict: _Verdict, seen: int, *, busy: bool) -> None:
+        if node.agent.phase in ("disposing", "disposed"):
+            # Idle at once and refusing maintenance for good: the table says wait for a poke
+            # (the activation's own dispose pokes it) rather than retry and spin.
+            self._fire(node, "watch_gone", verdict)
+            return
         pending = node.agent.inbox.pending
         self._fire(node, "watch", verdict, current=node.pokes == seen, busy=busy, pending=pending)
 
@@ -724,27 +767,35 @@ class Subagents:
         """Step 3: tell the parent by name, not through the registry (the child left it)."""
         parent = node.parent
         if parent is None:
+            # A host-owned parent has no activation: the notice wakes it, and its own agent
+            # table parks it unwoken while it is disposing, or refuses it once disposed.
             self._roots.get(node.parent_agent.id, {}).pop(node.id, None)
+            self._send_notice(node, failed, wake=True)
         else:
             del parent.owned[node.id]
-            self._fire(parent, "child_settled", failed=failed, last=not parent.owned)
-        agent = node.parent_agent
-        if agent.phase == "disposed":
-            return  # nobody is left to tell
-        tearing_down = (parent is not None and parent.stage != "active") or agent.phase in (
-            "disposing",
-        )
+            self._fire(
+                parent, "child_settled", (node, failed), failed=failed, last=not parent.owned
+            )
+
+    def _notice_agent(self, node: _Node, wake: bool) -> None:
+        child, failed = cast(tuple[_Node, bool], node.control.context)
+        self._send_notice(child, failed, wake=wake)
+
+    def _send_notice(self, child: _Node, failed: bool, *, wake: bool) -> None:
         self._notices += 1
-        text = f"subagent {node.id} {'failed' if failed else 'settled'}"
-        notice = UserMessage(f"{node.id}:settled:{self._notices}", text)
+        text = f"subagent {child.id} {'failed' if failed else 'settled'}"
+        notice = UserMessage(f"{child.id}:settled:{self._notices}", text)
         try:
-            agent.send(notice, "next_turn", wakeup=not tearing_down)
+            child.parent_agent.send(notice, "next_turn", wakeup=wake)
         except Rejected:
-            log.info("the parent of %s was disposed before its notice", node.id)
+            log.info("the parent of %s was disposed before its notice", child.id)
 
     def _release_ownership(self, node: _Node) -> None:
         del self._owners[node.id]
-        self._dormant[node.id] = _Dormant(node.parent_agent, node.parent, node.agent.session)
+        parent = node.parent_agent
+        if parent.phase != "disposed":  # else its agent/disposed has passed: none resumes it
+            self._dormant[node.id] = _Dormant(parent, node.agent.session)
+            self._below.setdefault(parent.id, {})[node.id] = None
 
     def _settle(self, node: _Node, failed: bool) -> None:
         node.failed = failed
@@ -752,6 +803,16 @@ class Subagents:
 
     def _rethrow(self, node: _Node) -> None:
         node.rethrow = True  # _finish raises once the row returns: failure last
+
+    def _deliver_message(self, node: _Node) -> None:
+        delivery = node.control.context
+        assert isinstance(delivery, _Delivery)
+        node.agent.followup(delivery.message)
+
+    def _resume_after_teardown(self, node: _Node) -> None:
+        delivery = node.control.context
+        assert isinstance(delivery, _Delivery)
+        delivery.resume = True  # followup awaits the teardown, then resumes cold
 
     def _request_dispose(self, node: _Node) -> None:
         self._dispose(node, False)
@@ -772,6 +833,36 @@ class Subagents:
         # asyncio's "exception was never retrieved".
         self._dispose(node, True).add_done_callback(_read)
 
+    def _perform_door(self, effect: Effect) -> None:
+        spec = self._door.spec
+        if spec.unmet(effect.name, self._door.snapshot(), effect.args):
+            requires = spec.table.effects[effect.name].requires_text
+            raise FsmError(f"the registry's door: {effect} runs where {requires!r} does not hold")
+        getattr(self, f"_{effect.name}")(*effect.args)
+
+    def _admit_root(self) -> None:
+        route = self._door.context
+        assert isinstance(route, _Route)
+        route.value = "root"
+
+    def _admit_below(self) -> None:
+        route = self._door.context
+        assert isinstance(route, _Route)
+        route.value = "below"
+
+    def _drain_roots(self) -> None:
+        """Begin every root's teardown, even when one raises (a listener's BaseException
+        held by :meth:`_fire`); the first is raised by :meth:`drain` once all began."""
+        escaped = self._door.context
+        assert isinstance(escaped, list)
+        roots = [n for n in self._resident.values() if n.parent is None]
+        error = _each(roots, lambda node: self._fire(node, "drain", scope="registry"))
+        if error is not None:
+            escaped.append(error)
+
+    _DOOR_EFFECTS = frozenset({"admit_root", "admit_below", "drain_roots"})
+    """The door's effects, each performed by the method named for it with a leading ``_``."""
+
     _EFFECTS = frozenset(
         {
             "close_inbox",
@@ -790,14 +881,30 @@ class Subagents:
             "admit_child",
             "verdict",
             "dispose_in_maintenance",
+            "deliver_message",
+            "resume_after_teardown",
+            "notice_agent",
         }
     )
     """The table's effects; each is performed by the method named for it with a leading ``_``
     (looked up when performed, so a test may patch one)."""
 
     def __repr__(self) -> str:
-        state = " draining" if self._draining else ""
+        state = " draining" if self.draining else ""
         return f"<Subagents resident={len(self._resident)} slots={len(self._slots)}{state}>"
+
+
+def _refusal(refused: Rejected, parent: object, activation: str | None = None) -> SubagentError:
+    """The table's refusal ``CODE: why`` as the caller's :class:`SubagentError`, naming the
+    parent or the activation the table's text calls "this parent" or "the activation"."""
+    code, _, why = str(refused).partition(": ")
+    if "below this parent" in why:
+        why = _draining_below(getattr(parent, "id", "?"))
+    elif code == "UNAUTHORIZED" and why.startswith("not a live parent"):
+        why = f"{echo(parent)} is {why}"
+    elif activation is not None:
+        why = why.replace("the activation", f"activation {activation!r}", 1)
+    return SubagentError(cast(SubagentCode, code), why)
 
 
 def _check_id(child_id: object) -> None:

@@ -268,7 +268,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
         async def start() -> None:
             try:
-                await self.registry.start(agent, child_id, "work", session=session)
+                await self.registry.start(agent, child_id, "work", session=session.session)
             except SubagentError as refused:
                 if refused.code not in ("DRAINING", "UNAUTHORIZED"):
                     self.problems.append(f"start {child_id}: {refused.code} {refused}")
@@ -286,7 +286,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
     def followup(self, pick: int) -> None:
-        child_id = self._any(pick).id
+        tracked = self._any(pick)
+        child_id = tracked.id
         self.counter += 1
         message = UserMessage(f"m{self.counter}", "more")
 
@@ -297,7 +298,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 if refused.code not in ("DRAINING", "ACTIVATION_CLOSING"):
                     self.problems.append(f"followup {child_id}: {refused.code} {refused}")
             except UsageError as refused:
-                self.problems.append(f"followup {child_id}: {refused}")
+                # A settled child is forgotten once its parent agent is disposed.
+                if tracked.node.parent_agent.phase != "disposed":
+                    self.problems.append(f"followup {child_id}: {refused}")
 
         self._spawn(deliver, f"followup {child_id}")
 

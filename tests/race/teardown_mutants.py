@@ -108,7 +108,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "notice_wakes_a_parent_tearing_down",
         "the settlement notice always wakes the parent, even one that is tearing down.",
-        (_edit("_notify_parent", "wakeup=not tearing_down", "wakeup=True"),),
+        (_edit("_notice_agent", "wake=wake", "wake=True"),),
     ),
     RuntimeMutant(
         "teardown_clears_the_inbox",
@@ -145,7 +145,14 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "drain_keeps_admitting",
         "drain() tears the roots down but does not close admission.",
-        (_edit("drain", "    self._draining = True\n", "    pass\n"),),
+        (
+            _edit(
+                "drain",
+                'self._door.fire("drain", escaped)',
+                "for root in [n for n in self._resident.values() if n.parent is None]:\n"
+                '            self._fire(root, "drain", scope="registry")',
+            ),
+        ),
     ),
     RuntimeMutant(
         "lineage_unchecked",

@@ -65,7 +65,7 @@ def natural_failing_end() -> list[str]:
         )
         settled = Settlements(rt)
         session = HeldSession()
-        await rt.subagents.start(host, "c", "work", session=session)
+        await rt.subagents.start(host, "c", "work", session=session.session)
         session.fail()  # the turn's own flushes fail too; then the handle's
         await settled.of("c")
         await host.when_idle()

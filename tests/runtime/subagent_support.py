@@ -41,22 +41,23 @@ class Models:
         return await model.generate(request, signal)
 
 
-class HeldSession(Session):  # type: ignore[misc]
+class HeldSession:
     """A session whose flushes, once :meth:`hold` or :meth:`fail` armed it, wait on a gate or
     raise: the turns before run as usual, the teardown's flushes meet the trap.
 
-    ``Session`` is final for users; a test stands in for a slow or full disk this way because
-    the teardown's flushes (the final flush, the handle's) call ``session.flush()`` directly,
-    with no seam a listener could hold.
+    ``session`` is a plain :class:`~fsm_core.runtime.Session` writing through this helper (its
+    ``writer``), so a test stands in for a slow or full disk without subclassing it: the
+    teardown's flushes (the final flush, the handle's) call ``session.flush()`` directly, with
+    no seam a listener could hold.
     """
 
-    __slots__ = ("error", "flushes", "gate")
+    __slots__ = ("error", "flushes", "gate", "session")
 
     def __init__(self) -> None:
-        super().__init__()
         self.gate: Gate | None = None
         self.error: BaseException | None = None
         self.flushes = 0
+        self.session = Session(writer=self._write)
 
     def hold(self, gate: Gate) -> HeldSession:
         self.gate = gate
@@ -66,7 +67,7 @@ class HeldSession(Session):  # type: ignore[misc]
         self.error = error or SessionError("disk", "", "cannot write the log: full")
         return self
 
-    async def flush(self) -> None:
+    async def _write(self, _log: str) -> None:
         self.flushes += 1
         if self.gate is not None:
             await self.gate.wait(cooperate=False)

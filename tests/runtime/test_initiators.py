@@ -5,7 +5,7 @@ on."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -149,6 +149,76 @@ def test_boundaries_that_await_the_close_do_not_deadlock() -> None:
         release.set()
         await asyncio.gather(b1, b2, b3, outside)
         assert order[0] == "a3" and sorted(order[1:]) == ["a1", "a2"]
+        await rt.aclose()
+
+    asyncio.run(main())
+
+
+async def _two_boundaries(
+    first: Callable[[Runtime], Awaitable[None]],
+) -> tuple[list[str], asyncio.Future[None], asyncio.Future[None], asyncio.Event, Runtime]:
+    """a1's boundary runs ``first`` (which must leave a1 working until released), then a2's
+    awaits the close from inside its own boundary."""
+    rt = Runtime(model=ScriptedModel([]))
+    a1 = (await rt.create_agent("a1")).agent
+    a2 = (await rt.create_agent("a2")).agent
+    order: list[str] = []
+    go, parked, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def working() -> None:
+        await first(rt)
+        parked.set()
+        await release.wait()
+        order.append("a1")
+
+    async def closer() -> None:
+        await go.wait()
+        await rt.agents.close()
+        order.append("a2")
+
+    b2 = asyncio.ensure_future(rt.agents.run(a2, closer))
+    b1 = asyncio.ensure_future(rt.agents.run(a1, working))
+    await parked.wait()
+    go.set()
+    for _ in range(3):  # the closer runs up to its close and parks there
+        await asyncio.sleep(0)
+    return order, b1, b2, release, rt
+
+
+def test_a_close_a_boundary_never_awaits_does_not_count_it_as_waiting() -> None:
+    """a1 calls close() and goes on working without awaiting it: a2, awaiting the close
+    from its own boundary, must still wait for a1's work to end."""
+
+    async def begin_close(rt: Runtime) -> None:
+        rt.agents.close()  # begun, never awaited
+
+    async def main() -> None:
+        order, b1, b2, release, rt = await _two_boundaries(begin_close)
+        assert not b2.done(), "a1 is still working"
+        release.set()
+        await asyncio.gather(b1, b2)
+        assert order == ["a1", "a2"]
+        await rt.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_boundary_whose_awaited_close_was_cancelled_stops_counting_as_waiting() -> None:
+    closing: list[asyncio.Future[None]] = []
+
+    async def give_up(rt: Runtime) -> None:
+        closing.append(asyncio.ensure_future(rt.agents.close()))
+        await asyncio.sleep(0)  # its task now awaits the close
+        closing[0].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing[0]
+
+    async def main() -> None:
+        order, b1, b2, release, rt = await _two_boundaries(give_up)
+        assert not b2.done(), "a1 is still working"
+        release.set()
+        await asyncio.gather(b1, b2)
+        assert order == ["a1", "a2"]
         await rt.aclose()
 
     asyncio.run(main())

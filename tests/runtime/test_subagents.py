@@ -120,9 +120,9 @@ def test_a_failing_child_does_not_stop_its_siblings_and_every_failure_is_named_l
         models.script("c2", Wait(slow, Reply("late"), cooperate=False))
         models.script("c3", Wait(Gate("c3"), Reply("late")))
         kids = [
-            await rt.subagents.start(p.agent, "c1", "work", session=broken),
+            await rt.subagents.start(p.agent, "c1", "work", session=broken.session),
             await rt.subagents.start(p.agent, "c2", "work"),
-            await rt.subagents.start(p.agent, "c3", "work", session=HeldSession().fail()),
+            await rt.subagents.start(p.agent, "c3", "work", session=HeldSession().fail().session),
         ]
         while len(models.signals) < 4:  # p, c1, c2 and c3 are each inside a request
             await asyncio.sleep(0)
@@ -160,8 +160,8 @@ def test_the_natural_end_does_not_flush_the_final_state_twice() -> None:
         settled = Settlements(rt)
         gate = Gate("b")
         models.script("b", Wait(gate, Reply("late")))
-        await rt.subagents.start(host, "a", "work", session=natural)
-        b = await rt.subagents.start(host, "b", "work", session=disposed)
+        await rt.subagents.start(host, "a", "work", session=natural.session)
+        b = await rt.subagents.start(host, "b", "work", session=disposed.session)
         await gate.reached.wait()
         await rt.subagents.dispose(b)
         await settled.of("a")
@@ -216,10 +216,11 @@ def test_the_six_convergence_steps_run_in_order() -> None:
 
         rt.events.on("inbox/inserted", noticed)
         rt.events.on("subagent/settled", lambda _e: seen.append(ledger("settle")))
-        c = await rt.subagents.start(host, "c", "work", session=HeldSession())
+        held_c = HeldSession()
+        c = await rt.subagents.start(host, "c", "work", session=held_c.session)
         assert ledger("start") == ("start", str(c), "1", "host")
         await c.agent.when_idle()
-        c.agent.session.fail()  # type: ignore[attr-defined]
+        held_c.fail()
         with pytest.raises(ActivationTeardownFailed):
             await rt.subagents.dispose(c)
         # notice: out of the registry (1), slot released (2), still owned (4 not yet);
@@ -250,7 +251,7 @@ def test_four_racing_teardowns_of_a_three_level_tree_run_once_and_fail_together(
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         settled = Settlements(rt)
         broken = HeldSession()
-        p, _c, _g = await tree(rt, models, host, {"g": broken})
+        p, _c, _g = await tree(rt, models, host, {"g": broken.session})
         broken.fail()
         racing = [
             rt.subagents.dispose(p),
@@ -371,7 +372,7 @@ def test_a_delivery_losing_the_race_with_final_disposal_resumes_cold() -> None:
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         held = Gate("the handle's last flush")
         session = HeldSession()
-        first = await rt.subagents.start(host, "c", "work", session=session)
+        first = await rt.subagents.start(host, "c", "work", session=session.session)
         await first.agent.when_idle()
         session.hold(held)
         await held.reached.wait()  # the natural end is disposing the handle
@@ -384,7 +385,7 @@ def test_a_delivery_losing_the_race_with_final_disposal_resumes_cold() -> None:
         second = await delivery
         assert second is not first and first.stage == "settled"
         await second.agent.when_idle()
-        claimed = [e.data["id"] for e in session.events if e.type == "user/message"]
+        claimed = [e.data["id"] for e in session.session.events if e.type == "user/message"]
         assert claimed == ["c:prompt", "m2"]  # one session, resumed: nothing lost
 
     run(test)
@@ -418,6 +419,38 @@ def test_followup_during_someone_elses_teardown_is_refused_closing() -> None:
         assert caught.value.code == "ACTIVATION_CLOSING"
         gate.open()
         await pending
+
+    run(test)
+
+
+def test_a_followup_given_text_gets_a_message_id_of_its_own() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        c = await rt.subagents.start(host, "c", "work")
+        await rt.subagents.followup("c", "more")
+        await rt.subagents.followup("c", "and more")
+        await c.agent.when_idle()
+        claimed = [e.data["id"] for e in c.agent.session.events if e.type == "user/message"]
+        assert claimed == ["c:prompt", "c:followup:1", "c:followup:2"]
+
+    run(test)
+
+
+def test_settled_children_are_forgotten_when_their_parent_agent_is_disposed() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        p = await rt.subagents.start(host, "p", "work")
+        c = await rt.subagents.start(p.agent, "c", "work")
+        await rt.subagents.dispose(c)
+        assert list(rt.subagents.dormant) == ["c"]  # a followup would resume it
+        await rt.subagents.dispose(p)  # p's agent is disposed: nobody can resume c now
+        assert list(rt.subagents.dormant) == ["p"]
+        with pytest.raises(UsageError, match=r"^no continuable subagent is named 'c'$"):
+            await rt.subagents.followup("c", "more")
+        other = await rt.create_agent("other")
+        q = await rt.subagents.start(other.agent, "q", "work")
+        await rt.subagents.dispose(q)
+        assert list(rt.subagents.dormant) == ["p", "q"]
+        await other.dispose()
+        assert list(rt.subagents.dormant) == ["p"]
 
     run(test)
 
@@ -506,6 +539,25 @@ def test_drain_children_checks_every_lineage_before_tearing_anything_down() -> N
     run(test)
 
 
+def test_drain_children_checks_the_lineage_of_a_child_already_closing() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        p, c, _g = await tree(rt, models, host)
+        closing = rt.subagents.dispose(c)  # c and g are closing, held in their model requests
+        assert c.stage == "joining"
+        with pytest.raises(
+            SubagentError,
+            match=r"^'host' cannot drain 'c': the named parent does not own this activation$",
+        ) as caught:
+            rt.subagents.drain_children(host, ["c"])
+        assert caught.value.code == "UNAUTHORIZED"
+        joined = rt.subagents.drain_children(p.agent, ["c"])  # the parent joins the teardown
+        await asyncio.gather(closing, joined)
+        assert settled.ids == ["g", "c"]
+
+    run(test)
+
+
 def test_a_stale_parent_identity_is_unauthorized() -> None:
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         c = await rt.subagents.start(host, "c", "work")
@@ -533,7 +585,7 @@ def test_a_stale_parent_identity_is_unauthorized() -> None:
 def test_an_id_becomes_reusable_only_after_its_activation_settled() -> None:
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         held = Gate("c's last flush")
-        c = await rt.subagents.start(host, "c", "work", session=HeldSession().hold(held))
+        c = await rt.subagents.start(host, "c", "work", session=HeldSession().hold(held).session)
         pending = rt.subagents.dispose(c)
         await held.reached.wait()
         for call in (rt.subagents.start(host, "c", "again"), rt.create_agent("c")):
