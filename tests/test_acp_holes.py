@@ -187,3 +187,93 @@ def test_updates_for_a_client_that_stopped_reading_are_bounded_merged_then_dropp
     assert len(texts) == UPDATE_LIMIT
     assert texts[-1] == f"{UPDATE_LIMIT - 1},more"
     assert out[-1] == {"jsonrpc": "2.0", "id": 7, "result": {}}
+
+
+def test_a_prompt_with_a_lone_surrogate_is_answered_and_the_agent_still_exits() -> None:
+    """JSON's ``"\\ud800"`` is a lone surrogate, which UTF-8 cannot encode: the echo's update
+    and the answer go out escaped, and the writer does not die holding every answer."""
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+        answered = asyncio.Event()
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+            if json.loads(data).get("id") == 2:
+                answered.set()
+
+        serving = asyncio.ensure_future(serve(EchoModel(), (reader, write)))
+        reader.feed_data(NEW + b"\n" + _prompt(2, "\ud800") + b"\n")
+        await answered.wait()
+        reader.feed_eof()
+        await serving
+        return [json.loads(line) for line in written]
+
+    out = asyncio.run(main())
+    texts = [m["params"]["update"]["content"]["text"] for m in out if "method" in m]
+    assert texts[-1] == "echo: \ud800"
+    assert out[-1] == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+
+
+def test_a_request_with_a_null_id_is_answered_before_exit_despite_a_refused_line() -> None:
+    """A refusal's id is null too: it must not count as the answer to a request whose id is
+    null, or stdin's end would stop the agent before that request is answered."""
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+
+        held = json.loads(_prompt(2, "hold"))
+        held["id"] = None
+        reader.feed_data(NEW + b"\n" + json.dumps(held).encode() + b"\nnot json\n")
+        reader.feed_eof()
+        await serve(EchoModel(hold="hold"), (reader, write))
+        return [json.loads(line) for line in written]
+
+    answers = [(m["id"], m.get("result")) for m in asyncio.run(main()) if "method" not in m]
+    assert sorted(answers, key=repr) == [
+        (1, {"sessionId": "session-1"}),
+        (None, None),  # the refusal
+        (None, {"stopReason": "cancelled"}),
+    ]
+
+
+def test_merged_updates_for_a_client_that_stopped_reading_hold_at_most_a_line_of_text() -> None:
+    """Merging is bounded too: past LINE_LIMIT characters in the last waiting update, further
+    text is dropped (memory stays bounded however long a turn streams)."""
+
+    def chunk(text: str) -> dict[str, Any]:
+        update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        return {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": "s", "update": update},
+        }
+
+    async def main() -> tuple[list[dict[str, Any]], int]:
+        reading = asyncio.Event()
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            await reading.wait()
+            written.append(data)
+
+        lines = _Lines(asyncio.StreamReader(), write, at_end=lambda: None)
+        for _ in range(UPDATE_LIMIT):
+            await lines.send(chunk("x"))
+        piece = "y" * (LINE_LIMIT // 4)
+        for _ in range(6):
+            await lines.send(chunk(piece))
+        reading.set()
+        await lines.finish()
+        return [json.loads(line) for line in written], lines.dropped
+
+    out, dropped = asyncio.run(main())
+    last = out[-1]["params"]["update"]["content"]["text"]
+    assert len(out) == UPDATE_LIMIT
+    assert last == "x" + "y" * (3 * (LINE_LIMIT // 4))
+    assert dropped == 3
