@@ -153,20 +153,32 @@ def test_the_echo_model_holds_only_its_hold_prompt() -> None:
     asyncio.run(main())
 
 
-def test_a_bad_model_option_is_refused_before_serving() -> None:
+@pytest.mark.parametrize(
+    ("option", "refusal"),
+    [
+        (
+            ("--model", "no_such_module:make"),
+            "fsm-core: --model 'no_such_module:make': cannot import no_such_module",
+        ),
+        (
+            ("--hook-tool", " "),
+            "fsm-core: --hook-tool is a sequence of non-empty shell commands, not [' ']",
+        ),
+    ],
+    ids=["model", "empty-hook"],
+)
+def test_a_bad_option_is_refused_before_serving(option: tuple[str, str], refusal: str) -> None:
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-m", "fsm_core.acp", "--model", "no_such_module:make"],
+        [sys.executable, "-m", "fsm_core.acp", *option],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.startswith(
-        "fsm-core: --model 'no_such_module:make': cannot import no_such_module"
-    )
+    assert done.stderr.startswith(refusal)
 
 
 def test_closing_stdin_mid_turn_answers_the_prompt_cancelled_then_exits() -> None:
@@ -232,19 +244,3 @@ def test_hook_options_run_the_hooks_on_each_prompt(tmp_path: Path) -> None:
     payload = json.loads(seen.read_text())
     assert payload == {"hook": "prompt", "agent": "session-1", "turn": 1, "prompt": ["rm -rf /"]}
     assert json.loads(stopped.read_text())["ending"] == "blocked"
-
-
-def test_an_empty_hook_command_is_refused_before_serving() -> None:
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, "-m", "fsm_core.acp", "--hook-tool", " "],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert done.stderr.startswith(
-        "fsm-core: --hook-tool is a sequence of non-empty shell commands, not [' ']"
-    )
