@@ -860,9 +860,10 @@ def _run_port(argv: list[str], lines: Sequence[str], timeout: float) -> tuple[st
             stdout, stderr = port.communicate(timeout=_DRAIN)
         except subprocess.TimeoutExpired as held:  # a process outside the group holds a pipe
             stdout, stderr = _text(held.stdout), _text(held.stderr)
-            for pipe in (port.stdout, port.stderr):
+            for pipe in (port.stdin, port.stdout, port.stderr):
                 if pipe is not None:
-                    pipe.close()
+                    with contextlib.suppress(OSError):  # stdin's unwritten rest: no reader
+                        pipe.close()
             port.wait()
         return stdout, stderr, None
     except BaseException:  # an interrupt (Ctrl-C): the replayer goes too
