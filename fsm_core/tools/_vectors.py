@@ -806,6 +806,8 @@ def replay(
     A replayer still running ``timeout`` seconds after it was given a file is stopped: its
     whole process group (it runs in a session of its own) gets SIGKILL, so a child it started
     cannot keep the pipes open, and the vector it gave no verdict for is reported as timed out.
+    A child that left the group (``setsid``) is out of the kill's reach: its pipes are
+    abandoned after :data:`_DRAIN` seconds, and it lives on.
     """
     files = sorted(p for p in out.glob("*.jsonl") if _generated(p))
     if not files:
