@@ -356,8 +356,8 @@ class _Started(subprocess.Popen[str]):
             super().__init__(argv, **kwargs, pass_fds=(write,), env=env)
         finally:
             os.close(write)
-        with os.fdopen(read, "rb") as ready:
-            ready.read()
+            with os.fdopen(read, "rb") as ready:
+                ready.read()
 
 
 def _hung_port(tmp_path: Path, first: str, *, leave_group: bool) -> tuple[Path, Path]:
