@@ -244,3 +244,26 @@ def test_hook_options_run_the_hooks_on_each_prompt(tmp_path: Path) -> None:
     payload = json.loads(seen.read_text())
     assert payload == {"hook": "prompt", "agent": "session-1", "turn": 1, "prompt": ["rm -rf /"]}
     assert json.loads(stopped.read_text())["ending"] == "blocked"
+
+
+def test_ctrl_c_while_serving_exits_130_saying_interrupted() -> None:
+    """SIGINT (Ctrl-C) reports itself as every subcommand does; the acp package's receive
+    loop swallows the cancellation, which made the process exit 0 as if stdin had closed."""
+    import signal
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_core.acp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    params = {"cwd": "/", "mcpServers": []}
+    new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": params}
+    process.stdin.write(json.dumps(new).encode() + b"\n")
+    process.stdin.flush()
+    assert json.loads(process.stdout.readline())["id"] == 1  # serving
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate()
+    assert (process.returncode, err) == (130, b"fsm-core: interrupted\n")

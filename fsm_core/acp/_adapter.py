@@ -581,6 +581,9 @@ async def _serve(
         served = cast(acp.Agent, agent)
         lines = _Lines(reader, write, at_end=agent.client_left)
         await run_agent(served, lines, use_unstable_protocol=True)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # the acp package's receive loop returns
+            raise asyncio.CancelledError  # when cancelled (Ctrl-C): it is not the client leaving
     finally:
         await agent.aclose()
 
