@@ -267,3 +267,29 @@ def test_ctrl_c_while_serving_exits_130_saying_interrupted() -> None:
     process.send_signal(signal.SIGINT)
     _, err = process.communicate()
     assert (process.returncode, err) == (130, b"fsm-core: interrupted\n")
+
+
+def test_a_client_that_closes_stdout_then_stdin_ends_the_agent_quietly() -> None:
+    """The client stops reading for good (it closed its end of our stdout), then closes stdin:
+    the answers that cannot be written are dropped, and the agent exits 0 with no traceback."""
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_core.acp", "--hold", "wait"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    params: dict[str, Any] = {"cwd": "/", "mcpServers": []}
+    new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": params}
+    process.stdin.write(json.dumps(new).encode() + b"\n")
+    process.stdin.flush()
+    assert json.loads(process.stdout.readline())["id"] == 1
+    process.stdout.close()
+    params = {"sessionId": "session-1", "prompt": [{"type": "text", "text": "wait"}]}
+    for rid in (2, 3):
+        prompt = {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": params}
+        process.stdin.write(json.dumps(prompt).encode() + b"\n")
+    _, err = process.communicate()
+    assert (process.returncode, err.decode()) == (0, "")

@@ -360,6 +360,16 @@ class _Lines:
         """How many progress updates were dropped because the client was not reading."""
 
     async def send(self, message: dict[str, Any], *, refusal: bool = False) -> None:
+        """Write ``message`` (see the class docstring for when this waits). Raises
+        ConnectionError when the client's end is closed, but for an answer, which is dropped:
+        the client is gone, and no one else could use it."""
+        try:
+            await self._send(message, refusal)
+        except ConnectionError:
+            if "method" in message:
+                raise
+
+    async def _send(self, message: dict[str, Any], refusal: bool) -> None:
         if self._broken is not None:
             raise ConnectionError(f"the client's end is closed: {self._broken}")
         if message.get("method") == "session/update":
@@ -511,8 +521,7 @@ class _Lines:
 
     async def _refuse(self, code: int, message: str, details: str) -> None:
         error = {"code": code, "message": message, "data": {"details": details}}
-        with contextlib.suppress(ConnectionError):
-            await self.send({"jsonrpc": "2.0", "id": None, "error": error}, refusal=True)
+        await self.send({"jsonrpc": "2.0", "id": None, "error": error}, refusal=True)
 
     async def close(self) -> None:
         """Stop the writer (a client that never reads again would hold it forever); the
@@ -599,11 +608,13 @@ async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[No
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     except ValueError:
         threading.Thread(target=_feed, args=(loop, reader), daemon=True).start()
+    # A copy of the descriptor: the transport closes its pipe when the client's end closes,
+    # and sys.stdout itself must stay open for the exit's flush.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     try:
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, sys.stdout
-        )
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out)
     except ValueError:
+        out.close()
 
         async def write_file(data: bytes) -> None:
             sys.stdout.buffer.write(data)
