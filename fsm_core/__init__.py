@@ -235,7 +235,14 @@ so ``import fsm_core`` (and a CLI run that needs only the tables) does not load 
 asyncio, the checker or graphviz."""
 
 
+_SUBMODULES = {module.rpartition(".")[2]: module for module in _LAZY.values()}
+"""The submodules the package imported when it was not lazy, so ``fsm_core.table`` (which
+mypy accepts after ``import fsm_core``) is still an attribute: imported on first use."""
+
+
 def __getattr__(name: str) -> object:
+    if name in _SUBMODULES:
+        return importlib.import_module(_SUBMODULES[name])  # which binds it here
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'fsm_core' has no attribute {name!r}")
@@ -245,7 +252,7 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
 
 
 __all__ = [

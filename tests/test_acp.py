@@ -153,20 +153,32 @@ def test_the_echo_model_holds_only_its_hold_prompt() -> None:
     asyncio.run(main())
 
 
-def test_a_bad_model_option_is_refused_before_serving() -> None:
+@pytest.mark.parametrize(
+    ("option", "refusal"),
+    [
+        (
+            ("--model", "no_such_module:make"),
+            "fsm-core: --model 'no_such_module:make': cannot import no_such_module",
+        ),
+        (
+            ("--hook-tool", " "),
+            "fsm-core: --hook-tool is a sequence of non-empty shell commands, not [' ']",
+        ),
+    ],
+    ids=["model", "empty-hook"],
+)
+def test_a_bad_option_is_refused_before_serving(option: tuple[str, str], refusal: str) -> None:
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-m", "fsm_core.acp", "--model", "no_such_module:make"],
+        [sys.executable, "-m", "fsm_core.acp", *option],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.startswith(
-        "fsm-core: --model 'no_such_module:make': cannot import no_such_module"
-    )
+    assert done.stderr.startswith(refusal)
 
 
 def test_closing_stdin_mid_turn_answers_the_prompt_cancelled_then_exits() -> None:
@@ -234,17 +246,50 @@ def test_hook_options_run_the_hooks_on_each_prompt(tmp_path: Path) -> None:
     assert json.loads(stopped.read_text())["ending"] == "blocked"
 
 
-def test_an_empty_hook_command_is_refused_before_serving() -> None:
+def test_ctrl_c_while_serving_exits_130_saying_interrupted() -> None:
+    """SIGINT (Ctrl-C) reports itself as every subcommand does; the acp package's receive
+    loop swallows the cancellation, which made the process exit 0 as if stdin had closed."""
+    import signal
     import subprocess
 
-    done = subprocess.run(
-        [sys.executable, "-m", "fsm_core.acp", "--hook-tool", " "],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_core.acp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    assert done.returncode == 2
-    assert done.stderr.startswith(
-        "fsm-core: --hook-tool is a sequence of non-empty shell commands, not [' ']"
+    assert process.stdin is not None and process.stdout is not None
+    params = {"cwd": "/", "mcpServers": []}
+    new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": params}
+    process.stdin.write(json.dumps(new).encode() + b"\n")
+    process.stdin.flush()
+    assert json.loads(process.stdout.readline())["id"] == 1  # serving
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate()
+    assert (process.returncode, err) == (130, b"fsm-core: interrupted\n")
+
+
+def test_a_client_that_closes_stdout_then_stdin_ends_the_agent_quietly() -> None:
+    """The client stops reading for good (it closed its end of our stdout), then closes stdin:
+    the answers that cannot be written are dropped, and the agent exits 0 with no traceback."""
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_core.acp", "--hold", "wait"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
+    assert process.stdin is not None and process.stdout is not None
+    params: dict[str, Any] = {"cwd": "/", "mcpServers": []}
+    new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": params}
+    process.stdin.write(json.dumps(new).encode() + b"\n")
+    process.stdin.flush()
+    assert json.loads(process.stdout.readline())["id"] == 1
+    process.stdout.close()
+    params = {"sessionId": "session-1", "prompt": [{"type": "text", "text": "wait"}]}
+    for rid in (2, 3):
+        prompt = {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": params}
+        process.stdin.write(json.dumps(prompt).encode() + b"\n")
+    _, err = process.communicate()
+    assert (process.returncode, err.decode()) == (0, "")

@@ -42,7 +42,9 @@ def test_two_racing_closes_of_one_session_both_succeed() -> None:
     asyncio.run(main())
 
 
-def test_a_deeply_nested_line_is_refused_and_the_agent_goes_on_serving() -> None:
+def _served(data: bytes, model: EchoModel) -> list[dict[str, Any]]:
+    """Every message the agent writes when the client sends ``data`` and closes stdin."""
+
     async def main() -> list[dict[str, Any]]:
         reader = asyncio.StreamReader(limit=LINE_LIMIT)
         written: list[bytes] = []
@@ -50,15 +52,19 @@ def test_a_deeply_nested_line_is_refused_and_the_agent_goes_on_serving() -> None
         async def write(data: bytes) -> None:
             written.append(data)
 
-        params: dict[str, Any] = {"cwd": "/", "mcpServers": []}
-        new = {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": params}
-        reader.feed_data(b"[" * 200_000 + b"]" * 200_000 + b"\n")
-        reader.feed_data(json.dumps(new).encode() + b"\n")
+        reader.feed_data(data)
         reader.feed_eof()
-        await serve(EchoModel(), (reader, write))
+        await serve(model, (reader, write))
         return [json.loads(line) for line in written]
 
-    answers = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_deeply_nested_line_is_refused_and_the_agent_goes_on_serving() -> None:
+    params: dict[str, Any] = {"cwd": "/", "mcpServers": []}
+    new = {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": params}
+    deep = b"[" * 200_000 + b"]" * 200_000 + b"\n"
+    answers = _served(deep + json.dumps(new).encode() + b"\n", EchoModel())
     assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
         (None, -32700),
         (2, None),
@@ -81,20 +87,8 @@ def _prompt(rid: int, text: str) -> bytes:
 
 def test_a_prompt_read_before_stdin_closed_is_answered_cancelled() -> None:
     """The client sends a prompt and closes stdin at once: the prompt still gets its answer."""
-
-    async def main() -> list[dict[str, Any]]:
-        reader = asyncio.StreamReader(limit=LINE_LIMIT)
-        written: list[bytes] = []
-
-        async def write(data: bytes) -> None:
-            written.append(data)
-
-        reader.feed_data(NEW + b"\n" + _prompt(2, "hold") + b"\n")
-        reader.feed_eof()
-        await serve(EchoModel(hold="hold"), (reader, write))
-        return [json.loads(line) for line in written]
-
-    answers = {a["id"]: a for a in asyncio.run(main()) if "id" in a}
+    served = _served(NEW + b"\n" + _prompt(2, "hold") + b"\n", EchoModel(hold="hold"))
+    answers = {a["id"]: a for a in served if "id" in a}
     assert answers[2]["result"] == {"stopReason": "cancelled"}
 
 
@@ -151,31 +145,37 @@ def test_a_cancel_does_not_wait_for_a_client_that_stopped_reading() -> None:
     assert answers[2]["result"] == {"stopReason": "cancelled"}
 
 
+def _chunk(kind: str, text: str) -> dict[str, Any]:
+    update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+    return {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {"sessionId": "s", "update": update},
+    }
+
+
+def _not_read() -> tuple[_Lines, asyncio.Event, list[bytes]]:
+    """Output to a client that reads (into the list) only once the event is set."""
+    reading = asyncio.Event()
+    written: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        await reading.wait()
+        written.append(data)
+
+    return _Lines(asyncio.StreamReader(), write, at_end=lambda: None), reading, written
+
+
 def test_updates_for_a_client_that_stopped_reading_are_bounded_merged_then_dropped() -> None:
     """Past UPDATE_LIMIT waiting updates, a text chunk joins the last one waiting of its
     session and kind; an update of another kind is dropped; answers are never dropped."""
 
-    def chunk(kind: str, text: str) -> dict[str, Any]:
-        update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
-        return {
-            "jsonrpc": "2.0",
-            "method": "session/update",
-            "params": {"sessionId": "s", "update": update},
-        }
-
     async def main() -> list[dict[str, Any]]:
-        reading = asyncio.Event()
-        written: list[bytes] = []
-
-        async def write(data: bytes) -> None:
-            await reading.wait()
-            written.append(data)
-
-        lines = _Lines(asyncio.StreamReader(), write, at_end=lambda: None)
+        lines, reading, written = _not_read()
         for i in range(UPDATE_LIMIT):
-            await lines.send(chunk("agent_message_chunk", f"{i},"))
-        await lines.send(chunk("agent_message_chunk", "more"))  # merged into the last
-        await lines.send(chunk("agent_thought_chunk", "step 2"))  # dropped
+            await lines.send(_chunk("agent_message_chunk", f"{i},"))
+        await lines.send(_chunk("agent_message_chunk", "more"))  # merged into the last
+        await lines.send(_chunk("agent_thought_chunk", "step 2"))  # dropped
         answer = asyncio.ensure_future(lines.send({"jsonrpc": "2.0", "id": 7, "result": {}}))
         reading.set()
         await answer
@@ -187,3 +187,67 @@ def test_updates_for_a_client_that_stopped_reading_are_bounded_merged_then_dropp
     assert len(texts) == UPDATE_LIMIT
     assert texts[-1] == f"{UPDATE_LIMIT - 1},more"
     assert out[-1] == {"jsonrpc": "2.0", "id": 7, "result": {}}
+
+
+def test_a_prompt_with_a_lone_surrogate_is_answered_and_the_agent_still_exits() -> None:
+    """JSON's ``"\\ud800"`` is a lone surrogate, which UTF-8 cannot encode: the echo's update
+    and the answer go out escaped, and the writer does not die holding every answer."""
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+        answered = asyncio.Event()
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+            if json.loads(data).get("id") == 2:
+                answered.set()
+
+        serving = asyncio.ensure_future(serve(EchoModel(), (reader, write)))
+        reader.feed_data(NEW + b"\n" + _prompt(2, "\ud800") + b"\n")
+        await answered.wait()
+        reader.feed_eof()
+        await serving
+        return [json.loads(line) for line in written]
+
+    out = asyncio.run(main())
+    texts = [m["params"]["update"]["content"]["text"] for m in out if "method" in m]
+    assert texts[-1] == "echo: \ud800"
+    assert out[-1] == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+
+
+def test_a_request_with_a_null_id_is_answered_before_exit_despite_a_refused_line() -> None:
+    """A refusal's id is null too: it must not count as the answer to a request whose id is
+    null, or stdin's end would stop the agent before that request is answered."""
+    held = json.loads(_prompt(2, "hold"))
+    held["id"] = None
+    data = NEW + b"\n" + json.dumps(held).encode() + b"\nnot json\n"
+    served = _served(data, EchoModel(hold="hold"))
+    answers = [(m["id"], m.get("result")) for m in served if "method" not in m]
+    assert sorted(answers, key=repr) == [
+        (1, {"sessionId": "session-1"}),
+        (None, None),  # the refusal
+        (None, {"stopReason": "cancelled"}),
+    ]
+
+
+def test_merged_updates_for_a_client_that_stopped_reading_hold_at_most_a_line_of_text() -> None:
+    """Merging is bounded too: past LINE_LIMIT characters in the last waiting update, further
+    text is dropped (memory stays bounded however long a turn streams)."""
+
+    async def main() -> tuple[list[dict[str, Any]], int]:
+        lines, reading, written = _not_read()
+        for _ in range(UPDATE_LIMIT):
+            await lines.send(_chunk("agent_message_chunk", "x"))
+        piece = "y" * (LINE_LIMIT // 4)
+        for _ in range(6):
+            await lines.send(_chunk("agent_message_chunk", piece))
+        reading.set()
+        await lines.finish()
+        return [json.loads(line) for line in written], lines.dropped
+
+    out, dropped = asyncio.run(main())
+    last = out[-1]["params"]["update"]["content"]["text"]
+    assert len(out) == UPDATE_LIMIT
+    assert last == "x" + "y" * (3 * (LINE_LIMIT // 4))
+    assert dropped == 3

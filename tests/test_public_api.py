@@ -86,6 +86,27 @@ def test_importing_the_package_loads_no_submodule_until_a_name_is_used() -> None
     assert done.stdout.splitlines() == ["[]", "True True"]
 
 
+def test_the_submodules_import_fsm_core_always_bound_are_still_attributes() -> None:
+    """``import fsm_core; fsm_core.table.load_spec(...)`` worked while the package imported its
+    submodules eagerly, and mypy still accepts it: the lazy package imports them on first use."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import fsm_core\n"
+        "print(fsm_core.table.load_spec is fsm_core.load_spec, fsm_core.runtime.__name__)\n"
+        "print(sorted(n for n in ('diagrams', 'export', 'host') if n in dir(fsm_core)))\n"
+        "print(fsm_core.host.__name__)\n"
+    )
+    argv = [sys.executable, "-c", probe]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.stdout.splitlines() == [
+        "True fsm_core.runtime",
+        "['diagrams', 'export', 'host']",
+        "fsm_core.host",
+    ], done.stderr
+
+
 @pytest.mark.parametrize("name", PUBLIC_MODULES)
 def test_a_public_module_declares_exactly_its_public_names(name: str) -> None:
     module = importlib.import_module(name)

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -344,38 +345,65 @@ def test_a_failing_port_shows_the_first_failures_of_each_file_and_counts_the_res
     assert shown[21] == f"replayed {len(lines)} vectors with {sys.executable} {port}: 0 pass"
 
 
-def test_a_replayer_that_hangs_is_killed_with_its_group_naming_the_vector(tmp_path: Path) -> None:
-    """The port answers the first vector, starts a child that holds its stdout open, and never
-    answers again: after --timeout the whole group is killed and the second vector named."""
-    shutil.copy(VECTORS / "window.jsonl", tmp_path)
-    shutil.copy(VECTORS / TABLES, tmp_path)
+class _Started(subprocess.Popen[str]):
+    """A replayer that is started only once it says it is ready (by closing ``READY_FD``):
+    the replay's clock starts after it, so a slow machine cannot change what the port did
+    before the timeout (a port that dies unready closes the fd too)."""
+
+    def __init__(self, argv: list[str], **kwargs: Any) -> None:
+        read, write = os.pipe()
+        env = {**os.environ, "READY_FD": str(write)}
+        try:
+            super().__init__(argv, **kwargs, pass_fds=(write,), env=env)
+        finally:
+            os.close(write)
+            with os.fdopen(read, "rb") as ready:
+                ready.read()
+
+
+def _hung_port(tmp_path: Path, first: str, *, leave_group: bool) -> tuple[Path, Path]:
+    """A port that answers the first vector without reading it, starts a child that holds its
+    stdout (in a session of its own if ``leave_group``), says it is ready and hangs."""
     pid_file = tmp_path / "child.pid"
     port = tmp_path / "hangs.py"
     port.write_text(
-        "import json, subprocess, sys, threading\n"
-        "first = json.loads(sys.stdin.readline())\n"
-        "print(json.dumps({'id': first['id'], 'verdict': 'pass'}), flush=True)\n"
-        "child = subprocess.Popen(['sleep', '1000'])\n"
+        "import json, os, subprocess, sys, threading\n"
+        f"print(json.dumps({{'id': {first!r}, 'verdict': 'pass'}}), flush=True)\n"
+        f"child = subprocess.Popen(['sleep', '1000'], start_new_session={leave_group})\n"
         f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
         "print('stuck on the second vector', file=sys.stderr, flush=True)\n"
+        "os.close(int(os.environ['READY_FD']))\n"
         "threading.Event().wait()\n",
         encoding="utf-8",
     )
+    return port, pid_file
+
+
+@pytest.mark.parametrize("leave_group", [False, True], ids=["in-group", "setsid"])
+def test_a_replayer_that_hangs_is_killed_with_its_group_naming_the_vector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leave_group: bool
+) -> None:
+    """The port answers the first vector, starts a child that holds its stdout open, and never
+    answers again: after --timeout the whole group is killed and the second vector named. A
+    child that left the group (``setsid``) is out of reach, and must not hang the replay."""
+    shutil.copy(VECTORS / "window.jsonl", tmp_path)
+    shutil.copy(VECTORS / TABLES, tmp_path)
     lines = (tmp_path / "window.jsonl").read_text(encoding="utf-8").splitlines()
-    second = json.loads(lines[1])["id"]
+    first, second = (json.loads(line)["id"] for line in lines[:2])
+    port, pid_file = _hung_port(tmp_path, first, leave_group=leave_group)
     command = f"{sys.executable} {port}"
+    monkeypatch.setattr(subprocess, "Popen", _Started)
     try:
-        # 3 s: ample for the port to start and answer the first vector on a loaded machine.
-        code, out, _ = run("--out", str(tmp_path), "--replay", command, "--timeout", "3")
+        code, out, _ = run("--out", str(tmp_path), "--replay", command, "--timeout", "0.5")
         # Killed: gone, or a zombie its new parent (init) has not reaped yet.
-        assert _running(int(pid_file.read_text())) is False
+        assert _running(int(pid_file.read_text())) is leave_group
     finally:
         if pid_file.exists() and _running(int(pid_file.read_text())):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
     shown = out.splitlines()
     assert code == 1
     assert shown[0] == (
-        f"fail: window.jsonl:2: {second}: no verdict within 3 s; the replayer was killed: "
+        f"fail: window.jsonl:2: {second}: no verdict within 0.5 s; the replayer was killed: "
         "stuck on the second vector"
     )
     assert shown[1] == f"fail: window.jsonl:3: {json.loads(lines[2])['id']}: not replayed " + (

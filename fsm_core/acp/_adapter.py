@@ -311,6 +311,16 @@ class _Out:
 
     message: dict[str, Any]
     written: asyncio.Future[None] | None
+    refusal: bool = False
+    """True iff this is the answer to a line that was not a message (its id is null, but it
+    answers no request)."""
+    merged: dict[str, Any] | None = None
+    """The text content the texts in ``more`` join onto when the line is written."""
+    more: list[str] = field(default_factory=list)
+    """Texts merged into this update, joined once, when it is written (joining at each merge
+    would copy the text so far each time: a flood of merges would take quadratic time)."""
+    size: int = 0
+    """The characters of text this update holds with ``more``; at most :data:`LINE_LIMIT`."""
 
 
 class _Lines:
@@ -327,7 +337,7 @@ class _Lines:
     so a turn streaming to a client that stopped reading is never stuck in a write, and its
     cancel takes effect at once. At most :data:`UPDATE_LIMIT` updates wait: past that, an
     update of the same session and kind as the last one waiting is merged into it (their texts
-    joined), and any other is dropped, with a warning.
+    joined, up to :data:`LINE_LIMIT` characters), and any other is dropped, with a warning.
     """
 
     def __init__(
@@ -349,7 +359,17 @@ class _Lines:
         self.dropped = 0
         """How many progress updates were dropped because the client was not reading."""
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], *, refusal: bool = False) -> None:
+        """Write ``message`` (see the class docstring for when this waits). Raises
+        ConnectionError when the client's end is closed, but for an answer, which is dropped:
+        the client is gone, and no one else could use it."""
+        try:
+            await self._send(message, refusal)
+        except ConnectionError:
+            if "method" in message:
+                raise
+
+    async def _send(self, message: dict[str, Any], refusal: bool) -> None:
         if self._broken is not None:
             raise ConnectionError(f"the client's end is closed: {self._broken}")
         if message.get("method") == "session/update":
@@ -364,7 +384,7 @@ class _Lines:
             self._start()
             return
         written = asyncio.get_running_loop().create_future()
-        self._queue.append(_Out(message, written))
+        self._queue.append(_Out(message, written, refusal))
         self._start()
         await written
 
@@ -388,7 +408,13 @@ class _Lines:
         if not (_is_text(a) and _is_text(b)):
             return False
         assert isinstance(a, dict) and isinstance(b, dict)
-        a["text"] = a["text"] + b["text"]
+        out = self._queue[-1]
+        if out.merged is None:
+            out.merged, out.size = a, len(a["text"])
+        if out.size + len(b["text"]) > LINE_LIMIT:
+            return False
+        out.more.append(b["text"])
+        out.size += len(b["text"])
         return True
 
     def _start(self) -> None:
@@ -399,10 +425,12 @@ class _Lines:
         """Write every waiting message, in order; on a write error, fail them all."""
         while self._queue:
             out = self._queue[0]
-            line = json.dumps(out.message, separators=(",", ":"), ensure_ascii=False).encode()
+            if out.merged is not None and out.more:
+                out.merged["text"] += "".join(out.more)
+                out.more.clear()
             try:
-                await self._write(line + b"\n")
-            except Exception as error:  # the client closed its end: nothing more goes out
+                await self._write(_line(out.message))
+            except Exception as error:  # the client closed its end (or a line failed to encode)
                 self._fail(error)
                 return
             except BaseException:
@@ -414,7 +442,7 @@ class _Lines:
             elif not out.written.done():
                 out.written.set_result(None)
             answer = out.message.get("id")
-            if "method" not in out.message and answer in self._open:
+            if "method" not in out.message and not out.refusal and answer in self._open:
                 self._open[answer] -= 1
                 if not self._open[answer]:
                     del self._open[answer]
@@ -493,8 +521,7 @@ class _Lines:
 
     async def _refuse(self, code: int, message: str, details: str) -> None:
         error = {"code": code, "message": message, "data": {"details": details}}
-        with contextlib.suppress(ConnectionError):
-            await self.send({"jsonrpc": "2.0", "id": None, "error": error})
+        await self.send({"jsonrpc": "2.0", "id": None, "error": error}, refusal=True)
 
     async def close(self) -> None:
         """Stop the writer (a client that never reads again would hold it forever); the
@@ -502,6 +529,16 @@ class _Lines:
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             await asyncio.wait([self._writer])
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    """``message`` as one line of JSON in UTF-8. A lone surrogate (a client's ``"\\ud800"``,
+    echoed back) has no UTF-8: that line escapes it as JSON does (``ensure_ascii``)."""
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
 def _is_text(content: object) -> bool:
@@ -553,6 +590,9 @@ async def _serve(
         served = cast(acp.Agent, agent)
         lines = _Lines(reader, write, at_end=agent.client_left)
         await run_agent(served, lines, use_unstable_protocol=True)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # the acp package's receive loop returns
+            raise asyncio.CancelledError  # when cancelled (Ctrl-C): it is not the client leaving
     finally:
         await agent.aclose()
 
@@ -568,11 +608,13 @@ async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[No
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     except ValueError:
         threading.Thread(target=_feed, args=(loop, reader), daemon=True).start()
+    # A copy of the descriptor: the transport closes its pipe when the client's end closes,
+    # and sys.stdout itself must stay open for the exit's flush.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     try:
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, sys.stdout
-        )
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out)
     except ValueError:
+        out.close()
 
         async def write_file(data: bytes) -> None:
             sys.stdout.buffer.write(data)

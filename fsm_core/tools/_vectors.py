@@ -806,6 +806,8 @@ def replay(
     A replayer still running ``timeout`` seconds after it was given a file is stopped: its
     whole process group (it runs in a session of its own) gets SIGKILL, so a child it started
     cannot keep the pipes open, and the vector it gave no verdict for is reported as timed out.
+    A child that left the group (``setsid``) is out of the kill's reach: its pipes are
+    abandoned after :data:`_DRAIN` seconds, and it lives on.
     """
     files = sorted(p for p in out.glob("*.jsonl") if _generated(p))
     if not files:
@@ -839,7 +841,8 @@ def replay(
 
 def _run_port(argv: list[str], lines: Sequence[str], timeout: float) -> tuple[str, str, int | None]:
     """The replayer's stdout, stderr and exit status (None if it was killed for taking longer
-    than ``timeout``), given ``lines`` on stdin. Its process group never outlives the call."""
+    than ``timeout``), given ``lines`` on stdin. Its process group never outlives the call, and
+    a process that left the group cannot hold the call open."""
     try:
         port = subprocess.Popen(
             argv,
@@ -855,13 +858,34 @@ def _run_port(argv: list[str], lines: Sequence[str], timeout: float) -> tuple[st
         stdout, stderr = port.communicate("\n".join(lines) + "\n", timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(port)
-        stdout, stderr = port.communicate()
+        try:
+            stdout, stderr = port.communicate(timeout=_DRAIN)
+        except subprocess.TimeoutExpired as held:  # a process outside the group holds a pipe
+            stdout, stderr = _text(held.stdout), _text(held.stderr)
+            for pipe in (port.stdin, port.stdout, port.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):  # stdin's unwritten rest: no reader
+                        pipe.close()
+            port.wait()
         return stdout, stderr, None
     except BaseException:  # an interrupt (Ctrl-C): the replayer goes too
         _kill_group(port)
         port.wait()
         raise
     return stdout, stderr, port.returncode
+
+
+_DRAIN = 1.0
+"""The seconds a killed replayer's pipes have to reach end-of-file: at once, unless a process
+that left its group (``setsid``) holds them, which the kill cannot reach; then they are closed
+and what was read so far is the output."""
+
+
+def _text(data: bytes | str | None) -> str:
+    """Output read before a timeout (``TimeoutExpired`` holds it undecoded) as text."""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data or ""
 
 
 def _kill_group(port: subprocess.Popen[str]) -> None:
