@@ -51,7 +51,7 @@ from transitions import Machine as TransitionsMachine
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.table import Effect, Machine, State, Step
 from fsm_core.table._expr import Value
-from fsm_core.table._machine import REFUSED, CompiledRow, Refused
+from fsm_core.table._machine import REFUSED, CompiledRow, Refused, run_ops
 
 __all__ = ["HostedMachine"]
 
@@ -336,20 +336,29 @@ class HostedMachine:
 
     def _run(self, event: str, context: object, args: tuple[Value, ...]) -> _Frame | None:
         """Select the row and execute it in place; its frame, or None if the table ignores
-        the event here."""
-        spec = self.spec
-        row = self._choose(event, args)
+        the event here.
+
+        :meth:`_choose` and :meth:`Machine.execute`, written out: every table event an agent
+        fires comes through here.
+        """
+        store = self._store
+        row = self._choices.get((*store, event, *args), REFUSED)
+        if row is REFUSED:
+            row = self._choose(event, args)  # not remembered yet, or a refusal
+            if row is REFUSED:
+                self.spec.select(store, event, args)  # raises the table's refusal
+                raise AssertionError(f"{self.spec.name}: lookup refused {event}, select did not")
         if row is None:
             return None
-        if row is REFUSED:
-            spec.select(self._store, event, args)  # raises the table's Rejected or NotEnabled
-            raise AssertionError(f"{spec.name}: lookup refused {event} where select did not")
         frame = _Frame(context, True, row.row.id)
-        self._frames.append(frame)
+        frames = self._frames
+        frames.append(frame)
         try:
-            spec.execute(row, self._store, args, self._perform_effect)
+            if row.target is not None:
+                store[0] = row.target
+            run_ops(row.ops, store, args, self._perform_effect)
         finally:
-            self._frames.pop()
+            frames.pop()
         return frame
 
     def _choose(self, event: str, args: tuple[Value, ...]) -> _Choice:
