@@ -2,9 +2,13 @@
 answers questions about it.
 
 A :class:`HostedMachine` is the control state of one agent, built from a compiled table.
-:meth:`~HostedMachine.fire` runs the table's own interpreter in place on the agent's store
-(:meth:`Machine.select` chooses the row, :meth:`Machine.execute` moves the state and performs
-the effects as the row reaches them)::
+:meth:`~HostedMachine.fire` runs the table's rows in place on the agent's store: it chooses the
+row as :meth:`Machine.select` does, moves the state and performs the effects as the row
+reaches them, as :meth:`Machine.execute` does. It runs them as the straight-line code the
+checker generates from the same syntax trees (:func:`fsm_core.check._codegen.compile_rows`,
+built once per table on first use: every state variable and argument a row reads is read
+when the row reaches it, so a listener that re-enters is seen), because every table event
+an agent fires goes through here and the interpreter's closures cost several times more::
 
     hosted = HostedMachine(load_spec().machines["agent"])
     hosted.fire("send", wake=True, lane="next_turn")  # [enqueue(next_turn), schedule_driver()]
@@ -43,7 +47,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import NoReturn, final
+from typing import TYPE_CHECKING, NoReturn, final
 
 from transitions import EventData, MachineError
 from transitions import Machine as TransitionsMachine
@@ -51,7 +55,10 @@ from transitions import Machine as TransitionsMachine
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.table import Effect, Machine, State, Step
 from fsm_core.table._expr import Value
-from fsm_core.table._machine import REFUSED, CompiledRow, Refused, run_ops
+from fsm_core.table._machine import CompiledRow
+
+if TYPE_CHECKING:
+    from fsm_core.check._codegen import CompiledRows
 
 __all__ = ["HostedMachine"]
 
@@ -132,18 +139,21 @@ class _Refuse:
 _SHARED: weakref.WeakKeyDictionary[Machine, TransitionsMachine] = weakref.WeakKeyDictionary()
 """The one ``transitions`` machine of each compiled table, built on first use."""
 
-_Choice = CompiledRow | Refused | None
-"""What :meth:`Machine.lookup` answers: the row, a refusal, or None for an ignored event."""
+_CODE: weakref.WeakKeyDictionary[Machine, CompiledRows] = weakref.WeakKeyDictionary()
+"""Each compiled table's rows and lookups as generated code, shared by its hosts."""
 
-_CHOICES: weakref.WeakKeyDictionary[Machine, dict[tuple[Value, ...], _Choice]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Each compiled table's row choices so far, by ``(*state, event, *arguments)``, shared by its
-hosts. A guard reads only the state and the arguments, so the choice is a pure function of
-them: the runtime's agents, which keep revisiting a few states, evaluate each guard once."""
 
-_CHOICES_KEPT = 1 << 16
-"""How many choices a table keeps (the agent table's domain holds millions of keys)."""
+def _code_of(spec: Machine) -> CompiledRows:
+    """The generated code of ``spec``'s rows, every effect performed: each row stops at each
+    effect so the host performs it, then resumes it (built on first use, then shared)."""
+    code = _CODE.get(spec)
+    if code is None:
+        # Imported here: `import fsm_core` need not load the checker, only hosting a table.
+        from fsm_core.check._codegen import compile_rows  # noqa: PLC0415
+
+        code = _CODE[spec] = compile_rows(spec, spec.table.effects)
+    return code
+
 
 _EFFECTS: dict[tuple[str, tuple[Value, ...]], Effect] = {}
 """One :class:`Effect` per name and arguments: effects are immutable values, and a row's
@@ -234,7 +244,7 @@ class HostedMachine:
         # Invariant: one frame per fire (or trigger) in progress, innermost last.
         self._frames: list[_Frame] = []
         self._perform_effect = self._record_and_perform  # bound once, not per fire
-        self._choices = _CHOICES.setdefault(spec, {})
+        self._code = _code_of(spec)
 
     @property
     def machine(self) -> TransitionsMachine:
@@ -269,7 +279,8 @@ class HostedMachine:
 
     def takes(self, event: str, **kwargs: Value) -> bool:
         """True iff a row of the table would run ``event`` now (not an ignore, not a refusal)."""
-        return isinstance(self._choose(event, self.spec.arguments(event, **kwargs)), CompiledRow)
+        args = self.spec.arguments(event, **kwargs)
+        return self._code.lookups[event](self._store, args) >= 0
 
     def unmet(self, effect: Effect) -> bool:
         """True iff ``effect``'s contract (its ``requires``) does not hold now."""
@@ -336,41 +347,29 @@ class HostedMachine:
 
     def _run(self, event: str, context: object, args: tuple[Value, ...]) -> _Frame | None:
         """Select the row and execute it in place; its frame, or None if the table ignores
-        the event here.
-
-        :meth:`_choose` and :meth:`Machine.execute`, written out: every table event an agent
-        fires comes through here.
-        """
+        the event here."""
         store = self._store
-        row = self._choices.get((*store, event, *args), REFUSED)
-        if row is REFUSED:
-            row = self._choose(event, args)  # not remembered yet, or a refusal
-            if row is REFUSED:
-                self.spec.select(store, event, args)  # raises the table's refusal
-                raise AssertionError(f"{self.spec.name}: lookup refused {event}, select did not")
-        if row is None:
-            return None
-        frame = _Frame(context, True, row.row.id)
+        found = self._code.lookups[event](store, args)
+        if found < 0:  # ignored here, or refused: the interpreter tells which, and why
+            if self.spec.select(store, event, args) is None:  # raises Rejected or NotEnabled
+                return None
+            raise AssertionError(f"{self.spec.name}: the code refused {event}, select did not")
+        row = self._code.rows[found]
+        frame = _Frame(context, True, row.id)
         frames = self._frames
         frames.append(frame)
         try:
-            if row.target is not None:
-                store[0] = row.target
-            run_ops(row.ops, store, args, self._perform_effect)
+            # Segment 0 moves to the target and runs up to the first effect; each effect
+            # performed, its site's segment runs the rest of the row up to the next one.
+            segments, sites, perform = row.segments, row.sites, self._perform_effect
+            stop = segments[0](store, args)
+            while stop is not None:
+                site = sites[stop[0]]
+                perform(site.effect, stop[1])
+                stop = segments[site.resume](store, args)
         finally:
             frames.pop()
         return frame
-
-    def _choose(self, event: str, args: tuple[Value, ...]) -> _Choice:
-        """:meth:`Machine.lookup` on the live state, remembered per table (:data:`_CHOICES`)."""
-        key = (*self._store, event, *args)
-        try:
-            return self._choices[key]
-        except KeyError:
-            choice = self.spec.lookup(self._store, event, args)
-            if len(self._choices) < _CHOICES_KEPT:
-                self._choices[key] = choice
-            return choice
 
     def _record_and_perform(self, name: str, values: tuple[Value, ...]) -> None:
         """Perform one effect of the row being executed: record it in its fire's frame, the
