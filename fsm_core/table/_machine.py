@@ -325,7 +325,7 @@ class Machine:
         """
         if row.target is not None:
             store[0] = row.target
-        run_ops(row.ops, store, args, perform)
+        _run(row.ops, store, args, perform)
 
     def run_effects(
         self,
@@ -335,7 +335,7 @@ class Machine:
         perform: Perform,
     ) -> None:
         """Run only ``row``'s effects in place, for a host that moves the state itself."""
-        run_ops(row.ops, store, args, perform)
+        _run(row.ops, store, args, perform)
 
     def format_state(self, state: Sequence[Value]) -> str:
         """``idle{holder=none, latch=false, ...}``: the state variable, then the variables."""
@@ -343,11 +343,9 @@ class Machine:
         return f"{state[0]}{{{pairs}}}"
 
 
-def run_ops(
+def _run(
     ops: tuple[_Stmt, ...], store: MutableSequence[Value], args: Sequence[Value], perform: Perform
 ) -> None:
-    """Run a compiled row's statements in place (what :meth:`Machine.execute` does after the
-    target), performing each effect as it is reached."""
     # ``type(op) is`` rather than ``match``: this is the checker's innermost loop, and an
     # identity test per statement costs less than a class pattern's isinstance and lookups.
     for op in ops:
@@ -356,7 +354,7 @@ def run_ops(
         elif type(op) is _Call:
             perform(op.effect, tuple([f(store, args) for f in op.args]) if op.args else ())
         elif type(op) is _Block and op.when(store, args):
-            run_ops(op.body, store, args, perform)
+            _run(op.body, store, args, perform)
 
 
 def show_args(m: Machine, event: str, args: Sequence[Value]) -> str:
