@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn, final
+from typing import TYPE_CHECKING, NoReturn, cast, final
 
 from transitions import EventData, MachineError
 from transitions import Machine as TransitionsMachine
@@ -155,12 +155,39 @@ def _code_of(spec: Machine) -> CompiledRows:
     return code
 
 
+_Test = Callable[[Sequence[Value]], str | None]
+"""A generated test of one named definition: None iff it holds."""
+
+_TESTS: weakref.WeakKeyDictionary[Machine, dict[str, _Test]] = weakref.WeakKeyDictionary()
+"""Each compiled table's named definitions as generated code, built as they are asked for."""
+
+
+def _test_of(spec: Machine, definition: str) -> _Test:
+    """The generated test of ``spec``'s ``definition`` (:data:`_TESTS`); KeyError if the table
+    defines no such name."""
+    from fsm_core.check._codegen import compile_predicates  # noqa: PLC0415 - as in _code_of
+
+    # The generated code reads positions only, so a host's list store will do (its docstring).
+    test = cast(_Test, compile_predicates(spec, {definition: spec.table.defs[definition].expr}))
+    _TESTS.setdefault(spec, {})[definition] = test
+    return test
+
+
 _EFFECTS: dict[tuple[str, tuple[Value, ...]], Effect] = {}
 """One :class:`Effect` per name and arguments: effects are immutable values, and a row's
 effects take few distinct arguments, so hosts hand out the same objects instead of building
 one per effect performed."""
 
 _EFFECTS_KEPT = 1 << 12
+
+
+def _effect(key: tuple[str, tuple[Value, ...]]) -> Effect:
+    """A new :class:`Effect` ``name(*values)`` for ``key = (name, values)``, kept to be shared
+    (:data:`_EFFECTS`) while there is room."""
+    effect = Effect(*key)
+    if len(_EFFECTS) < _EFFECTS_KEPT:
+        _EFFECTS[key] = effect
+    return effect
 
 
 def _transitions_of(spec: Machine) -> TransitionsMachine:
@@ -243,8 +270,8 @@ class HostedMachine:
         self._perform = perform
         # Invariant: one frame per fire (or trigger) in progress, innermost last.
         self._frames: list[_Frame] = []
-        self._perform_effect = self._record_and_perform  # bound once, not per fire
         self._code = _code_of(spec)
+        self._tests = _TESTS.setdefault(spec, {})
 
     @property
     def machine(self) -> TransitionsMachine:
@@ -275,7 +302,8 @@ class HostedMachine:
 
     def holds(self, definition: str) -> bool:
         """True iff the table's named definition (e.g. ``quiescent``) holds now."""
-        return self.spec.holds(definition, self._store)
+        test = self._tests.get(definition) or _test_of(self.spec, definition)
+        return test(self._store) is None
 
     def takes(self, event: str, **kwargs: Value) -> bool:
         """True iff a row of the table would run ``event`` now (not an ignore, not a refusal)."""
@@ -360,29 +388,26 @@ class HostedMachine:
         frames.append(frame)
         try:
             # Segment 0 moves to the target and runs up to the first effect; each effect
-            # performed, its site's segment runs the rest of the row up to the next one.
-            segments, sites, perform = row.segments, row.sites, self._perform_effect
+            # performed, its site's segment runs the rest of the row up to the next one. A
+            # nested fire (from perform) pushes and pops its own frame in between.
+            segments, sites, effects, perform = (
+                row.segments,
+                row.sites,
+                frame.effects,
+                self._perform,
+            )
             stop = segments[0](store, args)
             while stop is not None:
                 site = sites[stop[0]]
-                perform(site.effect, stop[1])
+                key = (site.effect, stop[1])
+                effect = _EFFECTS.get(key) or _effect(key)
+                effects.append(effect)
+                if perform is not None:
+                    perform(effect)
                 stop = segments[site.resume](store, args)
         finally:
             frames.pop()
         return frame
-
-    def _record_and_perform(self, name: str, values: tuple[Value, ...]) -> None:
-        """Perform one effect of the row being executed: record it in its fire's frame, the
-        innermost (a nested fire's frame is gone before the outer row's next effect), then
-        hand it to ``perform``."""
-        effect = _EFFECTS.get((name, values))
-        if effect is None:
-            effect = Effect(name, values)
-            if len(_EFFECTS) < _EFFECTS_KEPT:
-                _EFFECTS[(name, values)] = effect
-        self._frames[-1].effects.append(effect)
-        if self._perform is not None:
-            self._perform(effect)
 
     def trigger(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """:meth:`step` through the shared ``transitions`` machine's trigger machinery.

@@ -658,11 +658,12 @@ class AgentCore:
     def _value(self, name: str) -> Value:
         return self.control.get(name)
 
-    def _enqueue(self, lane: str) -> None:
+    def _enqueue(self, table_lane: str) -> None:
         message = self.control.context  # only send's rows enqueue: the message being sent
         assert isinstance(message, UserMessage)
-        self.inbox._insert(message, cast(Lane, lane))  # _check_literals: the table's lanes
-        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, cast(Lane, lane))
+        lane = cast(Lane, table_lane)  # _check_literals: the table's lanes
+        self.inbox._insert(message, lane)
+        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, lane)
 
     def _schedule_driver(self) -> None:
         task = asyncio.get_running_loop().create_task(
