@@ -65,21 +65,18 @@ __all__ = ["HostedMachine"]
 
 @final
 class _Frame:
-    """What one :meth:`HostedMachine.fire` (or ``trigger``) call saw: its context, the row that
-    ran, its effects.
+    """What one :meth:`HostedMachine.trigger` call saw: the row that ran and its effects.
 
-    ``claimed`` is True once the row has taken this frame; a nested fire pushes a frame of its
-    own, so each call collects only its own row's effects (and :attr:`HostedMachine.context`
-    answers with the innermost call's ``context``). A plain slotted class: one is built per
-    fire, and a dataclass's generated ``__init__`` costs twice as much.
+    ``claimed`` is True once the row has taken this frame; a nested trigger pushes a frame of
+    its own, so each call collects only its own row's effects. (:meth:`HostedMachine.fire`
+    needs none: its loop holds its row and effects.)
     """
 
-    __slots__ = ("claimed", "context", "effects", "row")
+    __slots__ = ("claimed", "effects", "row")
 
-    def __init__(self, context: object, claimed: bool = False, row: str | None = None) -> None:
-        self.context = context
-        self.claimed = claimed
-        self.row = row
+    def __init__(self) -> None:
+        self.claimed = False
+        self.row: str | None = None
         self.effects: list[Effect] = []
 
 
@@ -268,8 +265,10 @@ class HostedMachine:
         # Invariant: len(_store) == len(spec.names); _store[0] is a state of the table.
         self._store: list[Value] = list(spec.initial)
         self._perform = perform
-        # Invariant: one frame per fire (or trigger) in progress, innermost last.
+        # Invariant: one frame per trigger in progress, innermost last.
         self._frames: list[_Frame] = []
+        # Invariant: one context per fire or trigger in progress, innermost last.
+        self._contexts: list[object] = []
         self._code = _code_of(spec)
         self._tests = _TESTS.setdefault(spec, {})
 
@@ -321,7 +320,7 @@ class HostedMachine:
         Read it from ``perform``: there the innermost call is the one whose row reached the
         effect (a nested fire's frame is gone once it returns).
         """
-        return self._frames[-1].context if self._frames else None
+        return self._contexts[-1] if self._contexts else None
 
     def snapshot(self) -> State:
         """The whole state as a tuple in :attr:`Machine.names` order."""
@@ -356,8 +355,9 @@ class HostedMachine:
         when no row is enabled; the state is then unchanged. An event the table ignores here
         returns ``[]``.
         """
-        frame = self._run(event, context, self.spec.arguments(event, **kwargs))
-        return [] if frame is None else frame.effects
+        effects: list[Effect] = []
+        self._run(event, context, self.spec.arguments(event, **kwargs), effects)
+        return effects
 
     def step(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """Fire ``event`` and describe the step as :meth:`Machine.fire_args` does.
@@ -368,14 +368,17 @@ class HostedMachine:
         """
         args = self.spec.arguments(event, **kwargs)
         source = tuple(self._store)
-        frame = self._run(event, context, args)
-        if frame is None:
+        effects: list[Effect] = []
+        row = self._run(event, context, args, effects)
+        if row is None:
             return Step(event, args, None, source, source, ())
-        return Step(event, args, frame.row, source, tuple(self._store), tuple(frame.effects))
+        return Step(event, args, row, source, tuple(self._store), tuple(effects))
 
-    def _run(self, event: str, context: object, args: tuple[Value, ...]) -> _Frame | None:
-        """Select the row and execute it in place; its frame, or None if the table ignores
-        the event here."""
+    def _run(
+        self, event: str, context: object, args: tuple[Value, ...], effects: list[Effect]
+    ) -> str | None:
+        """Select the row and execute it in place, appending its effects to ``effects``; the
+        row's id, or None if the table ignores the event here."""
         store = self._store
         found = self._code.lookups[event](store, args)
         if found < 0:  # ignored here, or refused: the interpreter tells which, and why
@@ -383,19 +386,13 @@ class HostedMachine:
                 return None
             raise AssertionError(f"{self.spec.name}: the code refused {event}, select did not")
         row = self._code.rows[found]
-        frame = _Frame(context, True, row.id)
-        frames = self._frames
-        frames.append(frame)
+        contexts = self._contexts
+        contexts.append(context)
         try:
             # Segment 0 moves to the target and runs up to the first effect; each effect
             # performed, its site's segment runs the rest of the row up to the next one. A
-            # nested fire (from perform) pushes and pops its own frame in between.
-            segments, sites, effects, perform = (
-                row.segments,
-                row.sites,
-                frame.effects,
-                self._perform,
-            )
+            # nested fire (from perform) pushes and pops its own context in between.
+            segments, sites, perform = row.segments, row.sites, self._perform
             stop = segments[0](store, args)
             while stop is not None:
                 site = sites[stop[0]]
@@ -406,8 +403,8 @@ class HostedMachine:
                     perform(effect)
                 stop = segments[site.resume](store, args)
         finally:
-            frames.pop()
-        return frame
+            contexts.pop()
+        return row.id
 
     def trigger(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """:meth:`step` through the shared ``transitions`` machine's trigger machinery.
@@ -420,8 +417,9 @@ class HostedMachine:
         source = self.snapshot()
         # transitions knows an event once some state has a transition for it.
         trigger = self.machine.events.get(event)
-        frame = _Frame(context)
+        frame = _Frame()
         self._frames.append(frame)
+        self._contexts.append(context)
         handled, refused = False, trigger is None
         try:
             if trigger is not None:
@@ -432,6 +430,7 @@ class HostedMachine:
             # No transition from this state: the table lists the pair [[rejected]].
             refused = True
         finally:
+            self._contexts.pop()
             popped = self._frames.pop()
             assert popped is frame
         if not handled:
