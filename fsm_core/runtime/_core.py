@@ -117,12 +117,15 @@ def _usable(reply: object) -> Reply:
         and isinstance(reply.text, str)
         and reply.finish in _FINISHES
         and isinstance(reply.tool_calls, _CALLS)
-        and all(
-            isinstance(call, ToolCall)
-            and isinstance(call.id, str)
-            and isinstance(call.name, str)
-            and isinstance(call.args, Mapping)
-            for call in reply.tool_calls
+        and (
+            not reply.tool_calls
+            or all(
+                isinstance(call, ToolCall)
+                and isinstance(call.id, str)
+                and isinstance(call.name, str)
+                and isinstance(call.args, Mapping)
+                for call in reply.tool_calls
+            )
         )
     ):
         raise _InvalidReply(f"the model answered {type(reply).__name__}, not a usable Reply")

@@ -72,6 +72,10 @@ def _plain(value: JSON) -> Any:
     return value
 
 
+_SAYING = frozenset(("user/message", "assistant/message", "tool/call", "tool/result"))
+"""The records that say something (the module's rule); every other one is skipped."""
+
+
 @final
 class Messages(Sequence[Message]):
     """The conversation as it was when a request was assembled: a read-only snapshot.
@@ -147,7 +151,8 @@ class History:
     def read(self, events: Sequence[SessionEvent]) -> Messages:
         """Every message of ``events``; ``events`` is the log read before, with more appended."""
         for event in events[self._read :]:
-            self._fold(event)
+            if event.type in _SAYING:
+                self._fold(event)
         self._read = len(events)
         self._shared = len(self._messages)
         return Messages(self._messages, self._shared)
@@ -155,16 +160,16 @@ class History:
     def _fold(self, event: SessionEvent) -> None:
         data = event.data
         if event.type == "user/message":
-            self._add({"role": "user", "id": data["id"], "text": data["text"]})
+            self._messages.append(Message(role="user", id=data["id"], text=data["text"]))
         elif event.type == "assistant/message":
-            self._add({"role": "assistant", "text": data["text"], "tool_calls": ()})
+            self._messages.append(Message(role="assistant", text=data["text"], tool_calls=()))
             self._calls_into = (data["turn"], data["step"], len(self._messages) - 1)
         elif event.type == "tool/call":
             # The step's results may come between its calls: each call joins the step's answer.
             call = Message(id=data["id"], name=data["name"], args=_plain(data["args"]))
             into = self._calls_into
             if into is None or into[:2] != (data["turn"], data["step"]):
-                self._add({"role": "assistant", "text": "", "tool_calls": ()})
+                self._messages.append(Message(role="assistant", text="", tool_calls=()))
                 into = self._calls_into = (data["turn"], data["step"], len(self._messages) - 1)
             answer = self._messages[into[2]]
             calls = (*answer["tool_calls"], call)
@@ -172,14 +177,5 @@ class History:
                 self._messages, self._shared = list(self._messages), 0
             self._messages[into[2]] = Message({**answer, "tool_calls": calls})
         elif event.type == "tool/result":
-            self._add(
-                {
-                    "role": "tool",
-                    "id": data["id"],
-                    "ok": data["ok"],
-                    "result": _plain(data["result"]),
-                }
-            )
-
-    def _add(self, message: dict[str, Any]) -> None:
-        self._messages.append(Message(message))
+            result = _plain(data["result"])
+            self._messages.append(Message(role="tool", id=data["id"], ok=data["ok"], result=result))
