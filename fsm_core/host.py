@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn, cast, final
+from typing import NoReturn, cast, final
 
 from transitions import EventData, MachineError
 from transitions import Machine as TransitionsMachine
@@ -56,9 +56,6 @@ from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.table import Effect, Machine, State, Step
 from fsm_core.table._expr import Value
 from fsm_core.table._machine import CompiledRow
-
-if TYPE_CHECKING:
-    from fsm_core.check._codegen import CompiledRows
 
 __all__ = ["HostedMachine"]
 
@@ -136,38 +133,39 @@ class _Refuse:
 _SHARED: weakref.WeakKeyDictionary[Machine, TransitionsMachine] = weakref.WeakKeyDictionary()
 """The one ``transitions`` machine of each compiled table, built on first use."""
 
-_CODE: weakref.WeakKeyDictionary[Machine, CompiledRows] = weakref.WeakKeyDictionary()
-"""Each compiled table's rows and lookups as generated code, shared by its hosts."""
-
-
-def _code_of(spec: Machine) -> CompiledRows:
-    """The generated code of ``spec``'s rows, every effect performed: each row stops at each
-    effect so the host performs it, then resumes it (built on first use, then shared)."""
-    code = _CODE.get(spec)
-    if code is None:
-        # Imported here: `import fsm_core` need not load the checker, only hosting a table.
-        from fsm_core.check._codegen import compile_rows  # noqa: PLC0415
-
-        code = _CODE[spec] = compile_rows(spec, spec.table.effects)
-    return code
-
-
 _Test = Callable[[Sequence[Value]], str | None]
 """A generated test of one named definition: None iff it holds."""
 
-_TESTS: weakref.WeakKeyDictionary[Machine, dict[str, _Test]] = weakref.WeakKeyDictionary()
-"""Each compiled table's named definitions as generated code, built as they are asked for."""
+
+@final
+class _Code:
+    """One table's generated code, shared by its hosts: every row, every effect performed (a
+    row stops at each effect so the host performs it, then resumes it), and the named
+    definitions as they are asked for."""
+
+    __slots__ = ("rows", "spec", "tests")
+
+    def __init__(self, spec: Machine) -> None:
+        # Imported here: `import fsm_core` need not load the checker, only hosting a table.
+        from fsm_core.check._codegen import compile_rows  # noqa: PLC0415
+
+        self.spec = spec
+        self.rows = compile_rows(spec, spec.table.effects)
+        self.tests: dict[str, _Test] = {}
+
+    def test(self, definition: str) -> _Test:
+        """The generated test of ``definition``; KeyError if the table defines no such name."""
+        from fsm_core.check._codegen import compile_predicates  # noqa: PLC0415
+
+        expr = self.spec.table.defs[definition].expr
+        # The generated code reads positions only, so a host's list store will do.
+        test = cast(_Test, compile_predicates(self.spec, {definition: expr}))
+        self.tests[definition] = test
+        return test
 
 
-def _test_of(spec: Machine, definition: str) -> _Test:
-    """The generated test of ``spec``'s ``definition`` (:data:`_TESTS`); KeyError if the table
-    defines no such name."""
-    from fsm_core.check._codegen import compile_predicates  # noqa: PLC0415 - as in _code_of
-
-    # The generated code reads positions only, so a host's list store will do (its docstring).
-    test = cast(_Test, compile_predicates(spec, {definition: spec.table.defs[definition].expr}))
-    _TESTS.setdefault(spec, {})[definition] = test
-    return test
+_CODE: weakref.WeakKeyDictionary[Machine, _Code] = weakref.WeakKeyDictionary()
+"""Each compiled table's generated code, built on first use."""
 
 
 _EFFECTS: dict[tuple[str, tuple[Value, ...]], Effect] = {}
@@ -269,8 +267,9 @@ class HostedMachine:
         self._frames: list[_Frame] = []
         # Invariant: one context per fire or trigger in progress, innermost last.
         self._contexts: list[object] = []
-        self._code = _code_of(spec)
-        self._tests = _TESTS.setdefault(spec, {})
+        code = _CODE.get(spec) or _CODE.setdefault(spec, _Code(spec))
+        self._code = code.rows
+        self._tests = code.tests
 
     @property
     def machine(self) -> TransitionsMachine:
@@ -301,7 +300,7 @@ class HostedMachine:
 
     def holds(self, definition: str) -> bool:
         """True iff the table's named definition (e.g. ``quiescent``) holds now."""
-        test = self._tests.get(definition) or _test_of(self.spec, definition)
+        test = self._tests.get(definition) or _CODE[self.spec].test(definition)
         return test(self._store) is None
 
     def takes(self, event: str, **kwargs: Value) -> bool:
