@@ -37,7 +37,7 @@ How a table becomes a ``transitions`` machine:
 - a handled pair where no condition passes raises :class:`NotEnabled` with the interpreter's
   message.
 
-:meth:`~HostedMachine.trigger` fires through that machine instead of the interpreter. Nothing in
+:meth:`~HostedMachine.trigger` fires through that machine instead of the generated rows. Nothing in
 the runtime uses it: it is how the differential test (``tests/test_host.py``) proves that what
 ``transitions`` answers is what :meth:`~HostedMachine.fire` does (the same row, target, effects
 in order, and refusals, on every state, event and argument tuple of both tables).
@@ -410,7 +410,7 @@ class HostedMachine:
 
         The same answer as :meth:`step`, slower; it exists so that a test can prove that
         ``transitions``, which :meth:`get_triggers` and :meth:`may_trigger` consult, agrees with
-        the interpreter that fires. A disagreement raises :class:`FsmError`.
+        the table as :meth:`fire` runs it. A disagreement raises :class:`FsmError`.
         """
         args = self.spec.arguments(event, **kwargs)
         source = self.snapshot()
