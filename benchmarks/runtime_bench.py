@@ -10,8 +10,8 @@ Each figure is measured on one asyncio loop in this process:
 - **turn**: one agent runs ``--turns`` turns back to back against a model that answers at once
   (``followup`` then ``await when_idle()``), so the time is the driver's own: scheduling, the
   table events, the seams with no listeners, the session appends and the flush. Each request
-  carries the whole conversation as a tuple (see ``_history.py``), which costs time in its
-  length; so, in the same rounds, as many turns again run on fresh agents that each run
+  carries the whole conversation (a snapshot view, see ``_history.py``), and the durable log
+  grows; so, in the same rounds, as many turns again run on fresh agents that each run
   ``FRESH`` turns (**turn, fresh conversation**), and the difference is what a long
   conversation adds.
 - **cancel-to-idle**: ``--runs`` times, a turn blocks in a model call that cooperates with its

@@ -2,9 +2,13 @@
 answers questions about it.
 
 A :class:`HostedMachine` is the control state of one agent, built from a compiled table.
-:meth:`~HostedMachine.fire` runs the table's own interpreter in place on the agent's store
-(:meth:`Machine.select` chooses the row, :meth:`Machine.execute` moves the state and performs
-the effects as the row reaches them)::
+:meth:`~HostedMachine.fire` runs the table's rows in place on the agent's store: it chooses the
+row as :meth:`Machine.select` does, moves the state and performs the effects as the row
+reaches them, as :meth:`Machine.execute` does. It runs them as the straight-line code the
+checker generates from the same syntax trees (:func:`fsm_core.check._codegen.compile_rows`,
+built once per table on first use: every state variable and argument a row reads is read
+when the row reaches it, so a listener that re-enters is seen), because every table event
+an agent fires goes through here and the interpreter's closures cost several times more::
 
     hosted = HostedMachine(load_spec().machines["agent"])
     hosted.fire("send", wake=True, lane="next_turn")  # [enqueue(next_turn), schedule_driver()]
@@ -33,7 +37,7 @@ How a table becomes a ``transitions`` machine:
 - a handled pair where no condition passes raises :class:`NotEnabled` with the interpreter's
   message.
 
-:meth:`~HostedMachine.trigger` fires through that machine instead of the interpreter. Nothing in
+:meth:`~HostedMachine.trigger` fires through that machine instead of the generated rows. Nothing in
 the runtime uses it: it is how the differential test (``tests/test_host.py``) proves that what
 ``transitions`` answers is what :meth:`~HostedMachine.fire` does (the same row, target, effects
 in order, and refusals, on every state, event and argument tuple of both tables).
@@ -43,7 +47,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import NoReturn, final
+from typing import NoReturn, cast, final
 
 from transitions import EventData, MachineError
 from transitions import Machine as TransitionsMachine
@@ -51,28 +55,25 @@ from transitions import Machine as TransitionsMachine
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.table import Effect, Machine, State, Step
 from fsm_core.table._expr import Value
-from fsm_core.table._machine import REFUSED, CompiledRow, Refused
+from fsm_core.table._machine import CompiledRow
 
 __all__ = ["HostedMachine"]
 
 
 @final
 class _Frame:
-    """What one :meth:`HostedMachine.fire` (or ``trigger``) call saw: its context, the row that
-    ran, its effects.
+    """What one :meth:`HostedMachine.trigger` call saw: the row that ran and its effects.
 
-    ``claimed`` is True once the row has taken this frame; a nested fire pushes a frame of its
-    own, so each call collects only its own row's effects (and :attr:`HostedMachine.context`
-    answers with the innermost call's ``context``). A plain slotted class: one is built per
-    fire, and a dataclass's generated ``__init__`` costs twice as much.
+    ``claimed`` is True once the row has taken this frame; a nested trigger pushes a frame of
+    its own, so each call collects only its own row's effects. (:meth:`HostedMachine.fire`
+    needs none: its loop holds its row and effects.)
     """
 
-    __slots__ = ("claimed", "context", "effects", "row")
+    __slots__ = ("claimed", "effects", "row")
 
-    def __init__(self, context: object, claimed: bool = False, row: str | None = None) -> None:
-        self.context = context
-        self.claimed = claimed
-        self.row = row
+    def __init__(self) -> None:
+        self.claimed = False
+        self.row: str | None = None
         self.effects: list[Effect] = []
 
 
@@ -132,18 +133,40 @@ class _Refuse:
 _SHARED: weakref.WeakKeyDictionary[Machine, TransitionsMachine] = weakref.WeakKeyDictionary()
 """The one ``transitions`` machine of each compiled table, built on first use."""
 
-_Choice = CompiledRow | Refused | None
-"""What :meth:`Machine.lookup` answers: the row, a refusal, or None for an ignored event."""
+_Test = Callable[[Sequence[Value]], str | None]
+"""A generated test of one named definition: None iff it holds."""
 
-_CHOICES: weakref.WeakKeyDictionary[Machine, dict[tuple[Value, ...], _Choice]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Each compiled table's row choices so far, by ``(*state, event, *arguments)``, shared by its
-hosts. A guard reads only the state and the arguments, so the choice is a pure function of
-them: the runtime's agents, which keep revisiting a few states, evaluate each guard once."""
 
-_CHOICES_KEPT = 1 << 16
-"""How many choices a table keeps (the agent table's domain holds millions of keys)."""
+@final
+class _Code:
+    """One table's generated code, shared by its hosts: every row, every effect performed (a
+    row stops at each effect so the host performs it, then resumes it), and the named
+    definitions as they are asked for."""
+
+    __slots__ = ("rows", "spec", "tests")
+
+    def __init__(self, spec: Machine) -> None:
+        # Imported here: `import fsm_core` need not load the checker, only hosting a table.
+        from fsm_core.check._codegen import compile_rows  # noqa: PLC0415
+
+        self.spec = spec
+        self.rows = compile_rows(spec, spec.table.effects)
+        self.tests: dict[str, _Test] = {}
+
+    def test(self, definition: str) -> _Test:
+        """The generated test of ``definition``; KeyError if the table defines no such name."""
+        from fsm_core.check._codegen import compile_predicates  # noqa: PLC0415
+
+        expr = self.spec.table.defs[definition].expr
+        # The generated code reads positions only, so a host's list store will do.
+        test = cast(_Test, compile_predicates(self.spec, {definition: expr}))
+        self.tests[definition] = test
+        return test
+
+
+_CODE: weakref.WeakKeyDictionary[Machine, _Code] = weakref.WeakKeyDictionary()
+"""Each compiled table's generated code, built on first use."""
+
 
 _EFFECTS: dict[tuple[str, tuple[Value, ...]], Effect] = {}
 """One :class:`Effect` per name and arguments: effects are immutable values, and a row's
@@ -151,6 +174,15 @@ effects take few distinct arguments, so hosts hand out the same objects instead 
 one per effect performed."""
 
 _EFFECTS_KEPT = 1 << 12
+
+
+def _effect(key: tuple[str, tuple[Value, ...]]) -> Effect:
+    """A new :class:`Effect` ``name(*values)`` for ``key = (name, values)``, kept to be shared
+    (:data:`_EFFECTS`) while there is room."""
+    effect = Effect(*key)
+    if len(_EFFECTS) < _EFFECTS_KEPT:
+        _EFFECTS[key] = effect
+    return effect
 
 
 def _transitions_of(spec: Machine) -> TransitionsMachine:
@@ -231,10 +263,13 @@ class HostedMachine:
         # Invariant: len(_store) == len(spec.names); _store[0] is a state of the table.
         self._store: list[Value] = list(spec.initial)
         self._perform = perform
-        # Invariant: one frame per fire (or trigger) in progress, innermost last.
+        # Invariant: one frame per trigger in progress, innermost last.
         self._frames: list[_Frame] = []
-        self._perform_effect = self._record_and_perform  # bound once, not per fire
-        self._choices = _CHOICES.setdefault(spec, {})
+        # Invariant: one context per fire or trigger in progress, innermost last.
+        self._contexts: list[object] = []
+        code = _CODE.get(spec) or _CODE.setdefault(spec, _Code(spec))
+        self._code = code.rows
+        self._tests = code.tests
 
     @property
     def machine(self) -> TransitionsMachine:
@@ -265,11 +300,13 @@ class HostedMachine:
 
     def holds(self, definition: str) -> bool:
         """True iff the table's named definition (e.g. ``quiescent``) holds now."""
-        return self.spec.holds(definition, self._store)
+        test = self._tests.get(definition) or _CODE[self.spec].test(definition)
+        return test(self._store) is None
 
     def takes(self, event: str, **kwargs: Value) -> bool:
         """True iff a row of the table would run ``event`` now (not an ignore, not a refusal)."""
-        return isinstance(self._choose(event, self.spec.arguments(event, **kwargs)), CompiledRow)
+        args = self.spec.arguments(event, **kwargs)
+        return self._code.lookups[event](self._store, args) >= 0
 
     def unmet(self, effect: Effect) -> bool:
         """True iff ``effect``'s contract (its ``requires``) does not hold now."""
@@ -282,7 +319,7 @@ class HostedMachine:
         Read it from ``perform``: there the innermost call is the one whose row reached the
         effect (a nested fire's frame is gone once it returns).
         """
-        return self._frames[-1].context if self._frames else None
+        return self._contexts[-1] if self._contexts else None
 
     def snapshot(self) -> State:
         """The whole state as a tuple in :attr:`Machine.names` order."""
@@ -317,8 +354,9 @@ class HostedMachine:
         when no row is enabled; the state is then unchanged. An event the table ignores here
         returns ``[]``.
         """
-        frame = self._run(event, context, self.spec.arguments(event, **kwargs))
-        return [] if frame is None else frame.effects
+        effects: list[Effect] = []
+        self._run(event, context, self.spec.arguments(event, **kwargs), effects)
+        return effects
 
     def step(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """Fire ``event`` and describe the step as :meth:`Machine.fire_args` does.
@@ -329,66 +367,58 @@ class HostedMachine:
         """
         args = self.spec.arguments(event, **kwargs)
         source = tuple(self._store)
-        frame = self._run(event, context, args)
-        if frame is None:
-            return Step(event, args, None, source, source, ())
-        return Step(event, args, frame.row, source, tuple(self._store), tuple(frame.effects))
-
-    def _run(self, event: str, context: object, args: tuple[Value, ...]) -> _Frame | None:
-        """Select the row and execute it in place; its frame, or None if the table ignores
-        the event here."""
-        spec = self.spec
-        row = self._choose(event, args)
+        effects: list[Effect] = []
+        row = self._run(event, context, args, effects)
         if row is None:
-            return None
-        if row is REFUSED:
-            spec.select(self._store, event, args)  # raises the table's Rejected or NotEnabled
-            raise AssertionError(f"{spec.name}: lookup refused {event} where select did not")
-        frame = _Frame(context, True, row.row.id)
-        self._frames.append(frame)
+            return Step(event, args, None, source, source, ())
+        return Step(event, args, row, source, tuple(self._store), tuple(effects))
+
+    def _run(
+        self, event: str, context: object, args: tuple[Value, ...], effects: list[Effect]
+    ) -> str | None:
+        """Select the row and execute it in place, appending its effects to ``effects``; the
+        row's id, or None if the table ignores the event here."""
+        store = self._store
+        found = self._code.lookups[event](store, args)
+        if found < 0:  # ignored here, or refused: the interpreter tells which, and why
+            if self.spec.select(store, event, args) is None:  # raises Rejected or NotEnabled
+                return None
+            raise AssertionError(f"{self.spec.name}: the code refused {event}, select did not")
+        row = self._code.rows[found]
+        contexts = self._contexts
+        contexts.append(context)
         try:
-            spec.execute(row, self._store, args, self._perform_effect)
+            # Segment 0 moves to the target and runs up to the first effect; each effect
+            # performed, its site's segment runs the rest of the row up to the next one. A
+            # nested fire (from perform) pushes and pops its own context in between.
+            segments, sites, perform = row.segments, row.sites, self._perform
+            stop = segments[0](store, args)
+            while stop is not None:
+                site = sites[stop[0]]
+                key = (site.effect, stop[1])
+                effect = _EFFECTS.get(key) or _effect(key)
+                effects.append(effect)
+                if perform is not None:
+                    perform(effect)
+                stop = segments[site.resume](store, args)
         finally:
-            self._frames.pop()
-        return frame
-
-    def _choose(self, event: str, args: tuple[Value, ...]) -> _Choice:
-        """:meth:`Machine.lookup` on the live state, remembered per table (:data:`_CHOICES`)."""
-        key = (*self._store, event, *args)
-        try:
-            return self._choices[key]
-        except KeyError:
-            choice = self.spec.lookup(self._store, event, args)
-            if len(self._choices) < _CHOICES_KEPT:
-                self._choices[key] = choice
-            return choice
-
-    def _record_and_perform(self, name: str, values: tuple[Value, ...]) -> None:
-        """Perform one effect of the row being executed: record it in its fire's frame, the
-        innermost (a nested fire's frame is gone before the outer row's next effect), then
-        hand it to ``perform``."""
-        effect = _EFFECTS.get((name, values))
-        if effect is None:
-            effect = Effect(name, values)
-            if len(_EFFECTS) < _EFFECTS_KEPT:
-                _EFFECTS[(name, values)] = effect
-        self._frames[-1].effects.append(effect)
-        if self._perform is not None:
-            self._perform(effect)
+            contexts.pop()
+        return row.id
 
     def trigger(self, event: str, context: object = None, /, **kwargs: Value) -> Step:
         """:meth:`step` through the shared ``transitions`` machine's trigger machinery.
 
         The same answer as :meth:`step`, slower; it exists so that a test can prove that
         ``transitions``, which :meth:`get_triggers` and :meth:`may_trigger` consult, agrees with
-        the interpreter that fires. A disagreement raises :class:`FsmError`.
+        the table as :meth:`fire` runs it. A disagreement raises :class:`FsmError`.
         """
         args = self.spec.arguments(event, **kwargs)
         source = self.snapshot()
         # transitions knows an event once some state has a transition for it.
         trigger = self.machine.events.get(event)
-        frame = _Frame(context)
+        frame = _Frame()
         self._frames.append(frame)
+        self._contexts.append(context)
         handled, refused = False, trigger is None
         try:
             if trigger is not None:
@@ -399,6 +429,7 @@ class HostedMachine:
             # No transition from this state: the table lists the pair [[rejected]].
             refused = True
         finally:
+            self._contexts.pop()
             popped = self._frames.pop()
             assert popped is frame
         if not handled:

@@ -18,6 +18,7 @@ from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.host import HostedMachine
 from fsm_core.table import Effect, Machine, State, Step, load_spec
 from fsm_core.table._expr import Value
+from fsm_core.table._machine import CompiledRow
 
 SPEC = load_spec()
 
@@ -46,9 +47,10 @@ def test_both_tables_are_hosted() -> None:
 @pytest.mark.parametrize("name", sorted(SPEC.machines))
 @pytest.mark.parametrize("path", ["step", "trigger"])
 def test_hosted_machine_agrees_with_interpreter_everywhere(name: str, path: str) -> None:
-    """``step`` (the interpreter in place, what the runtime fires) and ``trigger`` (through
+    """``step`` (the generated rows in place, what the runtime fires) and ``trigger`` (through
     ``transitions``, what ``get_triggers`` and ``may_trigger`` consult) each give the pure
-    interpreter's answer, so they give each other's."""
+    interpreter's answer, so they give each other's; so do ``takes`` and ``holds``, which the
+    runtime asks too."""
     machine = SPEC.machines[name]
     hosted = HostedMachine(machine)
     fire = hosted.step if path == "step" else hosted.trigger
@@ -60,9 +62,15 @@ def test_hosted_machine_agrees_with_interpreter_everywhere(name: str, path: str)
     compared = 0
     outcomes: dict[str, int] = {}
     for state in machine.domain():
+        hosted.load(state)
+        for definition in machine.table.defs if path == "step" else ():
+            assert hosted.holds(definition) == machine.holds(definition, state), definition
         for event, args, kwargs in calls:
             expected = _interpreted(machine, state, event, args)
             hosted.load(state)
+            if path == "step":
+                row = machine.lookup(state, event, args)
+                assert hosted.takes(event, **kwargs) == isinstance(row, CompiledRow), event
             got: Outcome
             try:
                 got = ("step", fire(event, **kwargs))

@@ -146,13 +146,13 @@ class Agent:
             raise UsageError(
                 f"agent {self.id}: send() takes a UserMessage, not {type(message).__name__}"
             )
-        for field in ("id", "text"):
-            value = getattr(message, field)
-            if type(value) is not str:
-                raise UsageError(
-                    f"agent {self.id}: a message's {field} must be a str, "
-                    f"not {type(value).__name__}"
-                )
+        if type(message.id) is not str or type(message.text) is not str:
+            field, value = (
+                ("id", message.id) if type(message.id) is not str else ("text", message.text)
+            )
+            raise UsageError(
+                f"agent {self.id}: a message's {field} must be a str, not {type(value).__name__}"
+            )
         lane: object = target  # typed as a Lane, but a careless caller passes anything
         if type(lane) is not str or lane not in _LANES:
             raise UsageError(

@@ -102,6 +102,8 @@ _INTERRUPTIONS: Mapping[str, Interruption] = {"user": USER, "parent": PARENT, "d
 _DURABLE_OUTCOME = {"max_tokens": "max-tokens"}
 _ENDINGS = {"stop": "completed", "max_tokens": "max_tokens", "blocked": "blocked"}
 _FINISHES: tuple[Finish, ...] = get_args(Finish)
+_CALLS = (tuple, list)
+"""What a reply's ``tool_calls`` may be."""
 
 
 class _InvalidReply(Exception):
@@ -114,13 +116,16 @@ def _usable(reply: object) -> Reply:
         isinstance(reply, Reply)
         and isinstance(reply.text, str)
         and reply.finish in _FINISHES
-        and isinstance(reply.tool_calls, tuple | list)
-        and all(
-            isinstance(call, ToolCall)
-            and isinstance(call.id, str)
-            and isinstance(call.name, str)
-            and isinstance(call.args, Mapping)
-            for call in reply.tool_calls
+        and isinstance(reply.tool_calls, _CALLS)
+        and (
+            not reply.tool_calls
+            or all(
+                isinstance(call, ToolCall)
+                and isinstance(call.id, str)
+                and isinstance(call.name, str)
+                and isinstance(call.args, Mapping)
+                for call in reply.tool_calls
+            )
         )
     ):
         raise _InvalidReply(f"the model answered {type(reply).__name__}, not a usable Reply")
@@ -426,10 +431,14 @@ class AgentCore:
                 log.exception("agent %s: a listener raised while the driver halted", self.id)
 
     async def _await_flush(self) -> None:
+        # With no session/flush listener, the chain is the flush alone: await it directly.
+        flushing = (
+            self.events.waterfall("session/flush", Flush(self.agent, self.session), self._flush)
+            if self.events.heard("session/flush")
+            else self.session.flush()
+        )
         try:
-            await self.events.waterfall(
-                "session/flush", Flush(self.agent, self.session), self._flush
-            )
+            await flushing
         except (Exception, asyncio.CancelledError):
             # The turn's outcome is already recorded; a failed flush is reported and must
             # not strand the agent in running (when_idle() and dispose would never return).
@@ -454,7 +463,7 @@ class AgentCore:
         step = 0
         try:
             # Prompt hooks first: a block refuses the turn before any step or request.
-            blocked = await self._hook(
+            blocked = bool(self.seams.hooks.prompt) and await self._hook(
                 "prompt", signal, turn, prompt=[m.text for m in self._claimed]
             )
             while not blocked:
@@ -476,7 +485,8 @@ class AgentCore:
                 await self.events.waterfall(
                     "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
                 )
-            await self._hook("stop", signal, turn, ending=ending)
+            if self.seams.hooks.stop:
+                await self._hook("stop", signal, turn, ending=ending)
             return ending
         except Aborted as error:
             # The table reads the aborted holder and records aborted/disposed; the code counts
@@ -512,7 +522,7 @@ class AgentCore:
             return "invalid-reply"  # the only content the turn records unchecked is the reply's
         return "seam-failed"
 
-    async def _assemble(self, signal: AbortSignal) -> tuple[Mapping[str, Any], ...]:
+    async def _assemble(self, signal: AbortSignal) -> Sequence[Mapping[str, Any]]:
         """The step's prompt: the conversation so far, as the ``agent/assemble`` waterfall
         leaves it. The conversation is read from the durable session (see ``_history.py``
         for which records say what), so a replay or a resumed log asks the same."""
@@ -522,17 +532,17 @@ class AgentCore:
         assembled = await self.events.waterfall(
             "agent/assemble", AssembleContext(self.agent, signal, history), _same
         )
-        return tuple(assembled.messages)
+        # A snapshot already; what a listener built is copied, so it cannot change it later.
+        return history if assembled.messages is history else tuple(assembled.messages)
 
     async def _step(
-        self, signal: AbortSignal, turn: int, step: int, messages: tuple[Mapping[str, Any], ...]
+        self, signal: AbortSignal, turn: int, step: int, messages: Sequence[Mapping[str, Any]]
     ) -> Reply:
         """One step, bracketed by ``step/start`` and ``step/end``: the request, the assistant's
         answer and the tool calls it asked for."""
-        boundary = StepBoundary(self.agent, signal, turn, step)
         self.session.append("step/start", {"turn": turn, "step": step})
         try:
-            self.events.emit("step/start", boundary)
+            self.events.notify("step/start", StepBoundary, self.agent, signal, turn, step)
             signal.raise_if_aborted()
             request = Request(self.id, turn, step, messages, self._tool_names())
             reply = await self._request(request, signal)
@@ -556,7 +566,7 @@ class AgentCore:
             return reply
         finally:
             self.session.append("step/end", {"turn": turn, "step": step})
-            self.events.emit("step/end", boundary)
+            self.events.notify("step/end", StepBoundary, self.agent, signal, turn, step)
 
     async def _request(self, request: Request, signal: AbortSignal) -> Reply:
         attempt = 0
@@ -651,11 +661,12 @@ class AgentCore:
     def _value(self, name: str) -> Value:
         return self.control.get(name)
 
-    def _enqueue(self, lane: str) -> None:
+    def _enqueue(self, table_lane: str) -> None:
         message = self.control.context  # only send's rows enqueue: the message being sent
         assert isinstance(message, UserMessage)
-        self.inbox._insert(message, cast(Lane, lane))  # _check_literals: the table's lanes
-        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, cast(Lane, lane))
+        lane = cast(Lane, table_lane)  # _check_literals: the table's lanes
+        self.inbox._insert(message, lane)
+        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, lane)
 
     def _schedule_driver(self) -> None:
         task = asyncio.get_running_loop().create_task(

@@ -23,14 +23,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import TypeVar, TypeVarTuple
 
 __all__ = ["EventBus"]
 
 log = logging.getLogger("fsm_core.runtime")
 
 P = TypeVar("P")
-Params = ParamSpec("Params")
+Fields = TypeVarTuple("Fields")
 R = TypeVar("R")
 Listener = Callable[..., object]
 """``(payload)`` for a notification, ``async (payload, next)`` for a waterfall."""
@@ -57,13 +57,11 @@ class EventBus:
         """True iff a listener of ``name`` is registered now."""
         return bool(self._listeners.get(name))
 
-    def notify(
-        self, name: str, make: Callable[Params, object], /, *args: Params.args, **kw: Params.kwargs
-    ) -> None:
-        """``emit(name, make(*args, **kw))``, building the payload only if a listener hears it:
-        the runtime announces every moment of every turn, most of them to nobody."""
+    def notify(self, name: str, make: Callable[[*Fields], object], /, *args: *Fields) -> None:
+        """``emit(name, make(*args))``, building the payload only if a listener hears it: the
+        runtime announces every moment of every turn, most of them to nobody."""
         if self._listeners.get(name):
-            self.emit(name, make(*args, **kw))
+            self.emit(name, make(*args))
 
     def emit(self, name: str, payload: object) -> None:
         """Notify every listener of ``name`` now.

@@ -25,16 +25,26 @@ claimed messages and whatever of its steps reached the log (an answered call, a 
 Messages are read-only ``dict``s (arrays are tuples): ``json.dumps`` takes them as they are,
 and an ``agent/assemble`` listener that transforms the context builds new messages
 (``{**message, ...}``, ``dict(message)``) instead of editing the history.
+
+A read hands out the conversation as :class:`Messages`, a read-only sequence that is a
+*snapshot*: it keeps the length and the messages it had when it was read, whatever the log
+records later, so a model that keeps ``request.messages`` past its turn reads the same
+conversation it was asked with. It shares the history's list instead of copying it (a request
+costs nothing in the conversation's length): later messages are appended past its end, and
+the one message the fold ever replaces (a step's answer, when its tool calls follow it) is
+replaced in a fresh list once a snapshot covers it. ``json.dumps`` takes ``list(messages)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn, final
+import itertools
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NoReturn, SupportsIndex, final, overload
 
 from fsm_core.runtime._session import JSON, SessionEvent
 
-__all__ = ["History", "Message"]
+__all__ = ["History", "Message", "Messages"]
 
 
 @final
@@ -62,56 +72,110 @@ def _plain(value: JSON) -> Any:
     return value
 
 
+_SAYING = frozenset(("user/message", "assistant/message", "tool/call", "tool/result"))
+"""The records that say something (the module's rule); every other one is skipped."""
+
+
+@final
+class Messages(Sequence[Message]):
+    """The conversation as it was when a request was assembled: a read-only snapshot.
+
+        request.messages[-1]["text"]      # the last thing said before this request
+        json.dumps(list(request.messages))
+
+    It compares equal to a list or tuple of equal messages; slicing, ``copy`` and pickling
+    give a tuple. It never changes, though the conversation goes on (see the module).
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[Message], length: int) -> None:
+        # Invariant: items[:length] never changes (History copies before replacing in it).
+        self._items = items
+        self._length = length
+
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: SupportsIndex | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self._items[: self._length][index])
+        i = operator.index(index)
+        if i < 0:
+            i += self._length
+        if not 0 <= i < self._length:
+            raise IndexError("message index out of range")
+        return self._items[i]
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Messages | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a tuple of dicts is unhashable too
+
+    def __reduce__(self) -> tuple[type[tuple[Message, ...]], tuple[tuple[Message, ...]]]:
+        return tuple, (tuple(self),)  # copy, deepcopy and pickle give a plain tuple
+
+    def __repr__(self) -> str:
+        return f"Messages({list(self)!r})"
+
+
 @final
 class History:
     """The messages of one append-only log, folded incrementally::
 
     history = History()
-    messages = history.read(session.events)  # a tuple; later calls read only new events
+    messages = history.read(session.events)  # a snapshot; later calls read only new events
     """
 
-    __slots__ = ("_calls_into", "_messages", "_read")
+    __slots__ = ("_calls_into", "_messages", "_read", "_shared")
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
+        self._shared = 0
+        """How many of ``_messages`` a :class:`Messages` snapshot handed out may read: those
+        are never replaced in place."""
         self._read = 0
         """How many events of the log are folded in."""
         self._calls_into: tuple[JSON, JSON, int] | None = None
         """The turn, step and index of the assistant message the step's calls fold into."""
 
-    def read(self, events: Sequence[SessionEvent]) -> tuple[Message, ...]:
+    def read(self, events: Sequence[SessionEvent]) -> Messages:
         """Every message of ``events``; ``events`` is the log read before, with more appended."""
         for event in events[self._read :]:
-            self._fold(event)
+            if event.type in _SAYING:
+                self._fold(event)
         self._read = len(events)
-        return tuple(self._messages)
+        self._shared = len(self._messages)
+        return Messages(self._messages, self._shared)
 
     def _fold(self, event: SessionEvent) -> None:
         data = event.data
         if event.type == "user/message":
-            self._add({"role": "user", "id": data["id"], "text": data["text"]})
+            self._messages.append(Message(role="user", id=data["id"], text=data["text"]))
         elif event.type == "assistant/message":
-            self._add({"role": "assistant", "text": data["text"], "tool_calls": ()})
+            self._messages.append(Message(role="assistant", text=data["text"], tool_calls=()))
             self._calls_into = (data["turn"], data["step"], len(self._messages) - 1)
         elif event.type == "tool/call":
             # The step's results may come between its calls: each call joins the step's answer.
             call = Message(id=data["id"], name=data["name"], args=_plain(data["args"]))
             into = self._calls_into
             if into is None or into[:2] != (data["turn"], data["step"]):
-                self._add({"role": "assistant", "text": "", "tool_calls": ()})
+                self._messages.append(Message(role="assistant", text="", tool_calls=()))
                 into = self._calls_into = (data["turn"], data["step"], len(self._messages) - 1)
             answer = self._messages[into[2]]
             calls = (*answer["tool_calls"], call)
+            if into[2] < self._shared:  # a snapshot holds the answer without this call
+                self._messages, self._shared = list(self._messages), 0
             self._messages[into[2]] = Message({**answer, "tool_calls": calls})
         elif event.type == "tool/result":
-            self._add(
-                {
-                    "role": "tool",
-                    "id": data["id"],
-                    "ok": data["ok"],
-                    "result": _plain(data["result"]),
-                }
-            )
-
-    def _add(self, message: dict[str, Any]) -> None:
-        self._messages.append(Message(message))
+            result = _plain(data["result"])
+            self._messages.append(Message(role="tool", id=data["id"], ok=data["ok"], result=result))

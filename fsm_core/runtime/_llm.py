@@ -8,7 +8,7 @@ runtime waits either way. :mod:`fsm_core.testing` has scripted stand-ins for tes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -41,13 +41,16 @@ class Request:
     """One model request: the agent, the assembled messages and the available tools.
 
     ``messages`` is the whole conversation, folded from the durable session (the rule is in
-    ``fsm_core/runtime/_history.py``), as the ``agent/assemble`` waterfall left it.
+    ``fsm_core/runtime/_history.py``), as the ``agent/assemble`` waterfall left it: a
+    read-only sequence of read-only dicts, which is a snapshot (kept past the turn, it still
+    holds exactly what this request was asked with). It shares the conversation instead of
+    copying it, so ``json.dumps`` wants ``list(request.messages)``.
     """
 
     agent_id: str
     turn: int
     step: int
-    messages: tuple[Mapping[str, Any], ...]
+    messages: Sequence[Mapping[str, Any]]
     tools: tuple[str, ...]
 
 

@@ -167,6 +167,9 @@ def check_edits(mutants: Iterable[RuntimeMutant]) -> None:
 
 _CANCEL = f"{CORE}:AgentCore.cancel"
 _FIRE_CANCEL = '    self._fire("cancel", cause, cause=cause.kind, keep_inbox=keep_inbox)\n'
+_NOTIFY_STEP_START = (
+    '    self.events.notify("step/start", StepBoundary, self.agent, signal, turn, step)\n'
+)
 
 MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
@@ -299,18 +302,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{CORE}:AgentCore._await_flush",
-                "        await self.events.waterfall(\n"
-                '            "session/flush", Flush(self.agent, self.session), self._flush\n'
-                "        )\n",
-                "        self._track(\n"
-                "            asyncio.ensure_future(\n"
-                "                self.events.waterfall(\n"
-                '                    "session/flush",\n'
-                "                    Flush(self.agent, self.session),\n"
-                "                    self._flush,\n"
-                "                )\n"
-                "            )\n"
-                "        )\n",
+                "        await flushing\n",
+                "        self._track(asyncio.ensure_future(flushing))\n",
             ),
         ),
     ),
@@ -452,11 +445,14 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
                 f"{CORE}:AgentCore._step",
                 "    finally:\n"
                 '        self.session.append("step/end", {"turn": turn, "step": step})\n'
-                '        self.events.emit("step/end", boundary)\n',
+                '        self.events.notify("step/end", StepBoundary, self.agent, signal, turn, '
+                "step)\n",
                 "    finally:\n"
                 "        if not signal.aborted:\n"
                 '            self.session.append("step/end", {"turn": turn, "step": step})\n'
-                '            self.events.emit("step/end", boundary)\n',
+                "            self.events.notify(\n"
+                '                "step/end", StepBoundary, self.agent, signal, turn, step\n'
+                "            )\n",
             ),
         ),
     ),
@@ -485,9 +481,8 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
             ),
             Edit(
                 f"{CORE}:AgentCore._step",
-                '    self.events.emit("step/start", boundary)\n',
-                '    self.events.emit("step/start", boundary)\n'
-                "        messages = await self._assemble(signal)\n",
+                _NOTIFY_STEP_START,
+                _NOTIFY_STEP_START + "        messages = await self._assemble(signal)\n",
             ),
         ),
     ),

@@ -284,7 +284,7 @@ def test_history_messages_are_read_only_json_ready_dicts() -> None:
     result_data = {"turn": 1, "step": 1, "id": "c1", "ok": True, "result": {"z": [3]}}
     session.append("tool/result", result_data)
     messages = History().read(session.events)
-    assert json.loads(json.dumps(messages)) == [
+    assert json.loads(json.dumps(list(messages))) == [
         user("m1", "hi"),
         said("", call("c1", "t", xs=[1, {"y": 2}])),
         result("c1", {"z": [3]}),
@@ -298,6 +298,64 @@ def test_history_messages_are_read_only_json_ready_dicts() -> None:
         messages[1]["tool_calls"][0]["args"]["xs"] = ()
     assert {**message, "text": "new"} == user("m1", "new")
     assert copy.deepcopy(messages) == messages and message == user("m1", "hi")
+
+
+def test_a_read_is_a_snapshot_that_later_records_do_not_change() -> None:
+    session = Session()
+    session.append("user/message", {"id": "m1", "text": "hi"})
+    session.append("assistant/message", {"turn": 1, "step": 1, "text": "let me look"})
+    history = History()
+    before = history.read(session.events)
+    # The step's call folds into the answer `before` already holds, and more is said after.
+    session.append("tool/call", {"turn": 1, "step": 1, "id": "c1", "name": "t", "args": {}})
+    session.append("tool/result", {"turn": 1, "step": 1, "id": "c1", "ok": True, "result": 1})
+    after = history.read(session.events)
+
+    assert plain(before) == [user("m1", "hi"), said("let me look")]
+    assert plain(after) == [user("m1", "hi"), said("let me look", call("c1", "t")), result("c1", 1)]
+    first, answer = before
+    assert (len(before), before[-1], before[-2], before[1:], list(reversed(before))) == (
+        2,
+        answer,
+        first,
+        (answer,),
+        [answer, first],
+    )
+    assert before == [first, answer] and before == (first, answer) == before[:]
+    assert before != after and copy.copy(before) == before and first is after[0]
+    with pytest.raises(IndexError, match=r"^message index out of range$"):
+        before[2]
+    with pytest.raises(TypeError):
+        before[0] = user("m0", "rewritten")  # type: ignore[index]
+
+
+def test_a_model_that_keeps_its_requests_reads_each_as_it_was_asked() -> None:
+    async def scenario() -> None:
+        asks = Reply("", (ToolCall("c1", "lookup", {}),), "tool_calls")
+        model = ScriptedModel([asks, Reply("found it"), Reply("bye")])
+        rt = Runtime(model=model, tools=[ScriptedTool("lookup", ["found"])])
+        agent = (await rt.create_agent("a1")).agent
+        agent.followup(UserMessage("m1", "look"))
+        await agent.when_idle()
+        agent.followup(UserMessage("m2", "thanks"))
+        await agent.when_idle()
+
+        # Read only now, two turns later: each request still holds what it was asked with.
+        (first, _), (second, _), (third, _) = model.requests
+        assert plain(first.messages) == [user("m1", "look")]
+        assert plain(second.messages) == [
+            user("m1", "look"),
+            said("", call("c1", "lookup")),
+            result("c1", "found"),
+        ]
+        assert plain(third.messages) == [
+            *plain(second.messages),
+            said("found it"),
+            user("m2", "thanks"),
+        ]
+        await rt.aclose()
+
+    run(scenario())
 
 
 def test_history_folds_a_hand_written_log_and_reads_only_what_was_appended() -> None:
