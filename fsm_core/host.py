@@ -5,7 +5,7 @@ A :class:`HostedMachine` is the control state of one agent, built from a compile
 :meth:`~HostedMachine.fire` runs the table's rows in place on the agent's store: it chooses the
 row as :meth:`Machine.select` does, moves the state and performs the effects as the row
 reaches them, as :meth:`Machine.execute` does. It runs them as the straight-line code the
-checker generates from the same syntax trees (:func:`fsm_core.check._codegen.compile_rows`,
+checker generates from the same syntax trees (:func:`fsm_core.table._codegen.compile_rows`,
 built once per table on first use: every state variable and argument a row reads is read
 when the row reaches it, so a listener that re-enters is seen), because every table event
 an agent fires goes through here and the interpreter's closures cost several times more::
@@ -54,6 +54,7 @@ from transitions import Machine as TransitionsMachine
 
 from fsm_core._errors import FsmError, NotEnabled, Rejected, TransitionError
 from fsm_core.table import Effect, Machine, State, Step
+from fsm_core.table._codegen import compile_predicates, compile_rows
 from fsm_core.table._expr import Value
 from fsm_core.table._machine import CompiledRow
 
@@ -146,17 +147,12 @@ class _Code:
     __slots__ = ("rows", "spec", "tests")
 
     def __init__(self, spec: Machine) -> None:
-        # Imported here: `import fsm_core` need not load the checker, only hosting a table.
-        from fsm_core.check._codegen import compile_rows  # noqa: PLC0415
-
         self.spec = spec
         self.rows = compile_rows(spec, spec.table.effects)
         self.tests: dict[str, _Test] = {}
 
     def test(self, definition: str) -> _Test:
         """The generated test of ``definition``; KeyError if the table defines no such name."""
-        from fsm_core.check._codegen import compile_predicates  # noqa: PLC0415
-
         expr = self.spec.table.defs[definition].expr
         # The generated code reads positions only, so a host's list store will do.
         test = cast(_Test, compile_predicates(self.spec, {definition: expr}))

@@ -16,7 +16,8 @@ import pytest
 from fsm_core import Machine, SpecError, TransitionError, load_spec
 from fsm_core._paths import models_dir
 from fsm_core.check import load_model
-from fsm_core.check._codegen import (
+from fsm_core.table import State
+from fsm_core.table._codegen import (
     IGNORED,
     REFUSED,
     CompiledRows,
@@ -26,7 +27,6 @@ from fsm_core.check._codegen import (
     compile_stability,
     compile_successors,
 )
-from fsm_core.table import State
 from fsm_core.table._expr import BOOL, Value
 from fsm_core.table._machine import REFUSED as MACHINE_REFUSED
 from fsm_core.table._machine import Effect

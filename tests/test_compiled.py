@@ -9,7 +9,7 @@ before it. The interpreted engine is the slow reference: comparing every state o
 cost minutes.
 
 The explorer takes the compiled engine's steps folded by where they lead
-(:meth:`~fsm_core.check._compiled.CompiledEngine.grouped`); each of those searches is compared
+(``_composed._compiled.CompiledEngine.grouped``); each of those searches is compared
 with the search over the steps one by one: the same states, transitions, parents (so the same
 shortest traces), labels taken and verdict.
 """
@@ -29,10 +29,10 @@ import pytest
 
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, _system, check, load_model, load_models
-from fsm_core.check import _compiled as compiled_module
 from fsm_core.check import _explore as explore_module
-from fsm_core.check._compiled import CompiledEngine
-from fsm_core.check._compose import Composition
+from fsm_core.check._composed import _compiled as compiled_module
+from fsm_core.check._composed._compiled import CompiledEngine
+from fsm_core.check._composed._compose import Composition
 from fsm_core.check._explore import Result, System, explore
 from fsm_core.check._moves import Move
 from fsm_core.check._system import compose

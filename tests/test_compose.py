@@ -13,10 +13,10 @@ import pytest
 
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
-from fsm_core.check._compose import Layout
+from fsm_core.check._composed._compose import Layout
+from fsm_core.check._composed._tree import NOTICE_DELIVERED
 from fsm_core.check._report import format_trace
 from fsm_core.check._system import build, declared
-from fsm_core.check._tree import NOTICE_DELIVERED
 from tests.helpers import edit, write_model
 
 # --- layout ---------------------------------------------------------------------------------------

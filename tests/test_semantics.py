@@ -16,7 +16,7 @@ import pytest
 
 from fsm_core import PARENT, Effect
 from fsm_core.check import load_model
-from fsm_core.check._agent import AgentWiring
+from fsm_core.check._composed._agent import AgentWiring
 from fsm_core.runtime import CancelRequested, Reply, Runtime, UserMessage
 from fsm_core.table import Machine, load_spec
 from fsm_core.table._expr import (

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from fsm_core.check import DEADLOCK, Report, check, load_model
-from fsm_core.check._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
+from fsm_core.check._composed._agent import NO_PARKED_WAKE, PRERUN_OPENS_NO_TURN
 from fsm_core.check._report import format_trace, to_itf
 from fsm_core.check._system import build
 from fsm_core.table import Effect, Machine, State

@@ -19,10 +19,10 @@ import pytest
 
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
-from fsm_core.check._codegen import compile_successors
 from fsm_core.check._system import build
 from fsm_core.check._vector import VectorSearch
 from fsm_core.table import Machine
+from fsm_core.table._codegen import compile_successors
 from fsm_core.table._limits import DEFAULT_LIMITS
 from fsm_core.table._load import _File, _parse, load_clauses, read_toml
 from fsm_core.tools._mutants import MUTANTS, Mutant

@@ -18,6 +18,19 @@ reports the rows no step ever took: a dead row is a finding about the table or t
 Two backends explore, with the same results: ``check(model, backend="vector")`` takes a whole
 level of a table model at once with NumPy (:mod:`fsm_core.check._vector`); ``"python"`` one
 state at a time, as every agent and tree model; ``"auto"``, the default, the first that fits.
+
+Where things are:
+
+- the core: :mod:`._explore` is the search (breadth-first, parents for shortest traces, the
+  liveness pass); :mod:`._property` the properties; :mod:`._moves` the labels a trace is made
+  of; :mod:`._check` runs a model and picks the backend; :mod:`._modelfile` and :mod:`._config`
+  read ``models/*.toml``; :mod:`._report` renders a report;
+- :mod:`._system` wires a model to what explores it: a table model's generated successor
+  function (:mod:`fsm_core.table._codegen`, shared with the runtime's host), or a composition;
+- :mod:`._composed`: the agent and activation-tree compositions, interpreted and compiled;
+- :mod:`._vector`: the NumPy backend for table models.
+
+The tools built on the checker (bench, mutants, vectors, stories) are in :mod:`fsm_core.tools`.
 """
 
 from fsm_core.check._check import Backend, Report, check

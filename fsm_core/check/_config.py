@@ -1,7 +1,7 @@
 """A loaded model: the bounded configuration a composition is built from and checked against.
 
 :mod:`fsm_core.check._modelfile` reads these from ``models/*.toml``; the compositions
-(:mod:`~fsm_core.check._agent`, :mod:`~fsm_core.check._tree`) read them, so this module
+(:mod:`~._composed._agent`, :mod:`~._composed._tree`) read them, so this module
 imports neither and the two can import each other's declarations without a circle.
 """
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm_core._errors import SpecError, echo, known
-from fsm_core.check import _agent, _tree
+from fsm_core.check._composed import _agent, _tree
 from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Property

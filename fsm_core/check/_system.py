@@ -2,7 +2,7 @@
 plus names for its states.
 
 Every kind is a composition: ``table`` is :class:`TableComposition`, ``agent`` and
-``activation-tree`` are the :class:`~fsm_core.check._compose.Engine` of their wiring.
+``activation-tree`` are the :class:`~fsm_core.check._composed._compose.Engine` of their wiring.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from fsm_core.check._agent import agent_engine
-from fsm_core.check._codegen import compile_predicates, compile_successors
-from fsm_core.check._compiled import CompiledEngine
-from fsm_core.check._compose import Composition, Layout
+from fsm_core.check._composed._agent import agent_engine
+from fsm_core.check._composed._compiled import CompiledEngine
+from fsm_core.check._composed._compose import Composition, Layout
+from fsm_core.check._composed._tree import tree_engine
 from fsm_core.check._config import Model
 from fsm_core.check._explore import System
 from fsm_core.check._moves import Move
 from fsm_core.check._property import Property, explorer_properties, table_properties
-from fsm_core.check._tree import tree_engine
+from fsm_core.table._codegen import compile_predicates, compile_successors
 from fsm_core.table._machine import Machine
 
 

@@ -697,7 +697,7 @@ def _mentions(e: Expr, name: str) -> bool:
 
 def _compile_groups(machine: Machine, layout: _Layout) -> tuple[tuple[_Group, ...], int]:
     """The groups of every table state, and how many labels there are, numbered as
-    :func:`fsm_core.check._codegen.compile_successors` numbers them."""
+    :func:`fsm_core.table._codegen.compile_successors` numbers them."""
     t = machine.table
     defs = {name: d.expr for name, d in t.defs.items()}
     compiler = _Compiler(layout, t)

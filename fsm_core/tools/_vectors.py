@@ -60,7 +60,7 @@ from typing import Any, Final
 from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, echo
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, load_model
-from fsm_core.check._compose import Composition, Engine
+from fsm_core.check._composed._compose import Composition, Engine
 from fsm_core.check._moves import Move
 from fsm_core.check._system import compose
 from fsm_core.export import spec_to_json

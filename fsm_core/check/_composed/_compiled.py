@@ -1,10 +1,10 @@
-"""The compiled composition: :class:`~fsm_core.check._compose.Engine`'s steps, made fast.
+"""The compiled composition: :class:`~._compose.Engine`'s steps, made fast.
 
-:class:`CompiledEngine` takes the same :class:`~fsm_core.check._compose.Wiring` and returns the
+:class:`CompiledEngine` takes the same :class:`~._compose.Wiring` and returns the
 same steps, in the same order, with the same moves and the same properties;
 ``tests/test_compiled.py`` holds the two equal. What makes it fast:
 
-- **Rows as code.** :func:`~fsm_core.check._codegen.compile_rows` turns each row into straight
+- **Rows as code.** :func:`~fsm_core.table._codegen.compile_rows` turns each row into straight
   Python over an instance's variables, cut at the effects the engine performs (notifications,
   effects the wiring reacts to): a segment runs up to such an effect and hands it over with its
   arguments, the engine performs it (the checks, the reactions inside it), then runs the
@@ -41,7 +41,10 @@ from math import prod
 from operator import add, sub
 from typing import Any
 
-from fsm_core.check._codegen import (
+from fsm_core.check._composed._compose import Args, Engine, Wiring
+from fsm_core.check._moves import Move
+from fsm_core.check._property import requires_name
+from fsm_core.table._codegen import (
     IGNORED,
     REFUSED,
     RowCode,
@@ -49,9 +52,6 @@ from fsm_core.check._codegen import (
     compile_rows,
     compile_stability,
 )
-from fsm_core.check._compose import Args, Engine, Wiring
-from fsm_core.check._moves import Move
-from fsm_core.check._property import requires_name
 from fsm_core.table._expr import Value, show
 
 Notice = tuple[str, Args]
@@ -223,7 +223,7 @@ _Branch = tuple["_Path", list[_Option]]
 
 
 class CompiledEngine(Engine):
-    """A :class:`~fsm_core.check._compose.Engine` whose steps run as generated code."""
+    """A :class:`~fsm_core.check._composed._compose.Engine` whose steps run as generated code."""
 
     def __init__(self, name: str, wiring: Wiring) -> None:
         super().__init__(name, wiring)

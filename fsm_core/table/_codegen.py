@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import TypeAlias, cast
 
 from fsm_core._errors import SpecError, echo
-from fsm_core.table import Machine, State
 from fsm_core.table._expr import (
     Assign,
     BinOp,
@@ -52,6 +51,7 @@ from fsm_core.table._expr import (
     Value,
     Var,
 )
+from fsm_core.table._machine import Machine, State
 from fsm_core.table._table import NAME, Row, Table
 
 Label: TypeAlias = tuple[str, str, tuple[Value, ...]]

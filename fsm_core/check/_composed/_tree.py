@@ -38,12 +38,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from fsm_core.check._codegen import compile_predicates
-from fsm_core.check._compiled import CompiledEngine
-from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
+from fsm_core.check._composed._compiled import CompiledEngine
+from fsm_core.check._composed._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Notice, Property, at_node
+from fsm_core.table._codegen import compile_predicates
 
 PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
 NOTICE_DELIVERED = "settlement_notice_delivered"
@@ -110,7 +110,7 @@ def tree_size(depth: int, width: int, limit: int) -> int:
 
 
 class TreeWiring:
-    """The activation-tree protocol as a :class:`~fsm_core.check._compose.Wiring`.
+    """The activation-tree protocol as a :class:`~fsm_core.check._composed._compose.Wiring`.
 
     The state is one slot per node (its activation's state, None until admitted), then
     ``budget.EVENT`` for each budgeted event and ``budget.failures``, then the ghosts

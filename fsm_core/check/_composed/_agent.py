@@ -37,12 +37,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from fsm_core.check._codegen import compile_predicates
-from fsm_core.check._compiled import CompiledEngine
-from fsm_core.check._compose import BROKEN, Args, Engine, Layout, Reaction
+from fsm_core.check._composed._compiled import CompiledEngine
+from fsm_core.check._composed._compose import BROKEN, Args, Engine, Layout, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Notice, Property
+from fsm_core.table._codegen import compile_predicates
 
 NO_PARKED_WAKE = "no_parked_wake"
 """The property name of decision 9's guarantee."""
@@ -76,7 +76,7 @@ _Predicates = Callable[[Sequence[Any]], str | None]
 
 
 class AgentWiring:
-    """The agent protocol as a :class:`~fsm_core.check._compose.Wiring`.
+    """The agent protocol as a :class:`~fsm_core.check._composed._compose.Wiring`.
 
     The state is the agent's variables, then ``budget.EVENT`` for each budgeted event (what
     the user may still call), then the ghosts ``ghost.owed``, ``ghost.prerun`` and
