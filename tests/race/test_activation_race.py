@@ -16,8 +16,8 @@ from tests.race.activation import ActivationRaceMachine
 STEPS = 30
 """Rules per generated program: enough for a three-level tree, its races and a drain."""
 
-EXAMPLES = 40
-"""Programs per run under ``ci``; the other profiles keep their own count."""
+EXAMPLES = 100
+"""Programs per run under ``ci`` (about 3 s); the other profiles keep their own count."""
 
 TestActivationRaces = ActivationRaceMachine.TestCase
 TestActivationRaces.settings = settings(
