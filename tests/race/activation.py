@@ -11,7 +11,10 @@ boundary). Every child model request waits at a cooperating gate until a rule an
 cancel aborts it; the host answers at once. Seed 000's subagent clauses run too: a rule asks a
 parent (the host, an activation, or a spawned child) to spawn or fork a child from its
 ``delegate`` tool, then rules cancel that parent's turn or the child itself, dispose the
-parent activation during the spawn, or drain while it runs.
+parent activation during the spawn, or drain while it runs. Each program begins with a
+tree (:meth:`ActivationRaceMachine.grow`); other rules race four teardown callers on one
+activation, queue a message without waking, and land a message at an agent's idle before its
+watcher runs.
 
 After each rule the invariants check that:
 
@@ -34,6 +37,9 @@ After each rule the invariants check that:
   ends aborted, the tool raises Aborted and its result says aborted); a spawn after ``drain()``
   is refused ``DRAINING`` and creates no agent; the child is disposed and unregistered once the
   call returned;
+- a drain's error names every failing activation it tore down; every dispose of one activation
+  ends the same way; a natural end happens in maintenance with nothing queued, and an idle
+  activation with no child and nothing queued has ended;
 - nothing leaks: no registry entry, slot, owner or watcher outlives its activation, and once
   the runtime is closed every task (every spawn call included) has ended.
 """
@@ -44,14 +50,20 @@ import asyncio
 import contextlib
 import re
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
-from fsm_core import UsageError
+from fsm_core import Rejected, UsageError
 from fsm_core.runtime import (
     PARENT,
     USER,
@@ -101,6 +113,11 @@ class Tracked:
     """The parent activation's stage when this one settled."""
     children: list[Tracked] = field(default_factory=list)
     pending_at_cancel: tuple[str, ...] = ()
+    cleared: bool = False
+    """A user's cancel discarded its queued work: a watcher waiting for that work waits on
+    (nothing pokes it), so it need not end by itself (reported, not asserted)."""
+    phase_at_cancel: str = ""
+    """Its agent's phase when its teardown cancelled it (``idle``: nothing may wake it)."""
     """The messages queued when its teardown cancelled its agent (they must be captured)."""
 
     @property
@@ -221,6 +238,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.tracked: list[Tracked] = []
         self.sessions: dict[str, HeldSession] = {}
         self.outcomes: list[tuple[Tracked | None, BaseException | None]] = []
+        self.hidden: list[str] = []
+        """Failing activations a drain tore down whose failure its error did not name."""
         """Each finished teardown call: the activation disposed (None for a drain), its error."""
         self.tasks: set[asyncio.Task[None]] = set()
         self.notices: Counter[str] = Counter()
@@ -228,6 +247,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.counter = 0
         self.bridge = LoopBridge(self._settled, self._describe, max_iterations=2_000)
         self.spawns: dict[str, Spawn] = {}
+        self.dispose_results: dict[Tracked, BaseException | None] = {}
+        """The outcome of the first dispose of each activation: every later one is the same."""
         self.drained = False
         """Whether a drain() rule ran: every later admission must be refused."""
         self.created: dict[str, Agent] = {}
@@ -241,6 +262,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.rt.events.on("subagent/settled", self._on_settled)
         self.rt.events.on("inbox/inserted", self._on_inserted)
         self.rt.events.on("turn/start", self._on_turn)
+        self.rt.events.on("agent/status", self._on_status)
+        self.armed: dict[Agent, bool] = {}
+        """Agents whose next idle gets a message before their watcher runs (True: quiet)."""
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -259,6 +283,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                     inbox = node.agent.inbox
                     queued = (*inbox.next_step, *inbox.next_turn)
                     tracked.pending_at_cancel = tuple(m.id for m in queued)
+                    tracked.phase_at_cancel = node.agent.phase
                 assert perform is not None
                 perform(effect)
 
@@ -305,9 +330,23 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 ancestor = ancestor.parent
         if node.owned:
             self.problems.append(f"{node.id} settled owning {list(node.owned)}")
+        natural = any(
+            f.event == "dispose"
+            and f.kwargs.get("final_state_flushed") is True
+            and any(e.name == "close_inbox" for e in f.effects)
+            for root in tracked.recorder.roots
+            for f in root.walk()
+        )
+        if natural and (tracked.pending_at_cancel or tracked.phase_at_cancel != "maintenance"):
+            # The natural end: the watcher's verdict was ready, in maintenance (only an idle
+            # agent grants it), with nothing queued.
+            self.problems.append(
+                f"{node.id} ended naturally in phase {tracked.phase_at_cancel} "
+                f"with {list(tracked.pending_at_cancel)} queued"
+            )
         captured = node.terminal.pending if node.terminal is not None else ()
         lost = set(tracked.pending_at_cancel) - set(captured)
-        if lost:
+        if lost and tracked.phase_at_cancel == "idle":
             self.problems.append(f"{node.id}'s teardown lost its queued {sorted(lost)}")
         # A parent that is itself tearing down still gets the notice (without a wake-up);
         # only a disposed one has nobody left to tell.
@@ -321,7 +360,12 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
     def _on_turn(self, event: Any) -> None:
         node = self.registry._resident.get(event.agent.id)
-        if node is not None and node.agent is event.agent and node.stage != "active":
+        if node is None or node.agent is not event.agent or node.stage == "active":
+            return
+        # An agent the teardown found idle has nothing to wake it: no notice of a child, no
+        # kept message. (One it found mid-turn keeps its wake-up with the kept inbox, and may
+        # take its queued work as one more turn: reported, not asserted here.)
+        if self._tracked_of(node).phase_at_cancel == "idle":
             self.problems.append(f"{node.id} started a turn while torn down ({node.stage})")
 
     def _on_inserted(self, event: MessageInserted) -> None:
@@ -346,9 +390,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
         self._run(start)
 
-    def _teardown_call(self, tracked: Tracked | None, make: Callable[[], Any]) -> None:
-        """Start a teardown entry inside the rule (it begins in the call), await it in a task."""
+    def _teardown_call(
+        self, tracked: Tracked | None, make: Callable[[], Any], covered: Sequence[Tracked] = ()
+    ) -> None:
+        """Start a teardown entry inside the rule (it begins in the call), await it in a task.
+        ``covered``: for a drain, the activations it tears down (their failures it raises)."""
+        self._run(self._teardown_begin(tracked, make, covered))
 
+    def _teardown_begin(
+        self, tracked: Tracked | None, make: Callable[[], Any], covered: Sequence[Tracked] = ()
+    ) -> Callable[[], None]:
         def begin() -> None:
             try:
                 pending = make()
@@ -361,16 +412,20 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                     await pending
                 except ActivationTeardownFailed as error:
                     self.outcomes.append((tracked, error))
+                    named = {f.activation for f in error.failures}
                 except Exception as error:
                     self.problems.append(f"a teardown call raised {error!r}")
+                    return
                 else:
                     self.outcomes.append((tracked, None))
+                    named = set()
+                self.hidden += [t.id for t in covered if t.own_failed and t.id not in named]
 
             task = self.bridge.loop.create_task(wait(), name="teardown call")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-        self._run(begin)
+        return begin
 
     def _live(self) -> list[Tracked]:
         return [t for t in self.tracked if t.node.stage == "active"]
@@ -395,10 +450,58 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
     # --- rules ----------------------------------------------------------------------------
 
-    @rule(pick=picks, under_host=st.booleans())
-    def start(self, pick: int, under_host: bool) -> None:
+    @initialize(
+        depth=st.integers(min_value=0, max_value=3),
+        failing=st.sampled_from(("none", "sibling", "deepest", "root")),
+        idle_root=st.booleans(),
+        at_idle=st.sampled_from(("nothing", "followup", "queued")),
+        queued=st.booleans(),
+    )
+    def grow(self, depth: int, failing: str, idle_root: bool, at_idle: str, queued: bool) -> None:
+        """Begin with a tree below the host: a chain of ``depth`` generations and, from two
+        on, a sibling of the second; one activation's session failing its flushes (the
+        sibling's teardown then fails while its elder's still waits for its own child); the
+        root done with its own work (idle, waiting for its children), with ``at_idle`` a
+        message landing before its watcher runs (as :meth:`interrupt_idle`), and a message
+        queued for it without waking it. So most programs tear down trees, not lone roots."""
+        grown: list[Tracked] = []
+        agent = self.host
+        for _ in range(depth):
+            self._start(agent)
+            grown.append(self._latest[f"a{self.counter}"])
+            agent = grown[-1].node.agent
+        sibling = None
+        if depth >= 2:
+            self._start(grown[0].node.agent)
+            sibling = self._latest[f"a{self.counter}"]
+        chosen = {"sibling": sibling, "deepest": grown[-1] if grown else None}.get(
+            failing, grown[0] if grown and failing == "root" else None
+        )
+        if chosen is not None:
+            self.sessions[chosen.id].fail()
+        if grown and idle_root:
+            if at_idle != "nothing":
+                self.armed[grown[0].node.agent] = at_idle == "queued"
+            self._answer(grown[0].id)
+            if queued:
+                message = UserMessage(f"q{self.counter}", "later")
+                agent = grown[0].node.agent
+
+                def send() -> None:
+                    with contextlib.suppress(Rejected):  # a root without children has ended
+                        agent.send(message, "next_turn", wakeup=False)
+
+                self._run(send)
+
+    @rule(pick=picks, under_host=st.booleans(), siblings=st.integers(min_value=1, max_value=2))
+    def start(self, pick: int, under_host: bool, siblings: int) -> None:
+        """Start one child, or two siblings at once, under the host or a live activation."""
         parent = self._pick(pick)
         agent = self.host if under_host or parent is None else parent.node.agent
+        for _ in range(siblings):
+            self._start(agent)
+
+    def _start(self, agent: Agent) -> None:
         self.counter += 1
         child_id = f"a{self.counter}"
         session = HeldSession()
@@ -456,12 +559,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             # Deliver, then answer the parent's held request, so its next turn spawns now.
             target = live[pick % len(live)].id
             self._deliver(target, message)
-            for gate in [g for g in self.held if g.name == f"model {target}"]:
-                self._run(gate.open)
+            self._answer(target)
         elif running:
             self._run(lambda: running[pick % len(running)].followup(message))
         else:
             self._run(lambda: self.host.followup(message))
+
+    def _answer(self, activation: str) -> None:
+        """Answer the held model request of ``activation``'s agent, if it has one."""
+        for gate in [g for g in self.held if g.name == f"model {activation}"]:
+            self._run(gate.open)
 
     def _running_spawns(self) -> list[Agent]:
         """The spawned children not yet disposed, whose spawn call has not returned."""
@@ -499,6 +606,51 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         chosen = tracked[pick % len(tracked)]
         self._teardown_call(chosen, lambda: self.registry.dispose(chosen.node.public))
 
+    @precondition(lambda self: bool(self._live()))
+    @rule(pick=picks)
+    def send_quietly(self, pick: int) -> None:
+        """Queue a message for a live activation's next turn without waking it: its watcher
+        must wait for it, not end the activation."""
+        tracked = self._pick(pick)
+        assert tracked is not None
+        self.counter += 1
+        message = UserMessage(f"m{self.counter}", "later")
+        agent = tracked.node.agent
+
+        def send() -> None:
+            with contextlib.suppress(Rejected):
+                agent.send(message, "next_turn", wakeup=False)
+
+        self._run(send)
+
+    @precondition(lambda self: bool(self._live()))
+    @rule(pick=picks, quiet=st.booleans())
+    def interrupt_idle(self, pick: int, quiet: bool) -> None:
+        """Answer a live activation's request; when its agent next publishes idle, a message
+        lands before its watcher runs: a followup (the watcher finds it busy again) or, if
+        ``quiet``, one queued without waking it (the watcher finds pending work)."""
+        tracked = self._pick(pick)
+        assert tracked is not None
+        self.armed[tracked.node.agent] = quiet
+        self._answer(tracked.id)
+
+    def _on_status(self, event: Any) -> None:
+        agent = event.agent
+        if event.status == "idle" and agent in self.armed:
+            quiet = self.armed.pop(agent)
+            self.counter += 1
+            message = UserMessage(f"m{self.counter}", "again")
+            node = self.registry._resident.get(agent.id)
+
+            def deliver() -> None:
+                # The agent's own send, which (unlike the registry's followup) nothing refuses
+                # once the activation is torn down: only while it is active.
+                if node is not None and node.agent is agent and node.stage == "active":
+                    with contextlib.suppress(Rejected):
+                        agent.send(message, "next_turn", wakeup=not quiet)
+
+            self.bridge.loop.call_soon(deliver)
+
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
     def cancel(self, pick: int) -> None:
@@ -512,24 +664,64 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         for tracked in self.tracked:
             if tracked.node.agent is agent:
                 tracked.pending_at_cancel = ()
+                if agent.inbox.pending:
+                    tracked.cleared = True
         self._run(agent.cancel)
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
     def dispose(self, pick: int) -> None:
-        tracked = self._any(pick)
+        """Dispose an activation not yet settled (any, once all settled)."""
+        open_ = [t for t in self.tracked if t.node.stage != "settled"] or self.tracked
+        tracked = open_[pick % len(open_)]
         self._teardown_call(tracked, lambda: self.registry.dispose(tracked.node.public))
 
+    @precondition(lambda self: bool(self._live()))
+    @rule(pick=picks)
+    def race_teardowns(self, pick: int) -> None:
+        """Four callers tear one activation down in the same loop step: dispose twice, its
+        parent's drain_children and drain_descendants. One teardown runs; all four await it."""
+        tracked = self._pick(pick)
+        assert tracked is not None
+        node, registry = tracked.node, self.registry
+        parent = node.parent_agent
+        begins = [
+            self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
+            self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
+            self._teardown_begin(None, lambda: registry.drain_children(parent, [node.id])),
+            self._teardown_begin(None, lambda: registry.drain_descendants([parent])),
+        ]
+
+        def race() -> None:
+            for begin in begins:
+                with contextlib.suppress(SubagentError):  # a parent already gone: UNAUTHORIZED
+                    begin()
+
+        self._run(race)
+
+    @precondition(lambda self: bool(self._live()))
     @rule()
     def drain(self) -> None:
+        """Drain the registry (only once something is live: it ends admission for good)."""
         self.drained = True
-        self._teardown_call(None, self.registry.drain)
+        covered = [t for t in self.tracked if t.node.stage != "settled"]
+        self._teardown_call(None, self.registry.drain, covered)
 
     @rule(pick=picks, host=st.booleans())
     def drain_descendants(self, pick: int, host: bool) -> None:
         parent = self._pick(pick)
         agent = self.host if host or parent is None else parent.node.agent
-        self._teardown_call(None, lambda: self.registry.drain_descendants([agent]))
+        covered = [t for t in self.tracked if t.node.stage != "settled" and self._below(t, agent)]
+        self._teardown_call(None, lambda: self.registry.drain_descendants([agent]), covered)
+
+    def _below(self, tracked: Tracked, agent: Agent) -> bool:
+        """Whether ``agent`` is an ancestor of ``tracked``'s activation."""
+        node: _Node | None = tracked.node
+        while node is not None:
+            if node.parent_agent is agent:
+                return True
+            node = node.parent
+        return False
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks, other=picks, wrong_parent=st.booleans())
@@ -646,7 +838,11 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 if c.settled and c.parent_stage_then != "active"
             )
             assert tracked.node.failed == expected, (tracked.id, tracked.node.failed, expected)
+        assert not self.hidden, f"a drain's error did not name the failing {self.hidden}"
         for disposed, error in self.outcomes:
+            if disposed is not None and not isinstance(error, SubagentError):
+                first = self.dispose_results.setdefault(disposed, error)
+                assert first is error, f"two disposes of {disposed.id}: {first!r} and {error!r}"
             if error is None:
                 if disposed is not None:
                     assert not disposed.node.failed, disposed.id
@@ -665,6 +861,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                     expected_ids,
                 )
         self.outcomes.clear()
+
+    @invariant()
+    def a_finished_activation_ends(self) -> None:
+        """An active activation whose agent is idle, owns no child and has nothing queued has
+        ended its work: its watcher's verdict was ready, so it is torn down by now."""
+        for tracked in self._live():
+            agent = tracked.node.agent
+            done = agent.phase == "idle" and not tracked.node.owned and not agent.inbox.pending
+            if done and not tracked.cleared:
+                raise AssertionError(f"{tracked.id} finished its work but did not end")
 
     @invariant()
     def nothing_leaks(self) -> None:
@@ -776,6 +982,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.each_activation_is_torn_down_once_child_first()
         self.failures_are_aggregated()
         self.nothing_leaks()
+        self.a_finished_activation_ends()
         self.spawns_answer_to_their_parent()
 
     def __repr__(self) -> str:
