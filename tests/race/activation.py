@@ -8,7 +8,13 @@ children and grandchildren, deliver follow-ups, cancel any agent, dispose any ac
 the three drains, answer a held model request (so a child finishes its work and settles on its
 own), hold a session's flushes at a gate, and make a session's flushes fail (a failing teardown
 boundary). Every child model request waits at a cooperating gate until a rule answers it or a
-cancel aborts it; the host answers at once.
+cancel aborts it; the host answers at once. Seed 000's subagent clauses run too: a rule asks a
+parent (the host, an activation, or a spawned child) to spawn or fork a child from its
+``delegate`` tool, then rules cancel that parent's turn or the child itself, dispose the
+parent activation during the spawn, or drain while it runs. Each program begins with a
+tree (:meth:`ActivationRaceMachine.grow`); other rules race four teardown callers on one
+activation, queue a message without waking, and land a message at an agent's idle before its
+watcher runs.
 
 After each rule the invariants check that:
 
@@ -22,8 +28,20 @@ After each rule the invariants check that:
 - a settled activation's ``failed`` is its own failing boundary or a failing child's, and a
   teardown's :class:`~fsm_core.runtime.ActivationTeardownFailed` names exactly the failing
   activations of the subtree it tore down, in the documented text;
+- a teardown cancels with ``keep_inbox``: what was queued when it cancelled the agent is in its
+  capture; no turn starts while it is torn down; the settlement notice comes only after the
+  activation left the registry; every later admission after ``drain()`` is refused;
+  ``drain_children`` never drains another parent's child;
+- each spawn and fork: the tool runs as its parent before and after the call, the child's
+  requests run as the child; a parent's aborted turn aborts the child with ``parent`` (its turn
+  ends aborted, the tool raises Aborted and its result says aborted); a spawn after ``drain()``
+  is refused ``DRAINING`` and creates no agent; the child is disposed and unregistered once the
+  call returned;
+- a drain's error names every failing activation it tore down; every dispose of one activation
+  ends the same way; a natural end happens in maintenance with nothing queued, and an idle
+  activation with no child and nothing queued has ended;
 - nothing leaks: no registry entry, slot, owner or watcher outlives its activation, and once
-  the runtime is closed every task has ended.
+  the runtime is closed every task (every spawn call included) has ended.
 """
 
 from __future__ import annotations
@@ -32,15 +50,24 @@ import asyncio
 import contextlib
 import re
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
-from fsm_core import UsageError
+from fsm_core import Rejected, UsageError
 from fsm_core.runtime import (
+    PARENT,
+    USER,
+    Aborted,
     AbortSignal,
     ActivationSettled,
     ActivationTeardownFailed,
@@ -49,14 +76,18 @@ from fsm_core.runtime import (
     Reply,
     Request,
     Runtime,
+    Session,
     SubagentError,
+    SubagentSpec,
+    ToolCall,
     UserMessage,
+    initiating_agent,
 )
 from fsm_core.runtime._subagents import Subagents, _Node
 from fsm_core.testing import Gate
 from tests.race.bridge import LoopBridge
 from tests.race.lockstep import Oracle, Recorder
-from tests.runtime.subagent_support import HeldSession
+from tests.runtime.subagent_support import HeldSession, turn_outcomes
 
 __all__ = ["ActivationRaceMachine"]
 
@@ -81,6 +112,13 @@ class Tracked:
     parent_stage_then: str = ""
     """The parent activation's stage when this one settled."""
     children: list[Tracked] = field(default_factory=list)
+    pending_at_cancel: tuple[str, ...] = ()
+    cleared: bool = False
+    """A user's cancel discarded its queued work: a watcher waiting for that work waits on
+    (nothing pokes it), so it need not end by itself (reported, not asserted)."""
+    phase_at_cancel: str = ""
+    """Its agent's phase when its teardown cancelled it (``idle``: nothing may wake it)."""
+    """The messages queued when its teardown cancelled its agent (they must be captured)."""
 
     @property
     def id(self) -> str:
@@ -95,13 +133,89 @@ class Tracked:
         return out
 
 
+@dataclass(eq=False)
+class Spawn:
+    """One ``spawn`` or ``fork`` a parent's tool ran, and what the machine saw of it."""
+
+    id: str
+    fork: bool
+    parent_id: str
+    """The agent whose model asked for the tool call: the child's parent."""
+    signal: AbortSignal
+    """The parent turn's signal the tool was given."""
+    draining: bool
+    """Whether the registry was draining when the tool called spawn (it must refuse)."""
+    before: Agent | None
+    """The initiating agent in the tool before the call; ``after`` once it returned."""
+    after: Agent | None = None
+    requests: list[tuple[AbortSignal, str | None]] = field(default_factory=list)
+    """Each model request of the child: its signal and the initiating agent's id."""
+    cancelled_directly: bool = False
+    """A rule cancelled the child itself (reason user), not through its parent."""
+    done: bool = False
+    aborted_then: bool = False
+    """Whether the parent's signal was aborted when the spawn call returned."""
+    error: BaseException | None = None
+    text: str | None = None
+
+
+def _instruction(request: Request) -> tuple[str, str] | None:
+    """``("spawn" | "fork", child id)`` if the request's last message asks for one."""
+    last = request.messages[-1] if request.messages else None
+    if last is None or last.get("role") != "user":
+        return None
+    verb, _, child = str(last.get("text")).partition(" ")
+    return (verb, child) if verb in ("spawn", "fork") and child else None
+
+
+class _Delegate:
+    """The tool a parent's model calls: spawn (or fork) the child it names, noting the
+    initiating agent before and after, and how the call ended."""
+
+    name = "delegate"
+
+    def __init__(self, machine: ActivationRaceMachine) -> None:
+        self.machine = machine
+
+    async def execute(self, args: Any, signal: AbortSignal) -> Any:
+        machine = self.machine
+        registry = machine.registry
+        before = initiating_agent()
+        spawn = Spawn(args["id"], args["fork"], args["parent"], signal, machine.drained, before)
+        machine.spawns[spawn.id] = spawn
+        run = registry.fork if spawn.fork else registry.spawn
+        try:
+            result = await run(signal, SubagentSpec(spawn.id, "work"))
+        except BaseException as error:
+            spawn.error = error
+            raise
+        finally:
+            spawn.after = initiating_agent()
+            spawn.aborted_then = signal.aborted
+            spawn.done = True
+        spawn.text = result.text
+        return result.text
+
+
 class _Model:
-    """Every child request waits at a fresh cooperating gate; the host answers at once."""
+    """Every child request waits at a fresh cooperating gate; the host answers at once. A
+    request whose last message is ``spawn ID`` or ``fork ID`` calls the delegate tool."""
 
     def __init__(self, machine: ActivationRaceMachine) -> None:
         self.machine = machine
 
     async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+        asked = _instruction(request)
+        if asked is not None:
+            verb, child = asked
+            args = {"id": child, "fork": verb == "fork", "parent": request.agent_id}
+            return Reply(
+                tool_calls=(ToolCall(f"call {child}", "delegate", args),), finish="tool_calls"
+            )
+        spawn = self.machine.spawns.get(request.agent_id)
+        if spawn is not None:
+            who = initiating_agent()
+            spawn.requests.append((signal, who and who.id))
         if request.agent_id == "host":
             return Reply("host: ok")
         gate = Gate(f"model {request.agent_id}")
@@ -124,13 +238,22 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.tracked: list[Tracked] = []
         self.sessions: dict[str, HeldSession] = {}
         self.outcomes: list[tuple[Tracked | None, BaseException | None]] = []
+        self.hidden: list[str] = []
+        """Failing activations a drain tore down whose failure its error did not name."""
         """Each finished teardown call: the activation disposed (None for a drain), its error."""
         self.tasks: set[asyncio.Task[None]] = set()
         self.notices: Counter[str] = Counter()
         self.expected_notices: Counter[str] = Counter()
         self.counter = 0
         self.bridge = LoopBridge(self._settled, self._describe, max_iterations=2_000)
-        self.rt = Runtime(_Model(self))
+        self.spawns: dict[str, Spawn] = {}
+        self.dispose_results: dict[Tracked, BaseException | None] = {}
+        """The outcome of the first dispose of each activation: every later one is the same."""
+        self.drained = False
+        """Whether a drain() rule ran: every later admission must be refused."""
+        self.created: dict[str, Agent] = {}
+        """Every agent the registry created (activations' and spawned children), by id."""
+        self.rt = Runtime(_Model(self), [_Delegate(self)])
         self.registry = self.rt.subagents
         self._latest: dict[str, Tracked] = {}
         create = self.bridge.loop.run_until_complete(self.rt.create_agent("host"))
@@ -138,6 +261,10 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self._wrap(self.registry)
         self.rt.events.on("subagent/settled", self._on_settled)
         self.rt.events.on("inbox/inserted", self._on_inserted)
+        self.rt.events.on("turn/start", self._on_turn)
+        self.rt.events.on("agent/status", self._on_status)
+        self.armed: dict[Agent, bool] = {}
+        """Agents whose next idle gets a message before their watcher runs (True: quiet)."""
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -149,6 +276,18 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             child_id: str, parent_agent: Agent, parent: _Node | None, session: Any
         ) -> _Node:
             node = new_node(child_id, parent_agent, parent, session)
+            perform = node.control._perform
+
+            def snapshot(effect: Any) -> None:
+                if effect.name == "cancel_agent":
+                    inbox = node.agent.inbox
+                    queued = (*inbox.next_step, *inbox.next_turn)
+                    tracked.pending_at_cancel = tuple(m.id for m in queued)
+                    tracked.phase_at_cancel = node.agent.phase
+                assert perform is not None
+                perform(effect)
+
+            node.control._perform = snapshot
             parent_tracked = None if parent is None else self._tracked_of(parent)
             tracked = Tracked(
                 node, Recorder(node.control), Oracle(node.control.spec), parent_tracked
@@ -160,6 +299,14 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             return node
 
         registry._new_node = recorded  # type: ignore[method-assign]
+        create = registry._create
+
+        def created(child_id: str, session: Session) -> Any:
+            handle = create(child_id, session)
+            self.created[child_id] = handle.agent
+            return handle
+
+        registry._create = created
 
     def _tracked_of(self, node: _Node) -> Tracked:
         return next(t for t in self.tracked if t.node is node)
@@ -183,7 +330,27 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 ancestor = ancestor.parent
         if node.owned:
             self.problems.append(f"{node.id} settled owning {list(node.owned)}")
-        if node.parent_agent.phase not in ("disposing", "disposed"):
+        natural = any(
+            f.event == "dispose"
+            and f.kwargs.get("final_state_flushed") is True
+            and any(e.name == "close_inbox" for e in f.effects)
+            for root in tracked.recorder.roots
+            for f in root.walk()
+        )
+        if natural and (tracked.pending_at_cancel or tracked.phase_at_cancel != "maintenance"):
+            # The natural end: the watcher's verdict was ready, in maintenance (only an idle
+            # agent grants it), with nothing queued.
+            self.problems.append(
+                f"{node.id} ended naturally in phase {tracked.phase_at_cancel} "
+                f"with {list(tracked.pending_at_cancel)} queued"
+            )
+        captured = node.terminal.pending if node.terminal is not None else ()
+        lost = set(tracked.pending_at_cancel) - set(captured)
+        if lost and tracked.phase_at_cancel == "idle":
+            self.problems.append(f"{node.id}'s teardown lost its queued {sorted(lost)}")
+        # A parent that is itself tearing down still gets the notice (without a wake-up);
+        # only a disposed one has nobody left to tell.
+        if node.parent_agent.phase != "disposed":
             self.expected_notices[node.id] += 1
         if self.notices[node.id] != self.expected_notices[node.id]:
             self.problems.append(
@@ -191,10 +358,23 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 f"{self.expected_notices[node.id]} expected"
             )
 
+    def _on_turn(self, event: Any) -> None:
+        node = self.registry._resident.get(event.agent.id)
+        if node is None or node.agent is not event.agent or node.stage == "active":
+            return
+        # An agent the teardown found idle has nothing to wake it: no notice of a child, no
+        # kept message. (One it found mid-turn keeps its wake-up with the kept inbox, and may
+        # take its queued work as one more turn: reported, not asserted here.)
+        if self._tracked_of(node).phase_at_cancel == "idle":
+            self.problems.append(f"{node.id} started a turn while torn down ({node.stage})")
+
     def _on_inserted(self, event: MessageInserted) -> None:
         found = _NOTICE.match(event.message.id)
         if found:
             self.notices[found.group(1)] += 1
+            child = self._latest.get(found.group(1))
+            if child is not None and self.registry._resident.get(child.id) is child.node:
+                self.problems.append(f"{child.id}'s notice came before it left the registry")
 
     def _run(self, action: Callable[[], object]) -> None:
         self.bridge.run(action)
@@ -210,9 +390,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
         self._run(start)
 
-    def _teardown_call(self, tracked: Tracked | None, make: Callable[[], Any]) -> None:
-        """Start a teardown entry inside the rule (it begins in the call), await it in a task."""
+    def _teardown_call(
+        self, tracked: Tracked | None, make: Callable[[], Any], covered: Sequence[Tracked] = ()
+    ) -> None:
+        """Start a teardown entry inside the rule (it begins in the call), await it in a task.
+        ``covered``: for a drain, the activations it tears down (their failures it raises)."""
+        self._run(self._teardown_begin(tracked, make, covered))
 
+    def _teardown_begin(
+        self, tracked: Tracked | None, make: Callable[[], Any], covered: Sequence[Tracked] = ()
+    ) -> Callable[[], None]:
         def begin() -> None:
             try:
                 pending = make()
@@ -225,14 +412,20 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                     await pending
                 except ActivationTeardownFailed as error:
                     self.outcomes.append((tracked, error))
+                    named = {f.activation for f in error.failures}
+                except Exception as error:
+                    self.problems.append(f"a teardown call raised {error!r}")
+                    return
                 else:
                     self.outcomes.append((tracked, None))
+                    named = set()
+                self.hidden += [t.id for t in covered if t.own_failed and t.id not in named]
 
             task = self.bridge.loop.create_task(wait(), name="teardown call")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-        self._run(begin)
+        return begin
 
     def _live(self) -> list[Tracked]:
         return [t for t in self.tracked if t.node.stage == "active"]
@@ -257,18 +450,70 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
     # --- rules ----------------------------------------------------------------------------
 
-    @rule(pick=picks, under_host=st.booleans())
-    def start(self, pick: int, under_host: bool) -> None:
+    @initialize(
+        depth=st.integers(min_value=0, max_value=3),
+        failing=st.sampled_from(("none", "sibling", "deepest", "root")),
+        idle_root=st.booleans(),
+        at_idle=st.sampled_from(("nothing", "followup", "queued")),
+        queued=st.booleans(),
+    )
+    def grow(self, depth: int, failing: str, idle_root: bool, at_idle: str, queued: bool) -> None:
+        """Begin with a tree below the host: a chain of ``depth`` generations and, from two
+        on, a sibling of the second; one activation's session failing its flushes (the
+        sibling's teardown then fails while its elder's still waits for its own child); the
+        root done with its own work (idle, waiting for its children), with ``at_idle`` a
+        message landing before its watcher runs (as :meth:`interrupt_idle`), and a message
+        queued for it without waking it. So most programs tear down trees, not lone roots."""
+        grown: list[Tracked] = []
+        agent = self.host
+        for _ in range(depth):
+            self._start(agent)
+            grown.append(self._latest[f"a{self.counter}"])
+            agent = grown[-1].node.agent
+        sibling = None
+        if depth >= 2:
+            self._start(grown[0].node.agent)
+            sibling = self._latest[f"a{self.counter}"]
+        chosen = {"sibling": sibling, "deepest": grown[-1] if grown else None}.get(
+            failing, grown[0] if grown and failing == "root" else None
+        )
+        if chosen is not None:
+            self.sessions[chosen.id].fail()
+        if grown and idle_root:
+            if at_idle != "nothing":
+                self.armed[grown[0].node.agent] = at_idle == "queued"
+            self._answer(grown[0].id)
+            if queued:
+                message = UserMessage(f"q{self.counter}", "later")
+                agent = grown[0].node.agent
+
+                def send() -> None:
+                    with contextlib.suppress(Rejected):  # a root without children has ended
+                        agent.send(message, "next_turn", wakeup=False)
+
+                self._run(send)
+
+    @rule(pick=picks, under_host=st.booleans(), siblings=st.integers(min_value=1, max_value=2))
+    def start(self, pick: int, under_host: bool, siblings: int) -> None:
+        """Start one child, or two siblings at once, under the host or a live activation."""
         parent = self._pick(pick)
         agent = self.host if under_host or parent is None else parent.node.agent
+        for _ in range(siblings):
+            self._start(agent)
+
+    def _start(self, agent: Agent) -> None:
         self.counter += 1
         child_id = f"a{self.counter}"
         session = HeldSession()
         self.sessions[child_id] = session
 
+        drained = self.drained
+
         async def start() -> None:
             try:
                 await self.registry.start(agent, child_id, "work", session=session.session)
+                if drained:
+                    self.problems.append(f"start {child_id} was admitted after drain()")
             except SubagentError as refused:
                 if refused.code not in ("DRAINING", "UNAUTHORIZED"):
                     self.problems.append(f"start {child_id}: {refused.code} {refused}")
@@ -286,11 +531,10 @@ class ActivationRaceMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
     def followup(self, pick: int) -> None:
-        tracked = self._any(pick)
-        child_id = tracked.id
         self.counter += 1
-        message = UserMessage(f"m{self.counter}", "more")
+        self._deliver(self._any(pick).id, UserMessage(f"m{self.counter}", "more"))
 
+    def _deliver(self, child_id: str, message: UserMessage) -> None:
         async def deliver() -> None:
             try:
                 await self.registry.followup(child_id, message)
@@ -299,33 +543,187 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                     self.problems.append(f"followup {child_id}: {refused.code} {refused}")
             except UsageError as refused:
                 # A settled child is forgotten once its parent agent is disposed.
-                if tracked.node.parent_agent.phase != "disposed":
+                if self._latest[child_id].node.parent_agent.phase != "disposed":
                     self.problems.append(f"followup {child_id}: {refused}")
 
         self._spawn(deliver, f"followup {child_id}")
+
+    @rule(pick=picks, parent=st.sampled_from(("host", "activation", "spawned")), fork=st.booleans())
+    def spawn(self, pick: int, parent: str, fork: bool) -> None:
+        """Ask a parent (the host, a live activation, or a running spawned child) to spawn or
+        fork a child from its delegate tool, in its current or next turn."""
+        self.counter += 1
+        child_id = f"s{self.counter}"
+        message = UserMessage(f"m{self.counter}", f"{'fork' if fork else 'spawn'} {child_id}")
+        live = self._live() if parent == "activation" else []
+        running = self._running_spawns() if parent == "spawned" else []
+        if live:
+            # Deliver, then answer the parent's held request, so its next turn spawns now.
+            target = live[pick % len(live)].id
+            self._deliver(target, message)
+            self._answer(target)
+        elif running:
+            self._run(lambda: running[pick % len(running)].followup(message))
+        else:
+            self._run(lambda: self.host.followup(message))
+
+    def _answer(self, activation: str) -> None:
+        """Answer the held model request of ``activation``'s agent, if it has one."""
+        for gate in [g for g in self.held if g.name == f"model {activation}"]:
+            self._run(gate.open)
+
+    def _running_spawns(self) -> list[Agent]:
+        """The spawned children not yet disposed, whose spawn call has not returned."""
+        agents = [self.created.get(s.id) for s in self.spawns.values() if not s.done]
+        return [a for a in agents if a is not None and a.phase not in ("disposing", "disposed")]
+
+    def _open_spawns(self) -> list[Spawn]:
+        return [s for s in self.spawns.values() if not s.done and not s.draining]
+
+    @precondition(lambda self: bool(self._open_spawns()))
+    @rule(pick=picks, child=st.booleans())
+    def cancel_during_spawn(self, pick: int, child: bool) -> None:
+        """Cancel the parent of a running spawn (its turn aborts: the child sees ``parent``),
+        or the spawned child itself (reason user: its parent's tool gets its answer)."""
+        spawn = self._open_spawns()[pick % len(self._open_spawns())]
+        agent = self.created.get(spawn.id) if child else spawn.before
+        if agent is None or agent.phase in ("disposing", "disposed"):
+            return
+        if child:
+            spawn.cancelled_directly = True
+        self._user_cancel(agent)
+
+    @precondition(
+        lambda self: any(s.parent_id in self.registry.resident for s in self._open_spawns())
+    )
+    @rule(pick=picks)
+    def dispose_during_spawn(self, pick: int) -> None:
+        """Dispose the activation whose agent's tool runs a spawn: its teardown cancels the
+        turn with ``parent``, which cancels the child, and waits for both."""
+        resident = self.registry.resident
+        parents = [
+            self._latest[s.parent_id] for s in self._open_spawns() if s.parent_id in resident
+        ]
+        tracked = [t for t in parents if t.node.stage == "active"] or parents
+        chosen = tracked[pick % len(tracked)]
+        self._teardown_call(chosen, lambda: self.registry.dispose(chosen.node.public))
+
+    @precondition(lambda self: bool(self._live()))
+    @rule(pick=picks)
+    def send_quietly(self, pick: int) -> None:
+        """Queue a message for a live activation's next turn without waking it: its watcher
+        must wait for it, not end the activation."""
+        tracked = self._pick(pick)
+        assert tracked is not None
+        self.counter += 1
+        message = UserMessage(f"m{self.counter}", "later")
+        agent = tracked.node.agent
+
+        def send() -> None:
+            with contextlib.suppress(Rejected):
+                agent.send(message, "next_turn", wakeup=False)
+
+        self._run(send)
+
+    @precondition(lambda self: bool(self._live()))
+    @rule(pick=picks, quiet=st.booleans())
+    def interrupt_idle(self, pick: int, quiet: bool) -> None:
+        """Answer a live activation's request; when its agent next publishes idle, a message
+        lands before its watcher runs: a followup (the watcher finds it busy again) or, if
+        ``quiet``, one queued without waking it (the watcher finds pending work)."""
+        tracked = self._pick(pick)
+        assert tracked is not None
+        self.armed[tracked.node.agent] = quiet
+        self._answer(tracked.id)
+
+    def _on_status(self, event: Any) -> None:
+        agent = event.agent
+        if event.status == "idle" and agent in self.armed:
+            quiet = self.armed.pop(agent)
+            self.counter += 1
+            message = UserMessage(f"m{self.counter}", "again")
+            node = self.registry._resident.get(agent.id)
+
+            def deliver() -> None:
+                # The agent's own send, which (unlike the registry's followup) nothing refuses
+                # once the activation is torn down: only while it is active.
+                if node is not None and node.agent is agent and node.stage == "active":
+                    with contextlib.suppress(Rejected):
+                        agent.send(message, "next_turn", wakeup=not quiet)
+
+            self.bridge.loop.call_soon(deliver)
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
     def cancel(self, pick: int) -> None:
         tracked = self._any(pick)
         if tracked.node.agent.phase not in ("disposing", "disposed"):
-            self._run(tracked.node.agent.cancel)
+            self._user_cancel(tracked.node.agent)
+
+    def _user_cancel(self, agent: Agent) -> None:
+        """``agent.cancel()``: it clears the inbox, so a teardown already under way has
+        nothing queued left to capture."""
+        for tracked in self.tracked:
+            if tracked.node.agent is agent:
+                tracked.pending_at_cancel = ()
+                if agent.inbox.pending:
+                    tracked.cleared = True
+        self._run(agent.cancel)
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
     def dispose(self, pick: int) -> None:
-        tracked = self._any(pick)
+        """Dispose an activation not yet settled (any, once all settled)."""
+        open_ = [t for t in self.tracked if t.node.stage != "settled"] or self.tracked
+        tracked = open_[pick % len(open_)]
         self._teardown_call(tracked, lambda: self.registry.dispose(tracked.node.public))
 
+    @precondition(lambda self: bool(self._live()))
+    @rule(pick=picks)
+    def race_teardowns(self, pick: int) -> None:
+        """Four callers tear one activation down in the same loop step: dispose twice, its
+        parent's drain_children and drain_descendants. One teardown runs; all four await it."""
+        tracked = self._pick(pick)
+        assert tracked is not None
+        node, registry = tracked.node, self.registry
+        parent = node.parent_agent
+        begins = [
+            self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
+            self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
+            self._teardown_begin(None, lambda: registry.drain_children(parent, [node.id])),
+            self._teardown_begin(None, lambda: registry.drain_descendants([parent])),
+        ]
+
+        def race() -> None:
+            for begin in begins:
+                with contextlib.suppress(SubagentError):  # a parent already gone: UNAUTHORIZED
+                    begin()
+
+        self._run(race)
+
+    @precondition(lambda self: bool(self._live()))
     @rule()
     def drain(self) -> None:
-        self._teardown_call(None, self.registry.drain)
+        """Drain the registry (only once something is live: it ends admission for good)."""
+        self.drained = True
+        covered = [t for t in self.tracked if t.node.stage != "settled"]
+        self._teardown_call(None, self.registry.drain, covered)
 
     @rule(pick=picks, host=st.booleans())
     def drain_descendants(self, pick: int, host: bool) -> None:
         parent = self._pick(pick)
         agent = self.host if host or parent is None else parent.node.agent
-        self._teardown_call(None, lambda: self.registry.drain_descendants([agent]))
+        covered = [t for t in self.tracked if t.node.stage != "settled" and self._below(t, agent)]
+        self._teardown_call(None, lambda: self.registry.drain_descendants([agent]), covered)
+
+    def _below(self, tracked: Tracked, agent: Agent) -> bool:
+        """Whether ``agent`` is an ancestor of ``tracked``'s activation."""
+        node: _Node | None = tracked.node
+        while node is not None:
+            if node.parent_agent is agent:
+                return True
+            node = node.parent
+        return False
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks, other=picks, wrong_parent=st.booleans())
@@ -336,9 +734,13 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         if wrong_parent:
             parent = self.host if parent is not self.host else tracked.node.agent
 
+        resident = [self.registry._resident[i] for i in named if i in self.registry._resident]
+        # One already torn down is past any drain: the table ignores it, lineage or not.
+        strangers = [n.id for n in resident if n.parent_agent is not parent and n.stage == "active"]
+
         def drain() -> Any:
             try:
-                return self.registry.drain_children(parent, named)
+                drained = self.registry.drain_children(parent, named)
             except SubagentError as refused:
                 if refused.code != "UNAUTHORIZED":
                     raise
@@ -347,6 +749,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                     if all(o == parent.id for o in owners):
                         self.problems.append(f"drain_children refused its own children: {refused}")
                 raise
+            if strangers:
+                self.problems.append(f"{parent.id} drained {strangers}, not its children")
+            return drained
 
         self._teardown_call(None, drain)
 
@@ -435,7 +840,11 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 if c.settled and c.parent_stage_then != "active"
             )
             assert tracked.node.failed == expected, (tracked.id, tracked.node.failed, expected)
+        assert not self.hidden, f"a drain's error did not name the failing {self.hidden}"
         for disposed, error in self.outcomes:
+            if disposed is not None and not isinstance(error, SubagentError):
+                first = self.dispose_results.setdefault(disposed, error)
+                assert first is error, f"two disposes of {disposed.id}: {first!r} and {error!r}"
             if error is None:
                 if disposed is not None:
                     assert not disposed.node.failed, disposed.id
@@ -456,6 +865,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.outcomes.clear()
 
     @invariant()
+    def a_finished_activation_ends(self) -> None:
+        """An active activation whose agent is idle, owns no child and has nothing queued has
+        ended its work: its watcher's verdict was ready, so it is torn down by now."""
+        for tracked in self._live():
+            agent = tracked.node.agent
+            done = agent.phase == "idle" and not tracked.node.owned and not agent.inbox.pending
+            if done and not tracked.cleared:
+                raise AssertionError(f"{tracked.id} finished its work but did not end")
+
+    @invariant()
     def nothing_leaks(self) -> None:
         registry = self.registry
         live = {t.id for t in self.tracked if t.node.stage != "settled"}
@@ -466,6 +885,56 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             assert set(roots) <= live, f"settled roots: {roots}"
         if not live:
             assert not registry._owners and not registry._slots, registry
+
+    @invariant()
+    def spawns_answer_to_their_parent(self) -> None:
+        for spawn in self.spawns.values():
+            self._check_spawn(spawn, closing=False)
+
+    def _check_spawn(self, spawn: Spawn, *, closing: bool) -> None:
+        """Seed 000's subagent clauses for one spawn or fork. ``closing``: the runtime's
+        close disposed everything, so a signal may carry ``disposed``."""
+        parent = spawn.before
+        assert parent is not None and parent.id == spawn.parent_id, (spawn.id, parent)
+        for signal, who in spawn.requests:
+            assert who == spawn.id, f"{spawn.id}'s model request ran as {who}"
+            if signal.aborted and not closing:
+                allowed = (PARENT, USER) if spawn.cancelled_directly else (PARENT,)
+                assert signal.reason in allowed, (spawn.id, signal.reason)
+        if not spawn.done:
+            return
+        assert spawn.after is parent, f"after {spawn.id} the tool ran as {spawn.after}"
+        error = spawn.error
+        refused = isinstance(error, SubagentError) and error.code == "DRAINING"
+        assert refused == spawn.draining, (spawn.id, error, spawn.draining)
+        if not closing:
+            assert error is None or refused or isinstance(error, Aborted), (spawn.id, error)
+        if spawn.aborted_then and not refused:
+            assert isinstance(error, Aborted), f"{spawn.id} returned from an aborted turn"
+        if isinstance(error, Aborted):
+            assert spawn.aborted_then, f"{spawn.id} raised Aborted in a live turn"
+        child = self.created.get(spawn.id)
+        if refused:
+            assert child is None, f"a refused {spawn.id} created its agent"
+        else:
+            assert child is not None and child.phase == "disposed", (spawn.id, child)
+            assert spawn.id not in self.rt.agents, f"{spawn.id} is still registered"
+            by_parent = any(s.aborted and s.reason == PARENT for s, _ in spawn.requests)
+            if by_parent:
+                # The runtime's close disposes the child too, and disposed wins the outcome.
+                ends = {"aborted", "disposed"} if closing else {"aborted"}
+                assert ends & set(turn_outcomes(child)), f"{spawn.id}'s turn was not aborted"
+        results = [
+            (e.data["ok"], e.data["result"])
+            for e in parent.session.events
+            if e.type == "tool/result" and e.data["id"] == f"call {spawn.id}"
+        ]
+        if results:
+            aborted = isinstance(error, Aborted)
+            expected = (
+                (True, spawn.text) if error is None else (False, "aborted" if aborted else "failed")
+            )
+            assert results == [expected], (spawn.id, results, expected)
 
     def teardown(self) -> None:
         """Close the runtime (every teardown must converge), check nothing is left, close."""
@@ -487,6 +956,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 assert not registry._resident and not registry._slots and not registry._owners
                 assert not registry._watchers
                 assert not self.problems, self.problems
+                for spawn in self.spawns.values():
+                    assert spawn.done, f"{spawn.id}'s spawn never returned"
+                    self._check_spawn(spawn, closing=True)
         finally:
             self.bridge.close(self._open_everything)
 
@@ -512,6 +984,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.each_activation_is_torn_down_once_child_first()
         self.failures_are_aggregated()
         self.nothing_leaks()
+        self.a_finished_activation_ends()
+        self.spawns_answer_to_their_parent()
 
     def __repr__(self) -> str:
         return f"<ActivationRaceMachine {self._describe()}>"

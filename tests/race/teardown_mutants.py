@@ -235,3 +235,39 @@ def hunt_by_name(name: str, shrink: bool = True) -> RuntimeKill:
     names = [test for test, _ in tests]
     ran = len(tests) if killer is None else names.index(killer.split(": ", 1)[0]) + 1
     return RuntimeKill(name, killer is not None, ran, seconds, None, killer, seconds)
+
+
+def race_kills(mutant: RuntimeMutant | None) -> str | None:
+    """What the activation race machine *alone* (``tests/race/activation.py``, under the loaded
+    Hypothesis profile and its CI settings, without shrinking) fails with when ``mutant`` is on,
+    or None if it passes. ``python -m tests.race.teardown_mutants`` prints it for each mutant,
+    a measure of the race machine beside :func:`kills` (the behaviour tests)."""
+    from hypothesis import Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from tests.race.activation import ActivationRaceMachine
+    from tests.race.test_activation_race import TestActivationRaces
+
+    fast = settings(TestActivationRaces.settings, phases=[Phase.explicit, Phase.generate])
+    with activated(mutant), _watchdog(120):
+        try:
+            run_state_machine_as_test(ActivationRaceMachine, settings=fast)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:
+            first = str(error).splitlines()[0] if str(error) else ""
+            return f"{type(error).__name__}: {first[:200]}"
+    return None
+
+
+if __name__ == "__main__":
+    import logging
+
+    import tests.conftest  # noqa: F401  (the ci profile, as pytest loads it)
+
+    logging.disable(logging.CRITICAL)
+    for each in (None, *TEARDOWN_MUTANTS):
+        began = time.perf_counter()
+        found = race_kills(each)
+        name = UNMUTATED if each is None else each.name
+        print(f"{name:40} {time.perf_counter() - began:5.1f}s {found or 'survived'}", flush=True)
