@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -395,8 +396,10 @@ def test_a_replayer_that_hangs_is_killed_with_its_group_naming_the_vector(
     monkeypatch.setattr(subprocess, "Popen", _Started)
     try:
         code, out, _ = run("--out", str(tmp_path), "--replay", command, "--timeout", "0.5")
-        # Killed: gone, or a zombie its new parent (init) has not reaped yet.
-        assert _running(int(pid_file.read_text())) is leave_group
+        # Killed: gone, or a zombie its new parent (init) has not reaped yet. SIGKILL lands
+        # when the child is next scheduled, so wait for its exit on a pidfd, not the clock.
+        child = int(pid_file.read_text())
+        assert _running(child) if leave_group else _exits(child)
     finally:
         if pid_file.exists() and _running(int(pid_file.read_text())):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
@@ -410,6 +413,18 @@ def test_a_replayer_that_hangs_is_killed_with_its_group_naming_the_vector(
         "(the replayer timed out at line 2)"
     )
     assert shown[-1] == f"replayed {len(lines)} vectors with {command}: 1 pass"
+
+
+def _exits(pid: int) -> bool:
+    """True iff process ``pid`` has exited (or exits within a generous 10 s)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], 10)[0])
+    finally:
+        os.close(fd)
 
 
 def _running(pid: int) -> bool:
