@@ -31,11 +31,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import TypeVar, cast, final
+from typing import Literal, TypeVar, cast, final
 
 from fsm_core._errors import FsmError, Rejected, UsageError, echo
 from fsm_core.host import HostedMachine
@@ -52,7 +52,7 @@ from fsm_core.runtime._activation import (
 )
 from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._causes import PARENT
-from fsm_core.runtime._core import AgentHandle
+from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
 from fsm_core.runtime._payloads import DisposalEnded, MessageInserted
@@ -68,6 +68,8 @@ __all__ = ["Subagents"]
 log = logging.getLogger("fsm_core.runtime")
 
 _T = TypeVar("_T")
+
+_Boundary = Literal["final flush", "handle dispose"]
 
 
 def _draining_below(parent: str) -> str:
@@ -658,24 +660,31 @@ class Subagents:
             self._fire(node, "agent_idle")
         if node.stage == "flushing":
             if node.flush_owed:
-                try:
-                    await node.agent.session.flush()
-                except Exception as error:
-                    node.failures.append(TeardownFailure(node.id, "final flush", error))
+                await self._boundary(node, "final flush", node.agent.session.flush())
                 node.flush_owed = False
             self._fire(node, "final_flushed")
         if node.stage == "releasing":
             assert node.handle_disposal is not None
-            try:
-                await node.handle_disposal
-            except Exception as error:
-                node.failures.append(TeardownFailure(node.id, "handle dispose", error))
+            await self._boundary(node, "handle dispose", node.handle_disposal)
             own = any(f.activation == node.id for f in node.failures)
             self._fire(node, "handle_disposed", failed=own)
         if node.escaped is not None:
             raise node.escaped  # a child's listener's, raised once this activation settled too
         if node.rethrow:
             raise ActivationTeardownFailed(node.id, node.failures)
+
+    async def _boundary(self, node: _Node, boundary: _Boundary, work: Awaitable[None]) -> None:
+        """Await one boundary of ``node``'s teardown. Whatever it raises is that boundary's
+        failure (a CancelledError too: the session's writer raised it), except this task's
+        own cancellation, which :func:`persist` runs again; one that is no Exception is also
+        raised last, once the activation settled."""
+        try:
+            await work
+        except BaseException as error:
+            _raise_if_cancelling()
+            node.failures.append(TeardownFailure(node.id, boundary, error))
+            if not isinstance(error, Exception | asyncio.CancelledError):
+                node.escaped = node.escaped or error
 
     # --- firing and effects -----------------------------------------------------------------
 
