@@ -230,7 +230,9 @@ class Subagents:
         self._below: dict[str, dict[str, None]] = {}
         """Parent agent id -> the ids of its dormant children, to forget them with it."""
         self._followups = 0
-        self._drained_hosts: set[str] = set()
+        self._drained_hosts: dict[str, Agent] = {}
+        """Host-owned parent id -> the agent drain_descendants closed admission below, until
+        that agent is disposed (a later agent of the same name is another parent)."""
         self._watchers: set[asyncio.Task[None]] = set()
         self._notices = 0
         self._firing = 0
@@ -348,7 +350,7 @@ class Subagents:
             return "stale", None
         if parent.phase in ("disposing", "disposed"):
             return "host_disposing", None
-        return ("host_drained" if parent.id in self._drained_hosts else "host"), None
+        return ("host_drained" if self._drained_hosts.get(parent.id) is parent else "host"), None
 
     def _live_parent(self, parent: Agent) -> _Node | None:
         """The activation whose agent is exactly ``parent``, None for a host-owned parent;
@@ -419,7 +421,10 @@ class Subagents:
         return node.public
 
     def _forget_below(self, ended: DisposalEnded) -> None:
-        """A disposed agent is no live parent: its dormant children can never resume."""
+        """A disposed agent is no live parent: its dormant children can never resume, and
+        the drain below it ends with it."""
+        if self._drained_hosts.get(ended.agent.id) is ended.agent:
+            del self._drained_hosts[ended.agent.id]
         for child_id in self._below.pop(ended.agent.id, {}):
             dormant = self._dormant.get(child_id)
             if dormant is not None and dormant.parent_agent is ended.agent:
@@ -478,7 +483,7 @@ class Subagents:
         begin: list[Callable[[], object]] = []
         for parent, node in zip(parents, nodes, strict=True):
             if node is None:
-                self._drained_hosts.add(parent.id)
+                self._drained_hosts[parent.id] = parent
                 roots = [self._resident[root] for root in self._roots.get(parent.id, ())]
                 begin += [partial(self._dispose, root, False) for root in roots]
                 below += roots

@@ -107,3 +107,18 @@ def test_a_writer_raising_a_base_exception_still_lets_the_activation_converge() 
         assert rt.subagents.owner("c") is None
 
     run(test)
+
+
+def test_a_drain_below_a_host_agent_ends_with_that_agent_not_with_its_name() -> None:
+    """drain_descendants closed admission below the host agent ``h``; once ``h`` is disposed,
+    a new agent named ``h`` is another parent, and admits children."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        first = await rt.create_agent("h")
+        await rt.subagents.drain_descendants([first.agent])
+        await first.dispose()
+        again = await rt.create_agent("h")
+        c = await rt.subagents.start(again.agent, "c", "work")
+        assert c.parent is again.agent and rt.subagents.resident == ("c",)
+
+    run(test)
