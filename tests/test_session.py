@@ -925,3 +925,16 @@ def test_a_writer_takes_the_whole_log_at_each_flush_and_excludes_a_path(tmp_path
         Session(tmp_path / "log.jsonl", writer=store)
     with pytest.raises(UsageError, match=r"^a session's writer is an async callable, not 3$"):
         Session(writer=3)  # type: ignore[arg-type]
+
+
+def test_a_writer_that_returns_no_awaitable_is_named_at_the_flush() -> None:
+    """``writer=print`` is callable, so only the flush can tell it is not async: the error
+    names what it returned, not asyncio's "can't be used in 'await' expression"."""
+    written: list[str] = []
+    session = Session(writer=written.append)  # type: ignore[arg-type]
+    session.append("user/message", {"id": "m1", "text": "hi"})
+    with pytest.raises(
+        UsageError, match=r"^a session's writer must return an awaitable; it returned None$"
+    ):
+        asyncio.run(session.flush())
+    assert written == [session.to_jsonl()]

@@ -34,6 +34,7 @@ Loading and seeding are all or nothing: the first fault rejects the whole input 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import math
 import os
@@ -711,13 +712,20 @@ class Session:
 
         The runtime awaits it through the ``session/flush`` waterfall after each turn ends,
         before the next turn and before idle, and once more when the agent is disposed. With
-        no path it returns at once. A failed write raises :class:`SessionError` naming the
-        file; the file then still holds the last log written whole.
+        neither path nor writer it returns at once. A failed write raises
+        :class:`SessionError` naming the file; the file then still holds the last log written
+        whole. A writer is awaited unbounded: one that never returns holds the agent's
+        disposal (and the runtime's ``aclose()``) with it.
         """
         if self._path is not None:
             self._write(self._path)
         elif self._writer is not None:
-            await self._writer(self.to_jsonl())
+            taken = self._writer(self.to_jsonl())
+            if not inspect.isawaitable(taken):
+                raise UsageError(
+                    f"a session's writer must return an awaitable; it returned {echo(taken)}"
+                )
+            await taken
 
     def _write(self, path: Path) -> None:
         try:

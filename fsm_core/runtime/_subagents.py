@@ -293,9 +293,11 @@ class Subagents:
         ``parent`` is a live agent of this runtime: host-owned, or the agent of a resident
         activation. Raises :class:`SubagentError` ``DRAINING`` after a drain covering
         ``parent``, ``UNAUTHORIZED`` for a parent that is not live here, and
-        :class:`~fsm_core.UsageError` for an id in use or a bad prompt.
+        :class:`~fsm_core.UsageError` for an id in use, a bad prompt or session.
         """
         message = self._message(prompt, f"{child_id}:prompt")
+        if session is not None and not isinstance(session, Session):
+            raise UsageError(f"a child's session is a Session, not {echo(session)}")
         node = self._admit(parent, child_id, session or Session())
         node.agent.followup(message)
         return node.public

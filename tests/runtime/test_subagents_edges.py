@@ -1,5 +1,6 @@
 """Edges of seed 004's registry found in review: a delivery at each stage of someone's
-teardown, and a session writer that raises what is no failure."""
+teardown, a session writer raising what is no failure, a bad session, and a drain below a
+host agent outliving that agent."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 
 import pytest
 
+from fsm_core import UsageError
 from fsm_core.runtime import (
     Activation,
     ActivationTeardownFailed,
@@ -105,6 +107,15 @@ def test_a_writer_raising_a_base_exception_still_lets_the_activation_converge() 
         assert act.stage == "settled" and act.failed
         assert rt.subagents.resident == () and rt.subagents.slots_held == 0
         assert rt.subagents.owner("c") is None
+
+    run(test)
+
+
+def test_start_given_no_session_object_is_a_usage_error_naming_it() -> None:
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        with pytest.raises(UsageError, match=r"^a child's session is a Session, not 'log\.jsonl'$"):
+            await rt.subagents.start(host, "c", "work", session="log.jsonl")  # type: ignore[arg-type]
+        assert rt.subagents.resident == () and rt.subagents.owner("c") is None
 
     run(test)
 
