@@ -16,8 +16,9 @@ the registry, release the pool slot, notify the parent (addressed directly), rel
 settle, rethrow the aggregated failure.
 
 ``dispose`` is memoized: the table's first ``dispose`` closes the inbox (``close_inbox``
-starts the one teardown task) and every later ``dispose``, ``drain`` or ``drain_child`` is
-ignored by the table, so every caller awaits that one teardown.
+starts the one teardown task) and every later ``dispose`` or ``drain`` is ignored by the
+table, and a ``drain_child`` by the child's own parent joins it, so every caller awaits that
+one teardown.
 
 What is registry-wide rather than one activation's (a drain of the whole registry, or of the
 roots below a host-owned parent, which no activation represents, and whether a named parent is
@@ -396,7 +397,8 @@ class Subagents:
         cold: a fresh activation on the same session, under the same parent, gets the
         message. Raises :class:`SubagentError` ``ACTIVATION_CLOSING`` while someone's
         dispose or drain tears the child down, ``DRAINING`` after a drain, and
-        :class:`~fsm_core.UsageError` for an id that never was a continuable child here.
+        :class:`~fsm_core.UsageError` for an id that is neither resident nor a settled child
+        of a live parent (never a continuable child here, or its parent agent is disposed).
         """
         self._followups += 1
         message = self._message(message, f"{child_id}:followup:{self._followups}")
