@@ -33,6 +33,7 @@ Loading and seeding are all or nothing: the first fault rejects the whole input 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import json
@@ -633,14 +634,15 @@ class Session:
 
     ``Session(writer=store)`` hands the whole log (:meth:`to_jsonl`) to the async callable
     ``store`` at every :meth:`flush` instead, for a log kept elsewhere than a local file; the
-    flush waits for it and raises what it raises.
+    flush waits for it and raises what it raises. Overlapping flushes call it one at a time,
+    in order, so the last log it took is the latest.
 
     A ``tool/result`` with ``ok`` false records a short error *classification* as its result
     (``"tool-error"``, ``"aborted"``, ``"invalid-args"``), never an exception's text: the
     shape rejects anything else, as it rejects any value that is not plain JSON.
     """
 
-    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps", "_writer")
+    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps", "_writer", "_writing")
 
     def __init__(
         self,
@@ -664,6 +666,9 @@ class Session:
                 else f"a session's writer is an async callable, not {echo(writer)}"
             )
         self._writer = writer
+        self._writing = asyncio.Lock()
+        """One writer call at a time, each taking the log when its turn comes: a slow write
+        finishing after a later one would leave the older log as the last written."""
         if self._path is not None and self._path.exists():
             loaded = Session.load(self._path)
             self._events, self._steps = loaded._events, loaded._steps
@@ -720,12 +725,13 @@ class Session:
         if self._path is not None:
             self._write(self._path)
         elif self._writer is not None:
-            taken = self._writer(self.to_jsonl())
-            if not inspect.isawaitable(taken):
-                raise UsageError(
-                    f"a session's writer must return an awaitable; it returned {echo(taken)}"
-                )
-            await taken
+            async with self._writing:
+                taken = self._writer(self.to_jsonl())
+                if not inspect.isawaitable(taken):
+                    raise UsageError(
+                        f"a session's writer must return an awaitable; it returned {echo(taken)}"
+                    )
+                await taken
 
     def _write(self, path: Path) -> None:
         try:
