@@ -925,3 +925,45 @@ def test_a_writer_takes_the_whole_log_at_each_flush_and_excludes_a_path(tmp_path
         Session(tmp_path / "log.jsonl", writer=store)
     with pytest.raises(UsageError, match=r"^a session's writer is an async callable, not 3$"):
         Session(writer=3)  # type: ignore[arg-type]
+
+
+def test_a_writer_that_returns_no_awaitable_is_named_at_the_flush() -> None:
+    """``writer=print`` is callable, so only the flush can tell it is not async: the error
+    names what it returned, not asyncio's "can't be used in 'await' expression"."""
+    written: list[str] = []
+    session = Session(writer=written.append)  # type: ignore[arg-type]
+    session.append("user/message", {"id": "m1", "text": "hi"})
+    with pytest.raises(
+        UsageError, match=r"^a session's writer must return an awaitable; it returned None$"
+    ):
+        asyncio.run(session.flush())
+    assert written == [session.to_jsonl()]
+
+
+def test_overlapping_flushes_hand_the_writer_the_logs_in_order() -> None:
+    """A flush returns once the writer took the whole log; a slow earlier write finishing
+    after a later one must not leave the older log as the last one written."""
+    written: list[str] = []
+    calls: list[str] = []
+    slow = asyncio.Event()
+
+    async def store(log: str) -> None:
+        calls.append(log)
+        if len(calls) == 1:
+            await slow.wait()  # the first write is slow; the second would not be
+        written.append(log)
+
+    async def main() -> None:
+        session = Session(writer=store)
+        session.append("user/message", {"id": "m1", "text": "hi"})
+        first = asyncio.ensure_future(session.flush())
+        await asyncio.sleep(0)  # the first write is under way, held
+        assert calls == [session.to_jsonl()]
+        session.append("user/message", {"id": "m2", "text": "again"})
+        second = asyncio.ensure_future(session.flush())
+        await asyncio.sleep(0)
+        slow.set()
+        await asyncio.gather(first, second)
+        assert written[-1] == session.to_jsonl()
+
+    asyncio.run(main())

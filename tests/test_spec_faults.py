@@ -1079,3 +1079,24 @@ def test_eighty_thousand_states_are_refused_at_once(
         ),
     ):
         load_spec(write_specs(tmp_path, {"t.toml": table}))
+
+
+@pytest.mark.parametrize(
+    ("table", "runner"), [("activation", "rt.subagents"), ("admission", "rt.subagents' door")]
+)
+def test_a_runtime_needs_the_tables_its_subagent_registry_runs(
+    tmp_path: Path, table: str, runner: str
+) -> None:
+    from fsm_core import Runtime
+    from fsm_core.testing import ScriptedModel
+
+    specs = copy_specs(tmp_path)
+    (specs / f"{table}.toml").unlink()
+    left = ", ".join(sorted({"activation", "admission", "agent"} - {table}))
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            f"{specs}: no table defines the machine {table!r} that {runner} runs (machines: {left})"
+        ),
+    ):
+        Runtime(ScriptedModel([]), specs=specs)

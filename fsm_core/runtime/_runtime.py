@@ -52,20 +52,17 @@ class Runtime:
                 f"no table defines the machine 'agent' that the runtime runs "
                 f"(machines: {known(spec.machines) or 'none'})",
             )
-        if "activation" not in spec.machines:
-            raise SpecError(
-                str(spec.root),
-                "",
-                f"no table defines the machine 'activation' that rt.subagents runs "
-                f"(machines: {known(spec.machines)})",
-            )
-        if "admission" not in spec.machines:
-            raise SpecError(
-                str(spec.root),
-                "",
-                f"no table defines the machine 'admission' that rt.subagents' door runs "
-                f"(machines: {known(spec.machines)})",
-            )
+        for machine, runner in (
+            ("activation", "rt.subagents"),
+            ("admission", "rt.subagents' door"),
+        ):
+            if machine not in spec.machines:
+                raise SpecError(
+                    str(spec.root),
+                    "",
+                    f"no table defines the machine {machine!r} that {runner} runs "
+                    f"(machines: {known(spec.machines)})",
+                )
         self._table = spec.machines["agent"]
         self._handles: dict[str, AgentHandle] = {}
         self.agents = AgentRegistry(self._handles)

@@ -33,7 +33,9 @@ Loading and seeding are all or nothing: the first fault rejects the whole input 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
 import math
 import os
@@ -646,14 +648,15 @@ class Session:
 
     ``Session(writer=store)`` hands the whole log (:meth:`to_jsonl`) to the async callable
     ``store`` at every :meth:`flush` instead, for a log kept elsewhere than a local file; the
-    flush waits for it and raises what it raises.
+    flush waits for it and raises what it raises. Overlapping flushes call it one at a time,
+    in order, so the last log it took is the latest.
 
     A ``tool/result`` with ``ok`` false records a short error *classification* as its result
     (``"tool-error"``, ``"aborted"``, ``"invalid-args"``), never an exception's text: the
     shape rejects anything else, as it rejects any value that is not plain JSON.
     """
 
-    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps", "_writer")
+    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps", "_writer", "_writing")
 
     def __init__(
         self,
@@ -677,6 +680,9 @@ class Session:
                 else f"a session's writer is an async callable, not {echo(writer)}"
             )
         self._writer = writer
+        self._writing = asyncio.Lock()
+        """One writer call at a time, each taking the log when its turn comes: a slow write
+        finishing after a later one would leave the older log as the last written."""
         if self._path is not None and self._path.exists():
             loaded = Session.load(self._path)
             self._events, self._steps = loaded._events, loaded._steps
@@ -725,13 +731,21 @@ class Session:
 
         The runtime awaits it through the ``session/flush`` waterfall after each turn ends,
         before the next turn and before idle, and once more when the agent is disposed. With
-        no path it returns at once. A failed write raises :class:`SessionError` naming the
-        file; the file then still holds the last log written whole.
+        neither path nor writer it returns at once. A failed write raises
+        :class:`SessionError` naming the file; the file then still holds the last log written
+        whole. A writer is awaited unbounded: one that never returns holds the agent's
+        disposal (and the runtime's ``aclose()``) with it.
         """
         if self._path is not None:
             self._write(self._path)
         elif self._writer is not None:
-            await self._writer(self.to_jsonl())
+            async with self._writing:
+                taken = self._writer(self.to_jsonl())
+                if not inspect.isawaitable(taken):
+                    raise UsageError(
+                        f"a session's writer must return an awaitable; it returned {echo(taken)}"
+                    )
+                await taken
 
     def _write(self, path: Path) -> None:
         try:

@@ -16,8 +16,9 @@ the registry, release the pool slot, notify the parent (addressed directly), rel
 settle, rethrow the aggregated failure.
 
 ``dispose`` is memoized: the table's first ``dispose`` closes the inbox (``close_inbox``
-starts the one teardown task) and every later ``dispose``, ``drain`` or ``drain_child`` is
-ignored by the table, so every caller awaits that one teardown.
+starts the one teardown task) and every later ``dispose`` or ``drain`` is ignored by the
+table, and a ``drain_child`` by the child's own parent joins it, so every caller awaits that
+one teardown.
 
 What is registry-wide rather than one activation's (a drain of the whole registry, or of the
 roots below a host-owned parent, which no activation represents, and whether a named parent is
@@ -31,11 +32,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import TypeVar, cast, final
+from typing import Literal, TypeVar, cast, final
 
 from fsm_core._errors import FsmError, Rejected, UsageError, echo
 from fsm_core.host import HostedMachine
@@ -52,7 +53,7 @@ from fsm_core.runtime._activation import (
 )
 from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._causes import PARENT
-from fsm_core.runtime._core import AgentHandle
+from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
 from fsm_core.runtime._payloads import DisposalEnded, MessageInserted
@@ -68,6 +69,8 @@ __all__ = ["Subagents"]
 log = logging.getLogger("fsm_core.runtime")
 
 _T = TypeVar("_T")
+
+_Boundary = Literal["final flush", "handle dispose"]
 
 
 def _draining_below(parent: str) -> str:
@@ -228,7 +231,9 @@ class Subagents:
         self._below: dict[str, dict[str, None]] = {}
         """Parent agent id -> the ids of its dormant children, to forget them with it."""
         self._followups = 0
-        self._drained_hosts: set[str] = set()
+        self._drained_hosts: dict[str, Agent] = {}
+        """Host-owned parent id -> the agent drain_descendants closed admission below, until
+        that agent is disposed (a later agent of the same name is another parent)."""
         self._watchers: set[asyncio.Task[None]] = set()
         self._notices = 0
         self._firing = 0
@@ -289,9 +294,11 @@ class Subagents:
         ``parent`` is a live agent of this runtime: host-owned, or the agent of a resident
         activation. Raises :class:`SubagentError` ``DRAINING`` after a drain covering
         ``parent``, ``UNAUTHORIZED`` for a parent that is not live here, and
-        :class:`~fsm_core.UsageError` for an id in use or a bad prompt.
+        :class:`~fsm_core.UsageError` for an id in use, a bad prompt or session.
         """
         message = self._message(prompt, f"{child_id}:prompt")
+        if session is not None and not isinstance(session, Session):
+            raise UsageError(f"a child's session is a Session, not {echo(session)}")
         node = self._admit(parent, child_id, session or Session())
         node.agent.followup(message)
         return node.public
@@ -346,7 +353,7 @@ class Subagents:
             return "stale", None
         if parent.phase in ("disposing", "disposed"):
             return "host_disposing", None
-        return ("host_drained" if parent.id in self._drained_hosts else "host"), None
+        return ("host_drained" if self._drained_hosts.get(parent.id) is parent else "host"), None
 
     def _live_parent(self, parent: Agent) -> _Node | None:
         """The activation whose agent is exactly ``parent``, None for a host-owned parent;
@@ -390,7 +397,8 @@ class Subagents:
         cold: a fresh activation on the same session, under the same parent, gets the
         message. Raises :class:`SubagentError` ``ACTIVATION_CLOSING`` while someone's
         dispose or drain tears the child down, ``DRAINING`` after a drain, and
-        :class:`~fsm_core.UsageError` for an id that never was a continuable child here.
+        :class:`~fsm_core.UsageError` for an id that is neither resident nor a settled child
+        of a live parent (never a continuable child here, or its parent agent is disposed).
         """
         self._followups += 1
         message = self._message(message, f"{child_id}:followup:{self._followups}")
@@ -417,7 +425,10 @@ class Subagents:
         return node.public
 
     def _forget_below(self, ended: DisposalEnded) -> None:
-        """A disposed agent is no live parent: its dormant children can never resume."""
+        """A disposed agent is no live parent: its dormant children can never resume, and
+        the drain below it ends with it."""
+        if self._drained_hosts.get(ended.agent.id) is ended.agent:
+            del self._drained_hosts[ended.agent.id]
         for child_id in self._below.pop(ended.agent.id, {}):
             dormant = self._dormant.get(child_id)
             if dormant is not None and dormant.parent_agent is ended.agent:
@@ -476,7 +487,7 @@ class Subagents:
         begin: list[Callable[[], object]] = []
         for parent, node in zip(parents, nodes, strict=True):
             if node is None:
-                self._drained_hosts.add(parent.id)
+                self._drained_hosts[parent.id] = parent
                 roots = [self._resident[root] for root in self._roots.get(parent.id, ())]
                 begin += [partial(self._dispose, root, False) for root in roots]
                 below += roots
@@ -658,24 +669,31 @@ class Subagents:
             self._fire(node, "agent_idle")
         if node.stage == "flushing":
             if node.flush_owed:
-                try:
-                    await node.agent.session.flush()
-                except Exception as error:
-                    node.failures.append(TeardownFailure(node.id, "final flush", error))
+                await self._boundary(node, "final flush", node.agent.session.flush())
                 node.flush_owed = False
             self._fire(node, "final_flushed")
         if node.stage == "releasing":
             assert node.handle_disposal is not None
-            try:
-                await node.handle_disposal
-            except Exception as error:
-                node.failures.append(TeardownFailure(node.id, "handle dispose", error))
+            await self._boundary(node, "handle dispose", node.handle_disposal)
             own = any(f.activation == node.id for f in node.failures)
             self._fire(node, "handle_disposed", failed=own)
         if node.escaped is not None:
             raise node.escaped  # a child's listener's, raised once this activation settled too
         if node.rethrow:
             raise ActivationTeardownFailed(node.id, node.failures)
+
+    async def _boundary(self, node: _Node, boundary: _Boundary, work: Awaitable[None]) -> None:
+        """Await one boundary of ``node``'s teardown. Whatever it raises is that boundary's
+        failure (a CancelledError too: the session's writer raised it), except this task's
+        own cancellation, which :func:`persist` runs again; one that is no Exception is also
+        raised last, once the activation settled."""
+        try:
+            await work
+        except BaseException as error:
+            _raise_if_cancelling()
+            node.failures.append(TeardownFailure(node.id, boundary, error))
+            if not isinstance(error, Exception | asyncio.CancelledError):
+                node.escaped = node.escaped or error
 
     # --- firing and effects -----------------------------------------------------------------
 
