@@ -140,6 +140,7 @@ class _Node:
         self.closing: asyncio.Future[None] | None = None
         """The memoized teardown; set by the table's ``close_inbox``."""
         self.child_teardowns: list[asyncio.Future[None]] = []
+        """The teardowns of the children its own teardown disposed, which it joins."""
         self.flush_owed = False
         self.handle_disposal: Pending | None = None
         self.failures: list[TeardownFailure] = []
@@ -720,7 +721,11 @@ class Subagents:
             try:
                 while self._cascade:
                     parent, child = self._cascade.popleft()
-                    parent.child_teardowns.append(self._dispose(child, False))
+                    teardown = self._dispose(child, False)
+                    # Only the parent's own teardown joins the child and reports its failure:
+                    # a drain below a parent that stays active tells its caller alone.
+                    if parent.closing is not None:
+                        parent.child_teardowns.append(teardown)
             finally:
                 self._cascading = False
         # A fire inside the cascade is part of the outermost one: it must not raise the held

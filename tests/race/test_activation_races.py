@@ -96,12 +96,6 @@ def test_a_natural_end_whose_teardown_fails_reports_it_and_leaves_no_unretrieved
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a drain_descendants() of a live parent leaves its children's teardowns in the "
-    "parent's ledger (_Node.child_teardowns), so the parent's own later teardown reports them "
-    "again; found by the activation race machine (failures_are_aggregated)",
-)
 def test_a_parents_teardown_names_only_the_failures_of_the_subtree_it_tore_down() -> None:
     """drain_descendants([p]) tears c down while p stays active and reports c's failure; p's
     own teardown later fails too, and its error must name p alone: c was not part of it."""
