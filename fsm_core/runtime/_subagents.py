@@ -56,7 +56,7 @@ from fsm_core.runtime._causes import PARENT
 from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
-from fsm_core.runtime._payloads import DisposalEnded, MessageInserted
+from fsm_core.runtime._payloads import DisposalEnded, MessageDiscarded, MessageInserted
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
@@ -151,7 +151,8 @@ class _Node:
         self.terminal: Terminal | None = None
         self.failed: bool | None = None
         self.pokes = 0
-        """How many messages were inserted into the agent's inbox (the watcher's pokes)."""
+        """How many messages were inserted into or discarded from the agent's inbox (the
+        watcher's pokes)."""
         self.poked = asyncio.Event()
 
     @property
@@ -243,6 +244,7 @@ class Subagents:
         """Children whose ``dispose`` a row asked for, fired once that row returns."""
         self._cascading = False
         events.on("inbox/inserted", self._poke)
+        events.on("inbox/discarded", self._poke)
         events.on("agent/disposed", self._forget_below)
 
     # --- reading ----------------------------------------------------------------------------
@@ -435,9 +437,12 @@ class Subagents:
             if dormant is not None and dormant.parent_agent is ended.agent:
                 del self._dormant[child_id]
 
-    def _poke(self, inserted: MessageInserted) -> None:
-        node = self._resident.get(inserted.agent.id)
-        if node is not None and node.agent is inserted.agent:
+    def _poke(self, changed: MessageInserted | MessageDiscarded) -> None:
+        """The agent's inbox changed: a watcher waiting on queued work decides again (a
+        user's cancel or remove that empties the inbox of an idle agent ends its work as
+        surely as an idle with nothing queued; no other idle follows it)."""
+        node = self._resident.get(changed.agent.id)
+        if node is not None and node.agent is changed.agent:
             node.pokes += 1
             node.poked.set()
 

@@ -20,7 +20,7 @@ from fsm_core.runtime import (
     UserMessage,
 )
 from fsm_core.testing import Gate, Wait
-from tests.runtime.subagent_support import HeldSession, Models, run
+from tests.runtime.subagent_support import HeldSession, Models, Settlements, run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -158,5 +158,28 @@ def test_a_teardown_runs_no_turn_from_work_queued_while_the_turn_flushed() -> No
         assert len(models.signals["c"]) == 1  # one model request: the prompt's
         assert act.terminal is not None and act.terminal.turns == 1
         assert act.terminal.pending == ("m2",)
+
+    run(test)
+
+
+def test_a_users_cancel_clearing_the_queued_work_lets_the_activation_settle() -> None:
+    """The watcher waits while the agent is idle with work parked; a user's cancel that then
+    discards that work ends the activation's work as an idle with nothing queued would: it
+    settles, without waiting for a drain or a dispose."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        gate = Gate("c")
+        models.script("c", Wait(gate, Reply("late")))
+        act = await rt.subagents.start(host, "c", "work")
+        await gate.reached.wait()
+        await rt.subagents.followup("c", UserMessage("m2", "more"))
+        act.agent.cancel(keep_inbox=True)  # the turn aborts; m2 stays parked
+        await act.agent.when_idle()  # after the watcher's own wake: it found m2 and waits
+        assert act.stage == "active" and act.agent.inbox.pending
+        act.agent.cancel()  # discards m2
+        await settled.of("c")
+        assert settled.log == [("c", False)] and rt.subagents.resident == ()
+        assert act.terminal is not None and act.terminal.pending == ()
 
     run(test)
