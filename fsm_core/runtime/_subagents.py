@@ -617,35 +617,44 @@ class Subagents:
         The verdict is taken inside ``run_maintenance``, which only an idle agent grants:
         on ``ready`` the disposal starts there, under idle ownership. An agent that became
         busy again refuses the maintenance, and the verdict is taken with ``busy``.
+
+        The watcher has no caller to raise to: whatever a listener raises inside it (a
+        BaseException too) is logged, and the watcher goes on with the verdict the table
+        gave before it, or, given none, waits for a poke, so it neither dies with an error
+        nobody reads nor spins. Its own cancellation, and an interrupt or exit (which
+        asyncio raises out of the loop), end it.
         """
-        try:
-            while node.stage == "active":
-                await node.agent.when_idle()
-                seen = node.pokes
-                verdict = _Verdict()
+        while node.stage == "active":
+            await node.agent.when_idle()
+            seen = node.pokes
+            verdict = _Verdict()
+
+            async def decide(
+                _signal: AbortSignal, verdict: _Verdict = verdict, seen: int = seen
+            ) -> None:
+                self._watch_verdict(node, verdict, seen, busy=False)
+
+            try:
                 if node.stage != "active":
                     # The inbox is closing: the table's verdict is closed, with no need to
                     # own the agent to learn it.
                     self._watch_verdict(node, verdict, seen, busy=False)
                     return
-
-                async def decide(
-                    _signal: AbortSignal, verdict: _Verdict = verdict, seen: int = seen
-                ) -> None:
-                    self._watch_verdict(node, verdict, seen, busy=False)
-
                 try:
                     await node.agent.run_maintenance(decide)
                 except Rejected:
                     self._watch_verdict(node, verdict, seen, busy=True)
-                if verdict.value in ("closed", "ready"):
-                    return
-                if verdict.value == "wait":
-                    while node.pokes == seen and node.stage == "active":
-                        node.poked.clear()
-                        await node.poked.wait()
-        except Exception:
-            log.exception("the settlement watcher of %s failed", node.id)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException:
+                _raise_if_cancelling()
+                log.exception("the settlement watcher of %s failed", node.id)
+            if verdict.value in ("closed", "ready"):
+                return
+            if verdict.value != "retry":
+                while node.pokes == seen and node.stage == "active":
+                    node.poked.clear()
+                    await node.poked.wait()
 
     def _watch_verdict(self, node: _Node, verdict: _Verdict, seen: int, *, busy: bool) -> None:
         if node.agent.phase in ("disposing", "disposed"):
