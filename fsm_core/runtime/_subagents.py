@@ -56,7 +56,7 @@ from fsm_core.runtime._causes import PARENT
 from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
-from fsm_core.runtime._payloads import DisposalEnded, MessageInserted
+from fsm_core.runtime._payloads import DisposalEnded, MessageDiscarded, MessageInserted
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
@@ -140,6 +140,7 @@ class _Node:
         self.closing: asyncio.Future[None] | None = None
         """The memoized teardown; set by the table's ``close_inbox``."""
         self.child_teardowns: list[asyncio.Future[None]] = []
+        """The teardowns of the children its own teardown disposed, which it joins."""
         self.flush_owed = False
         self.handle_disposal: Pending | None = None
         self.failures: list[TeardownFailure] = []
@@ -150,7 +151,8 @@ class _Node:
         self.terminal: Terminal | None = None
         self.failed: bool | None = None
         self.pokes = 0
-        """How many messages were inserted into the agent's inbox (the watcher's pokes)."""
+        """How many messages were inserted into or discarded from the agent's inbox (the
+        watcher's pokes)."""
         self.poked = asyncio.Event()
 
     @property
@@ -242,6 +244,7 @@ class Subagents:
         """Children whose ``dispose`` a row asked for, fired once that row returns."""
         self._cascading = False
         events.on("inbox/inserted", self._poke)
+        events.on("inbox/discarded", self._poke)
         events.on("agent/disposed", self._forget_below)
 
     # --- reading ----------------------------------------------------------------------------
@@ -434,9 +437,12 @@ class Subagents:
             if dormant is not None and dormant.parent_agent is ended.agent:
                 del self._dormant[child_id]
 
-    def _poke(self, inserted: MessageInserted) -> None:
-        node = self._resident.get(inserted.agent.id)
-        if node is not None and node.agent is inserted.agent:
+    def _poke(self, changed: MessageInserted | MessageDiscarded) -> None:
+        """The agent's inbox changed: a watcher waiting on queued work decides again (a
+        user's cancel or remove that empties the inbox of an idle agent ends its work as
+        surely as an idle with nothing queued; no other idle follows it)."""
+        node = self._resident.get(changed.agent.id)
+        if node is not None and node.agent is changed.agent:
             node.pokes += 1
             node.poked.set()
 
@@ -611,35 +617,44 @@ class Subagents:
         The verdict is taken inside ``run_maintenance``, which only an idle agent grants:
         on ``ready`` the disposal starts there, under idle ownership. An agent that became
         busy again refuses the maintenance, and the verdict is taken with ``busy``.
+
+        The watcher has no caller to raise to: whatever a listener raises inside it (a
+        BaseException too) is logged, and the watcher goes on with the verdict the table
+        gave before it, or, given none, waits for a poke, so it neither dies with an error
+        nobody reads nor spins. Its own cancellation, and an interrupt or exit (which
+        asyncio raises out of the loop), end it.
         """
-        try:
-            while node.stage == "active":
-                await node.agent.when_idle()
-                seen = node.pokes
-                verdict = _Verdict()
+        while node.stage == "active":
+            await node.agent.when_idle()
+            seen = node.pokes
+            verdict = _Verdict()
+
+            async def decide(
+                _signal: AbortSignal, verdict: _Verdict = verdict, seen: int = seen
+            ) -> None:
+                self._watch_verdict(node, verdict, seen, busy=False)
+
+            try:
                 if node.stage != "active":
                     # The inbox is closing: the table's verdict is closed, with no need to
                     # own the agent to learn it.
                     self._watch_verdict(node, verdict, seen, busy=False)
                     return
-
-                async def decide(
-                    _signal: AbortSignal, verdict: _Verdict = verdict, seen: int = seen
-                ) -> None:
-                    self._watch_verdict(node, verdict, seen, busy=False)
-
                 try:
                     await node.agent.run_maintenance(decide)
                 except Rejected:
                     self._watch_verdict(node, verdict, seen, busy=True)
-                if verdict.value in ("closed", "ready"):
-                    return
-                if verdict.value == "wait":
-                    while node.pokes == seen and node.stage == "active":
-                        node.poked.clear()
-                        await node.poked.wait()
-        except Exception:
-            log.exception("the settlement watcher of %s failed", node.id)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException:
+                _raise_if_cancelling()
+                log.exception("the settlement watcher of %s failed", node.id)
+            if verdict.value in ("closed", "ready"):
+                return
+            if verdict.value != "retry":
+                while node.pokes == seen and node.stage == "active":
+                    node.poked.clear()
+                    await node.poked.wait()
 
     def _watch_verdict(self, node: _Node, verdict: _Verdict, seen: int, *, busy: bool) -> None:
         if node.agent.phase in ("disposing", "disposed"):
@@ -720,7 +735,11 @@ class Subagents:
             try:
                 while self._cascade:
                     parent, child = self._cascade.popleft()
-                    parent.child_teardowns.append(self._dispose(child, False))
+                    teardown = self._dispose(child, False)
+                    # Only the parent's own teardown joins the child and reports its failure:
+                    # a drain below a parent that stays active tells its caller alone.
+                    if parent.closing is not None:
+                        parent.child_teardowns.append(teardown)
             finally:
                 self._cascading = False
         # A fire inside the cascade is part of the outermost one: it must not raise the held

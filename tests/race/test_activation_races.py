@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from fsm_core.runtime import ActivationTeardownFailed, Agent, Reply, Runtime, UserMessage
+from fsm_core.runtime import (
+    ActivationTeardownFailed,
+    Agent,
+    CancelRequested,
+    Reply,
+    Runtime,
+    UserMessage,
+)
 from fsm_core.testing import Gate, Wait
 from tests.runtime.subagent_support import HeldSession, Models, Settlements, run, turn_outcomes
 from tests.runtime.test_subagents_spawn import calls, runtime, tool_results
@@ -96,12 +103,6 @@ def test_a_natural_end_whose_teardown_fails_reports_it_and_leaves_no_unretrieved
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a drain_descendants() of a live parent leaves its children's teardowns in the "
-    "parent's ledger (_Node.child_teardowns), so the parent's own later teardown reports them "
-    "again; found by the activation race machine (failures_are_aggregated)",
-)
 def test_a_parents_teardown_names_only_the_failures_of_the_subtree_it_tore_down() -> None:
     """drain_descendants([p]) tears c down while p stays active and reports c's failure; p's
     own teardown later fails too, and its error must name p alone: c was not part of it."""
@@ -129,3 +130,56 @@ def test_a_parents_teardown_names_only_the_failures_of_the_subtree_it_tore_down(
     finally:
         logging.getLogger("fsm_core").disabled = False
     assert named == [{"c"}, {"p"}]
+
+
+class Boom(BaseException):
+    """What a listener may raise that is no Exception: a host's own control-flow exception."""
+
+
+def natural_end_with_a_listener_raising() -> list[str]:
+    """A child ends its work naturally, and a listener of its teardown's cancel raises a
+    BaseException inside the settlement watcher; what the loop's exception handler got and
+    what the runtime logged, once everything was collected."""
+    seen: list[str] = []
+
+    class Records(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _l, c: seen.append(c["message"]))
+        settled = Settlements(rt)
+        raised: list[str] = []
+
+        def cancelled(event: CancelRequested) -> None:
+            if event.agent.id == "c" and not raised:
+                raised.append("c")
+                raise Boom("the host stops")
+
+        rt.events.on("agent/cancel-requested", cancelled)
+        await rt.subagents.start(host, "c", "work")
+        await settled.of("c")
+        assert raised == ["c"] and settled.log == [("c", False)]
+        assert rt.subagents.resident == ()
+
+    logging.getLogger("fsm_core").addHandler(Records())
+    run(test)
+    gc.collect()
+    return seen
+
+
+def test_a_base_exception_in_the_settlement_watcher_is_reported_not_left_unretrieved() -> None:
+    """The watcher has no caller: a listener's BaseException raised inside it is logged, the
+    activation it began tearing down still settles, and asyncio finds no task whose error
+    nobody read. A fresh interpreter, as for the natural end's failure above."""
+    code = (
+        "from tests.race.test_activation_races import natural_end_with_a_listener_raising as f;"
+        " print(f())"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "['the settlement watcher of c failed']", (
+        done.stdout + done.stderr
+    )

@@ -20,7 +20,7 @@ from fsm_core.runtime import (
     UserMessage,
 )
 from fsm_core.testing import Gate, Wait
-from tests.runtime.subagent_support import Models, run
+from tests.runtime.subagent_support import HeldSession, Models, Settlements, run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -131,5 +131,55 @@ def test_a_drain_below_a_host_agent_ends_with_that_agent_not_with_its_name() -> 
         again = await rt.create_agent("h")
         c = await rt.subagents.start(again.agent, "c", "work")
         assert c.parent is again.agent and rt.subagents.resident == ("c",)
+
+    run(test)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: during the end-of-turn flush (running, holder none) the teardown's "
+    "cancel(PARENT, keep_inbox=True) is agent.toml's cancel.noop, so converge.continue opens a "
+    "turn from the kept inbox; the agent table needs a state for 'cancelled while flushing' "
+    "that parks the work (converge.parked) as the seed's phase.abort does",
+)
+def test_a_teardown_runs_no_turn_from_work_queued_while_the_turn_flushed() -> None:
+    """Seed 004: the teardown cancels with keep_inbox and waits on no model turn. Work queued
+    while the agent's end-of-turn flush is held survives into the Terminal's pending capture;
+    it does not run as one more turn before the teardown goes on."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        gate = Gate("c's end-of-turn flush")
+        act = await rt.subagents.start(host, "c", "work", session=HeldSession().hold(gate).session)
+        await gate.reached.wait()  # the turn ended; its flush is held
+        await rt.subagents.followup("c", UserMessage("m2", "more"))
+        teardown = rt.subagents.dispose(act)
+        gate.open()
+        await teardown
+        assert len(models.signals["c"]) == 1  # one model request: the prompt's
+        assert act.terminal is not None and act.terminal.turns == 1
+        assert act.terminal.pending == ("m2",)
+
+    run(test)
+
+
+def test_a_users_cancel_clearing_the_queued_work_lets_the_activation_settle() -> None:
+    """The watcher waits while the agent is idle with work parked; a user's cancel that then
+    discards that work ends the activation's work as an idle with nothing queued would: it
+    settles, without waiting for a drain or a dispose."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        gate = Gate("c")
+        models.script("c", Wait(gate, Reply("late")))
+        act = await rt.subagents.start(host, "c", "work")
+        await gate.reached.wait()
+        await rt.subagents.followup("c", UserMessage("m2", "more"))
+        act.agent.cancel(keep_inbox=True)  # the turn aborts; m2 stays parked
+        await act.agent.when_idle()  # after the watcher's own wake: it found m2 and waits
+        assert act.stage == "active" and act.agent.inbox.pending
+        act.agent.cancel()  # discards m2
+        await settled.of("c")
+        assert settled.log == [("c", False)] and rt.subagents.resident == ()
+        assert act.terminal is not None and act.terminal.pending == ()
 
     run(test)
