@@ -946,9 +946,11 @@ def test_overlapping_flushes_hand_the_writer_the_logs_in_order() -> None:
     written: list[str] = []
     calls: list[str] = []
     slow = asyncio.Event()
+    called = asyncio.Event()
 
     async def store(log: str) -> None:
         calls.append(log)
+        called.set()
         if len(calls) == 1:
             await slow.wait()  # the first write is slow; the second would not be
         written.append(log)
@@ -957,12 +959,11 @@ def test_overlapping_flushes_hand_the_writer_the_logs_in_order() -> None:
         session = Session(writer=store)
         session.append("user/message", {"id": "m1", "text": "hi"})
         first = asyncio.ensure_future(session.flush())
-        await asyncio.sleep(0)  # the first write is under way, held
+        await called.wait()  # the first write is under way, held
         assert calls == [session.to_jsonl()]
         session.append("user/message", {"id": "m2", "text": "again"})
         second = asyncio.ensure_future(session.flush())
-        await asyncio.sleep(0)
-        slow.set()
+        slow.set()  # the later flush was asked for while the first write is held
         await asyncio.gather(first, second)
         assert written[-1] == session.to_jsonl()
 

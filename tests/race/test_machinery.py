@@ -1,6 +1,8 @@
 """The race machinery itself: the bridge stops at the first iteration where nothing can run and
 notices hangs and livelocks, the recorder attaches re-entrant events to the effect they
-happened in, and the oracle notices what differs. No test sleeps: the bridge turns the loop."""
+happened in, and the oracle notices what differs. No test sleeps to wait: the bridge turns the
+loop. The ``sleep(0)`` and ``sleep(3600)`` below are the workloads under test (steps and a timer
+the bridge must count or refuse to pass), not waits."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import pytest
 
 from fsm_core import Agent, AgentRegistry, Reply, Runtime, ToolCall, UsageError, UserMessage
 from fsm_core.testing import ScriptedModel, ScriptedTool
+from tests.idle_loop import IdleLoop
 
 pytestmark = pytest.mark.timeout(60)  # a deadlock fails here rather than hanging the suite
 
@@ -72,8 +73,11 @@ def test_a_boundary_makes_its_agent_current_for_its_work_and_what_it_starts() ->
         a1 = (await rt.create_agent("a1")).agent
         a2 = (await rt.create_agent("a2")).agent
 
+        async def spawned_reads() -> Agent | None:
+            return rt.agents.current()  # read inside the task the boundary's work started
+
         async def inner() -> list[Agent | None]:
-            spawned = asyncio.ensure_future(asyncio.sleep(0, rt.agents.current()))
+            spawned = asyncio.ensure_future(spawned_reads())
             return [rt.agents.current(), await spawned]
 
         async def outer() -> list[Agent | None]:
@@ -106,14 +110,15 @@ def test_closing_refuses_new_boundaries_and_waits_for_the_active_ones() -> None:
             match=r"^the agent registry is closing; no new boundary opens for agent 'a1'$",
         ):
             await rt.agents.run(a1, work)
-        await asyncio.sleep(0)  # the close has had its chance to return early
+        await loop.idle()  # the close has had its chance to return early
         assert not closed.done()
         release.set()
         assert await boundary == "settled"
         await closed
         await rt.aclose()
 
-    asyncio.run(main())
+    loop = IdleLoop()
+    loop.run(main())
 
 
 def test_boundaries_that_await_the_close_do_not_deadlock() -> None:
@@ -143,18 +148,19 @@ def test_boundaries_that_await_the_close_do_not_deadlock() -> None:
         await asyncio.gather(entered.wait(), ready["a1"].wait(), ready["a2"].wait())
         go.set()
         outside = asyncio.ensure_future(rt.agents.close())
-        for _ in range(3):  # the closers run up to their close and park there
-            await asyncio.sleep(0)
+        await loop.idle()  # the closers run up to their close and park there
         assert not (b1.done() or b2.done() or outside.done()), "a3 is still working"
         release.set()
         await asyncio.gather(b1, b2, b3, outside)
         assert order[0] == "a3" and sorted(order[1:]) == ["a1", "a2"]
         await rt.aclose()
 
-    asyncio.run(main())
+    loop = IdleLoop()
+    loop.run(main())
 
 
 async def _two_boundaries(
+    loop: IdleLoop,
     first: Callable[[Runtime], Awaitable[None]],
 ) -> tuple[list[str], asyncio.Future[None], asyncio.Future[None], asyncio.Event, Runtime]:
     """a1's boundary runs ``first`` (which must leave a1 working until released), then a2's
@@ -180,48 +186,50 @@ async def _two_boundaries(
     b1 = asyncio.ensure_future(rt.agents.run(a1, working))
     await parked.wait()
     go.set()
-    for _ in range(3):  # the closer runs up to its close and parks there
-        await asyncio.sleep(0)
+    await loop.idle()  # the closer runs up to its close and parks there
     return order, b1, b2, release, rt
 
 
-def test_a_close_a_boundary_never_awaits_does_not_count_it_as_waiting() -> None:
-    """a1 calls close() and goes on working without awaiting it: a2, awaiting the close
-    from its own boundary, must still wait for a1's work to end."""
+async def _begin_close(rt: Runtime) -> None:
+    rt.agents.close()  # begun, never awaited
 
-    async def begin_close(rt: Runtime) -> None:
-        rt.agents.close()  # begun, never awaited
+
+async def _await_the_close_then_give_up(rt: Runtime) -> None:
+    awaiting = asyncio.Event()
+
+    async def await_close() -> None:
+        awaiting.set()  # in the step that awaits the close
+        await rt.agents.close()
+
+    closing = asyncio.ensure_future(await_close())
+    await awaiting.wait()  # its task now awaits the close
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+
+
+@pytest.mark.parametrize(
+    "first",
+    [_begin_close, _await_the_close_then_give_up],
+    ids=["close-never-awaited", "awaited-close-cancelled"],
+)
+def test_a_boundary_not_awaiting_its_close_is_still_waited_for(
+    first: Callable[[Runtime], Awaitable[None]],
+) -> None:
+    """a1 calls close() and goes on working, having never awaited it or having cancelled
+    the task that awaited it: a2, awaiting the close from its own boundary, must still wait
+    for a1's work to end."""
 
     async def main() -> None:
-        order, b1, b2, release, rt = await _two_boundaries(begin_close)
+        order, b1, b2, release, rt = await _two_boundaries(loop, first)
         assert not b2.done(), "a1 is still working"
         release.set()
         await asyncio.gather(b1, b2)
         assert order == ["a1", "a2"]
         await rt.aclose()
 
-    asyncio.run(main())
-
-
-def test_a_boundary_whose_awaited_close_was_cancelled_stops_counting_as_waiting() -> None:
-    closing: list[asyncio.Future[None]] = []
-
-    async def give_up(rt: Runtime) -> None:
-        closing.append(asyncio.ensure_future(rt.agents.close()))
-        await asyncio.sleep(0)  # its task now awaits the close
-        closing[0].cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await closing[0]
-
-    async def main() -> None:
-        order, b1, b2, release, rt = await _two_boundaries(give_up)
-        assert not b2.done(), "a1 is still working"
-        release.set()
-        await asyncio.gather(b1, b2)
-        assert order == ["a1", "a2"]
-        await rt.aclose()
-
-    asyncio.run(main())
+    loop = IdleLoop()
+    loop.run(main())
 
 
 def test_a_boundary_cannot_await_the_runtimes_close_and_strangers_have_no_boundary() -> None:

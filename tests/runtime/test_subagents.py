@@ -50,6 +50,21 @@ async def tree(
     return tuple(acts)
 
 
+async def after_the_watcher(activation: Activation, busy: Gate) -> None:
+    """Open ``busy`` (the gate the activation's first turn waits on) and return once its agent
+    is idle and the settlement watcher has taken its verdict on that idle.
+
+    The watcher has awaited ``when_idle()`` since its activation was admitted, before the
+    turn reached ``busy``; the agent resolves its idle waiters in the order they were
+    registered, and the watcher takes its verdict in the step that wakes it (inside
+    ``run_maintenance``, with nothing to await). So it decided before the waiter registered
+    here resumes.
+    """
+    idle = activation.agent.when_idle()
+    busy.open()
+    await idle
+
+
 # --- finishDisposal, child-first ------------------------------------------------------------------
 
 
@@ -116,16 +131,16 @@ def test_a_failing_child_does_not_stop_its_siblings_and_every_failure_is_named_l
         p = await rt.subagents.start(host, "p", "work")
         broken = HeldSession()
         slow = Gate("c2 ignores its signal")
-        models.script("c1", Wait(Gate("c1"), Reply("late")))
+        inside = [Gate("c1"), slow, Gate("c3")]
+        models.script("c1", Wait(inside[0], Reply("late")))
         models.script("c2", Wait(slow, Reply("late"), cooperate=False))
-        models.script("c3", Wait(Gate("c3"), Reply("late")))
+        models.script("c3", Wait(inside[2], Reply("late")))
         kids = [
             await rt.subagents.start(p.agent, "c1", "work", session=broken.session),
             await rt.subagents.start(p.agent, "c2", "work"),
             await rt.subagents.start(p.agent, "c3", "work", session=HeldSession().fail().session),
         ]
-        while len(models.signals) < 4:  # p, c1, c2 and c3 are each inside a request
-            await asyncio.sleep(0)
+        await asyncio.gather(*(gate.reached.wait() for gate in inside))  # each in a request
         broken.fail()
         pending = rt.subagents.dispose(p)
         await settled.of("c1", "c3")  # both failed; c2's teardown still waits for its turn
@@ -305,18 +320,18 @@ def test_a_child_that_finished_its_work_settles_on_its_own() -> None:
 def test_the_watcher_waits_while_the_child_owns_unsettled_children() -> None:
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         settled = Settlements(rt)
-        slow = Gate("g")
+        slow, busy = Gate("g"), Gate("c")
         models.script("g", Wait(slow, Reply("g done")))
+        models.script("c", Wait(busy, Reply("c done")))
         c = await rt.subagents.start(host, "c", "work")
-        await rt.subagents.start(c.agent, "g", "work")
-        await slow.reached.wait()
-        await c.agent.when_idle()
-        for _ in range(5):
-            await asyncio.sleep(0)  # the watcher had every chance to decide: it waits
+        g = await rt.subagents.start(c.agent, "g", "work")
+        await asyncio.gather(busy.reached.wait(), slow.reached.wait())
+        await after_the_watcher(c, busy)
         assert c.stage == "active" and settled.log == []
         slow.open()
         await settled.of("g", "c")
         assert settled.ids == ["g", "c"]
+        assert turn_outcomes(g.agent) == ["completed"]  # never cancelled by c's disposal
         assert turn_outcomes(c.agent) == ["completed", "completed"]  # woken by g's notice
 
     run(test)
@@ -332,11 +347,12 @@ def test_the_watcher_waits_while_work_is_queued_in_the_inbox() -> None:
                 agent.inject(UserMessage("parked", "for later"))  # queued, no wake: idle
 
         off = rt.events.on("agent/status", park)
+        busy = Gate("c")
+        models.script("c", Wait(busy, Reply("c done")))
         c = await rt.subagents.start(host, "c", "work")
-        await c.agent.when_idle()
+        await busy.reached.wait()
+        await after_the_watcher(c, busy)
         off()
-        for _ in range(5):
-            await asyncio.sleep(0)  # the watcher had every chance to decide: it waits
         assert c.stage == "active" and c.agent.inbox.pending
         await rt.subagents.followup("c", UserMessage("m3", "wake up"))
         await settled.of("c")
@@ -377,12 +393,21 @@ def test_a_delivery_losing_the_race_with_final_disposal_resumes_cold() -> None:
         session.hold(held)
         await held.reached.wait()  # the natural end is disposing the handle
         assert first.stage == "releasing"
-        delivery = asyncio.ensure_future(rt.subagents.followup("c", UserMessage("m2", "more")))
-        await asyncio.sleep(0)
-        assert not delivery.done()
+        parked = asyncio.Event()
+
+        async def deliver() -> Activation:
+            parked.set()  # the followup below runs up to its wait for the teardown in this step
+            return await rt.subagents.followup("c", UserMessage("m2", "more"))
+
+        delivery = asyncio.ensure_future(deliver())
+        await parked.wait()
+        assert not delivery.done()  # it waits for the teardown
+        ended_after_release: list[bool] = []
+        delivery.add_done_callback(lambda _: ended_after_release.append(first.stage == "settled"))
         session.gate = None
         held.open()
         second = await delivery
+        assert ended_after_release == [True]
         assert second is not first and first.stage == "settled"
         await second.agent.when_idle()
         claimed = [e.data["id"] for e in session.session.events if e.type == "user/message"]
