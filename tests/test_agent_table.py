@@ -226,7 +226,9 @@ def test_turn_end_observers_and_flush_have_no_cancel_authority() -> None:
     s = story("turn_end_observers_and_flush_have_no_cancel_authority")
     assert s.rows[4] == "retire.ended"
     assert "abort_holder(user)" not in s.effects(4)
-    assert s.rows[5:] == ["cancel.noop", "converge.idle"]
+    assert "publish_turn_end(completed)" in s.effects(4)
+    assert "notify_cancel_requested(user)" in s.effects(4), "effective: it cuts the next turn"
+    assert s.rows[5:] == ["cancel.noop", "converge.parked"]
 
 
 def test_wake_during_flush_continues_without_publishing_idle() -> None:

@@ -301,7 +301,7 @@ def test_a_model_that_does_not_match_its_expectation_exits_1_naming_the_numbers(
     assert mismatches == [
         "mismatch: small (models/small.toml) [expect] states: expected 1, found 94",
         "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 759",
-        "mismatch: small (models/small.toml) [expect] depth: expected 3, found 6",
+        "mismatch: small (models/small.toml) [expect] depth: expected 3, found 7",
     ]
     assert r.out.splitlines()[1].split()[-1] == "✗"
 

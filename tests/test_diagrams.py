@@ -294,7 +294,7 @@ def test_traceability_opens_with_the_nine_pinned_decisions() -> None:
 def test_traceability_names_rows_and_invariants_per_machine() -> None:
     md = render_diagrams(load_spec())["traceability.md"]
     line = next(x for x in md.splitlines() if x.startswith("| `S004.cancel-keep-inbox` |"))
-    assert line.endswith("| activation: `dispose.begin`<br>agent: `cancel.turn` |")
+    assert line.endswith("| activation: `dispose.begin`<br>agent: `cancel.turn`, `cancel.flush` |")
 
 
 def test_traceability_names_step_invariants_among_their_clauses_citations() -> None:
@@ -310,7 +310,8 @@ def test_traceability_names_step_invariants_among_their_clauses_citations() -> N
             assert f"step invariant `{step.id}`" in cell, line
     line = next(x for x in every_clause if x.startswith("| `S000.first-wins` |"))
     assert line.endswith(
-        "| agent: `cancel.turn`, `cancel.maintenance`, `cancel.discard`, `dispose.converging`; "
+        "| agent: `cancel.turn`, `cancel.maintenance`, `cancel.flush`, `cancel.discard`, "
+        "`dispose.converging`; "
         "invariant `reason_iff_aborted`; step invariant `reason_first_wins` |"
     )
 

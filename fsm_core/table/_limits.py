@@ -41,7 +41,7 @@ class Limits:
     domain: int = 1_000_000
     """Cases the loader checks to prove a table: every event, with every argument tuple,
     against each row that may take it, in every state of the domain (the shipped agent table
-    has 199,680)."""
+    has 202,752)."""
 
     values: int = 1_000
     """Values of one type: an enumeration, the states, an integer range, the argument tuples

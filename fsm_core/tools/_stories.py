@@ -259,8 +259,9 @@ AGENT_STORIES = (
     ),
     agent(
         "turn_end_observers_and_flush_have_no_cancel_authority",
-        "A turn/end observer's cancel aborts nothing: the turn keeps its own ending and the "
-        "driver converges to idle.",
+        "A turn/end observer's cancel cannot touch the completed turn: it keeps its own ending. "
+        "The cancel cuts the driver's next turn instead, so the driver converges as an aborted "
+        "one, to idle.",
         *RUNNING,
         retire("completed", on("publish_turn_end", "cancel", cause="user", keep_inbox=False)),
         cancel("user", True),

@@ -135,13 +135,6 @@ def test_a_drain_below_a_host_agent_ends_with_that_agent_not_with_its_name() -> 
     run(test)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: during the end-of-turn flush (running, holder none) the teardown's "
-    "cancel(PARENT, keep_inbox=True) is agent.toml's cancel.noop, so converge.continue opens a "
-    "turn from the kept inbox; the agent table needs a state for 'cancelled while flushing' "
-    "that parks the work (converge.parked) as the seed's phase.abort does",
-)
 def test_a_teardown_runs_no_turn_from_work_queued_while_the_turn_flushed() -> None:
     """Seed 004: the teardown cancels with keep_inbox and waits on no model turn. Work queued
     while the agent's end-of-turn flush is held survives into the Terminal's pending capture;

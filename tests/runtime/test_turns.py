@@ -451,7 +451,9 @@ def test_a_turn_end_observer_cannot_cancel_the_finished_turn() -> None:
         await agent.when_idle()
 
         assert seen == [("running", "none")]  # still running until the flush settles
-        assert requested == []
+        # The first cancel cuts the driver's next turn, so it is effective; the second has
+        # nothing new to cut (first wins). Neither touches the finished turn.
+        assert [(r.agent, r.cause) for r in requested] == [(agent, USER)]
         assert outcomes(agent.session) == {1: COMPLETED}
         ((_, signal),) = model.requests
         assert not signal.aborted
@@ -493,7 +495,7 @@ def test_a_blocked_flush_has_no_cancellation_authority_and_holds_back_the_next_t
 
         idle = asyncio.ensure_future(wait_idle())
         assert order == ["turn/start 1", "turn/end 1"]
-        assert requested == []
+        assert [r.cause for r in requested] == [USER]  # it cuts the next turn, not this one
 
         flush.open()
         await idle
@@ -510,6 +512,51 @@ def test_a_blocked_flush_has_no_cancellation_authority_and_holds_back_the_next_t
         assert outcomes(agent.session) == {1: COMPLETED, 2: COMPLETED}
         assert [signal.aborted for _, signal in model.requests] == [False, False]
         assert_durable_log_clean(agent.session)
+        await rt.aclose()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("keep_inbox", [True, False])
+def test_a_cancel_during_the_flush_runs_no_turn_from_work_queued_before_it(
+    keep_inbox: bool,
+) -> None:
+    """Seed 004: cancel starts no turn, it only cuts the present. Work queued during a finished
+    turn's held flush is not run as one more turn once a cancel lands there: a keep_inbox cancel
+    leaves it parked for a later wake, a default cancel discards it."""
+
+    async def scenario() -> None:
+        model = ScriptedModel([Reply("first"), Reply("second"), Reply("third")])
+        rt = Runtime(model=model)
+        agent = (await rt.create_agent("a1")).agent
+        flush = Gate("flush")
+        starts: list[int] = []
+        requested: list[CancelRequested] = []
+
+        async def held_flush(payload: Flush, next: Callable[[Flush], Awaitable[None]]) -> None:
+            await flush.wait()
+            await next(payload)
+
+        rt.events.on("session/flush", held_flush)
+        rt.events.on("turn/start", lambda e: starts.append(e.turn))
+        rt.events.on("agent/cancel-requested", requested.append)
+
+        agent.followup(UserMessage("m1", "hello"))
+        await flush.reached.wait()
+        agent.followup(UserMessage("m2", "and then"))
+        agent.cancel(keep_inbox=keep_inbox)
+        flush.open()
+        await agent.when_idle()
+
+        assert starts == [1] and len(model.requests) == 1
+        assert [r.cause for r in requested] == [USER]
+        assert outcomes(agent.session) == {1: COMPLETED}
+        assert agent.status == "idle"
+        assert agent.inbox.pending is keep_inbox
+        if keep_inbox:  # parked, not lost: the next wake runs it first
+            agent.followup(UserMessage("m3", "last"))
+            await agent.when_idle()
+            assert starts == [1, 2, 3] and len(model.requests) == 3
         await rt.aclose()
 
     run(scenario())
