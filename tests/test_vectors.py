@@ -98,21 +98,13 @@ def test_each_file_starts_with_a_header_saying_how_it_was_made() -> None:
 # --- replayed by every host ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("host_of", [Interpreter, Hosted], ids=["interpreter", "host"])
 @pytest.mark.parametrize("name", sorted(MACHINES))
-def test_vectors_replay_through_the_interpreter(name: str) -> None:
+def test_vectors_replay_through_the_interpreter_and_the_host(
+    name: str, host_of: type[Interpreter] | type[Hosted]
+) -> None:
     m = MACHINES[name]
-    host = Interpreter(m)
-    for vector in FILES[name].vectors:
-        try:
-            replay(host, m, vector)
-        except Mismatch as e:
-            raise AssertionError(f"{name}.jsonl {vector['id']}: {e}") from None
-
-
-@pytest.mark.parametrize("name", sorted(MACHINES))
-def test_vectors_replay_through_the_transitions_host(name: str) -> None:
-    m = MACHINES[name]
-    host = Hosted(m)
+    host = host_of(m)
     for vector in FILES[name].vectors:
         try:
             replay(host, m, vector)
