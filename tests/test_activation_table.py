@@ -18,7 +18,7 @@ def story(name: str) -> Story:
 def test_dispose_cancels_self_then_disposes_children() -> None:
     s = story("dispose_cancels_self_then_disposes_children")
     assert s.rows[2] == "dispose.begin"
-    assert s.effects(2) == ["close_inbox()", "cancel_agent(parent)", "dispose_children()"]
+    assert s.effects(2) == ["close_inbox()", "cancel_agent(parent)", "dispose_children(true)"]
 
 
 def test_dispose_is_memoized() -> None:

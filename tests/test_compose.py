@@ -92,7 +92,7 @@ TO_RELEASING = (
     "2. a.dispose(final_state_flushed=false) -> dispose.begin   changed: a.stage "
     "active->joining, a.1.stage active->joining, budget.dispose 1->0, ghost.closes.a "
     "0->1, ghost.closes.a.1 0->1\n"
-    "   inside dispose_children(): a.1.dispose(final_state_flushed=false) -> "
+    "   inside dispose_children(true): a.1.dispose(final_state_flushed=false) -> "
     "dispose.begin\n"
     "3. a.1.children_joined() -> children.joined   changed: a.1.stage "
     "joining->awaiting_idle\n"

@@ -240,7 +240,7 @@ class Subagents:
         self._notices = 0
         self._firing = 0
         self._held: BaseException | None = None
-        self._cascade: deque[tuple[_Node, _Node]] = deque()
+        self._cascade: deque[tuple[_Node, _Node, bool]] = deque()
         """Children whose ``dispose`` a row asked for, fired once that row returns."""
         self._cascading = False
         events.on("inbox/inserted", self._poke)
@@ -734,11 +734,9 @@ class Subagents:
             self._cascading = True
             try:
                 while self._cascade:
-                    parent, child = self._cascade.popleft()
+                    parent, child, join = self._cascade.popleft()
                     teardown = self._dispose(child, False)
-                    # Only the parent's own teardown joins the child and reports its failure:
-                    # a drain below a parent that stays active tells its caller alone.
-                    if parent.closing is not None:
+                    if join:
                         parent.child_teardowns.append(teardown)
             finally:
                 self._cascading = False
@@ -774,11 +772,11 @@ class Subagents:
         assert cause == "parent"
         node.agent.cancel(PARENT, keep_inbox=True)
 
-    def _dispose_children(self, node: _Node) -> None:
+    def _dispose_children(self, node: _Node, join: bool) -> None:
         for child_id in node.owned:
             child = self._resident.get(child_id)
             if child is not None:
-                self._cascade.append((node, child))
+                self._cascade.append((node, child, join))
 
     def _flush_final_state(self, node: _Node) -> None:
         node.flush_owed = True  # an effect cannot await: _finish awaits it

@@ -336,7 +336,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 'from = ["joining", "awaiting_idle", "flushing", "releasing", "settled"]\n'
                 'to = "joining"\n'
                 'do = ["flushed := final_state_flushed", "close_inbox()", "cancel_agent(parent)", '
-                '"dispose_children()"]\n'
+                '"dispose_children(true)"]\n'
                 'clauses = ["S004.memoized-close"]\n'
                 'doc = "A later dispose() runs finishDisposal again."\n'
             ),

@@ -30,7 +30,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "children_not_disposed",
         "dispose_children disposes nobody: the parent's teardown leaves its children running.",
-        (_edit("_dispose_children", "self._cascade.append((node, child))", "pass"),),
+        (_edit("_dispose_children", "self._cascade.append((node, child, join))", "pass"),),
     ),
     RuntimeMutant(
         "sibling_stopped_by_failure",
