@@ -619,6 +619,7 @@ def _unlock(fd: int) -> None:
 
 
 def _read_fd(fd: int) -> bytes:
+    """Everything left to read from ``fd``."""
     chunks: list[bytes] = []
     while chunk := os.read(fd, 1 << 20):
         chunks.append(chunk)
@@ -998,7 +999,7 @@ class Session:
         if not self._begins_with(found, log):
             raise UsageError(
                 f"{where}: the file holds events this session does not (another writer recorded "
-                f"there since the session read it); open it again to resume it as it is now"
+                "there since the session read it); open it again to resume it as it is now"
             )
 
     def _begins_with(self, found: bytes, source: str) -> bool:
