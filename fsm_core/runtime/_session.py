@@ -567,14 +567,14 @@ resolved path, and ``inode DEV:INO`` of the log it found there (a hard link's ot
 class _Claim:
     """An attached session's exclusive hold on its file, from attach to detach.
 
-    Two ``flock`` locks, both kept by an open descriptor: one on the sidecar ``.NAME.lock``
-    beside the resolved log, which no flush replaces (each flush renames a new file over the
-    log, so a lock on the log's own inode would guard a file no longer there), and one on the
-    log's inode as found at attach, so another name of that inode (a hard link) is refused
-    too. ``flock`` and not ``fcntl.lockf``: POSIX record locks belong to the process, so a
-    second attach in this process would be granted, and closing any descriptor of the file
-    would drop them all; a ``flock`` belongs to the open file description. The kernel releases
-    both when the process dies.
+    A ``flock`` lock kept by an open descriptor on the sidecar ``.NAME.lock`` beside the
+    resolved log, which no flush replaces (each flush renames a new file over the log, so a
+    lock on the log's own inode would guard a file no longer there). When the log found at
+    attach has other names (hard links), a second one on its inode, so those are refused too;
+    a log with one name costs one descriptor, not two. ``flock`` and not ``fcntl.lockf``:
+    POSIX record locks belong to the process, so a second attach in this process would be
+    granted, and closing any descriptor of the file would drop them all; a ``flock`` belongs
+    to the open file description. The kernel releases it when the process dies.
     """
 
     __slots__ = ("fds", "keys", "target")
@@ -985,11 +985,13 @@ class Session:
             inode = f"inode {status.st_dev}:{status.st_ino}"
             if inode in _HOLDERS:
                 held(f"agent {_HOLDERS[inode]!r}, through another name of the file,")
-            if not _try_lock(fd):
+            # Another name of the file exists now: hold its inode too (one descriptor more).
+            linked = status.st_nlink > 1 and sys.platform != "win32"
+            if linked and not _try_lock(fd):
                 held("another process, through another name of the file,")
             claim.take(inode, agent_id)
             found = _read_fd(fd)
-            if sys.platform == "win32":  # an open file cannot be renamed over there
+            if not linked:
                 claim.fds.remove(fd)
                 os.close(fd)
         except OSError as error:

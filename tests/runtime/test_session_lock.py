@@ -275,22 +275,33 @@ asyncio.run(main(sys.argv[1], sys.argv[2] == "hold"))
 """
 
 
-def test_another_process_cannot_attach_the_file_while_it_is_held(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["same", "hard link"])
+def test_another_process_cannot_attach_the_file_while_it_is_held(tmp_path: Path, name: str) -> None:
     async def main() -> None:
         path = tmp_path / "a.jsonl"
+        other = path
+        if name == "hard link":
+            Session().save(path)
+            other = tmp_path / "hard.jsonl"
+            os.link(path, other)
         rt = Runtime(model=ScriptedModel())
         await rt.create_agent("a1", Session(path))
         child = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(path), "once"],
+            [sys.executable, "-c", _CHILD, str(other), "once"],
             capture_output=True,
             text=True,
             timeout=120,
             check=True,
         )
-        assert child.stdout == f"refused: {_refusal(path, _by_process(path), 'child')}\n"
+        holder = (
+            _by_process(path)
+            if name == "same"
+            else "another process, through another name of the file,"
+        )
+        assert child.stdout == f"refused: {_refusal(other, holder, 'child')}\n"
         await bounded(rt.aclose())
         again = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(path), "once"],
+            [sys.executable, "-c", _CHILD, str(other), "once"],
             capture_output=True,
             text=True,
             timeout=120,
