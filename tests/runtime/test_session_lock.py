@@ -65,7 +65,7 @@ def test_a_second_session_on_the_file_is_refused_and_leaves_nothing_behind(
         assert Session.load(path).events == first.agent.session.events  # the log is a1's
         await bounded(first.dispose())
 
-        # Nothing stayed held: the refused session takes the file once a1 is disposed.
+        # Nothing stayed held: a session read now takes the file once a1 is disposed.
         third = await rt.create_agent("a3", Session(path))
         await _turn(rt, "a3", "again")
         turns = [e.data["turn"] for e in Session.load(path).events if e.type == "turn/start"]
@@ -87,7 +87,7 @@ def test_a_session_refused_leaves_its_object_free_to_attach_later(tmp_path: Path
         second = Session(path)
         with pytest.raises(UsageError):
             await rt.create_agent("a2", second)
-        await bounded(first.dispose())  # a1 recorded nothing: second still holds the whole log
+        await bounded(first.dispose())  # a1 recorded nothing: second is not stale
         await rt.create_agent("a2", second)
         assert rt.agents["a2"].session is second
         await bounded(rt.aclose())
