@@ -239,7 +239,6 @@ class AgentCore:
         # Invariant: _controller is set iff the table's holder is live or aborted.
         self._controller: AbortController | None = None
         self._status: Status = "idle"
-        session._attach(agent_id)
         # Turns continue the session's numbering: a resumed log never repeats a turn number.
         self._turn = max(
             (cast(int, e.data["turn"]) for e in session.events if e.type == "turn/start"),
@@ -276,6 +275,8 @@ class AgentCore:
         self._held: BaseException | None = None
         """A listener's uncontained BaseException, raised once the outermost row completes."""
         self.agent = Agent(self)
+        # Last: a refusal (the session has a live writer) leaves nothing of this agent behind.
+        session._attach(agent_id)
 
     # --- what the agent asks for: read access and one method per user call ------------------
 

@@ -40,6 +40,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, NoReturn, TypeAlias, cast, final, get_args, overload
 
 from fsm_core._errors import FsmError, UsageError, echo
+
+if sys.platform != "win32":
+    import fcntl
 
 __all__ = [
     "ERROR_CODES",
@@ -552,6 +556,76 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+# --- one live writer per file ----------------------------------------------------------------
+
+_HOLDERS: dict[str, str] = {}
+"""What the sessions attached in this process hold -> the agent recording there: each one's
+resolved path, and ``inode DEV:INO`` of the log it found there (a hard link's other name)."""
+
+
+@final
+class _Claim:
+    """An attached session's exclusive hold on its file, from attach to detach.
+
+    A ``flock`` lock kept by an open descriptor on the sidecar ``.NAME.lock`` beside the
+    resolved log, which no flush replaces (each flush renames a new file over the log, so a
+    lock on the log's own inode would guard a file no longer there). When the log found at
+    attach has other names (hard links), a second one on its inode, so those are refused too;
+    a log with one name costs one descriptor, not two. ``flock`` and not ``fcntl.lockf``:
+    POSIX record locks belong to the process, so a second attach in this process would be
+    granted, and closing any descriptor of the file would drop them all; a ``flock`` belongs
+    to the open file description. The kernel releases it when the process dies.
+    """
+
+    __slots__ = ("fds", "keys", "target")
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        """The log's resolved path, where the attached session writes."""
+        self.fds: list[int] = []
+        self.keys: list[str] = []
+
+    def take(self, key: str, agent_id: str) -> None:
+        """Record ``key`` as held by ``agent_id`` in this process."""
+        _HOLDERS[key] = agent_id
+        self.keys.append(key)
+
+    def release(self) -> None:
+        for key in self.keys:
+            _HOLDERS.pop(key, None)
+        self.keys.clear()
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                _unlock(fd)
+            os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    """Lock ``fd`` exclusively without waiting; False iff another open file holds it."""
+    if sys.platform == "win32":  # no flock: the claim holds in this process only
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _unlock(fd: int) -> None:
+    """Release ``fd``'s lock even if a fork left a copy of the descriptor open somewhere."""
+    if sys.platform != "win32":
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _read_fd(fd: int) -> bytes:
+    """Everything left to read from ``fd``."""
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 # --- the log ---------------------------------------------------------------------------------
 
 
@@ -646,6 +720,15 @@ class Session:
     :meth:`load` and :meth:`from_jsonl` read a log without attaching to it, so replaying a
     recorded file never writes to it.
 
+    A file has one live writer. The agent recording into ``Session(path)`` holds the file from
+    its creation until it is disposed: a second attach of that file, through another session,
+    runtime or process, by any name of it (symlink, relative path, hard link), raises
+    :class:`~fsm_core.UsageError` naming the file and, in this process, the holding agent. So
+    does attaching a session read before another writer recorded into the file, whose
+    flushes would erase those events. The hold is an OS lock (``flock``) the kernel releases
+    if the process dies; :meth:`load`, :meth:`from_jsonl` and :meth:`save` take none. An
+    attached session writes through a symlink to the file it names.
+
     ``Session(writer=store)`` hands the whole log (:meth:`to_jsonl`) to the async callable
     ``store`` at every :meth:`flush` instead, for a log kept elsewhere than a local file; the
     flush waits for it and raises what it raises. Overlapping flushes call it one at a time,
@@ -656,7 +739,18 @@ class Session:
     shape rejects anything else, as it rejects any value that is not plain JSON.
     """
 
-    __slots__ = ("_events", "_lines", "_name", "_owner", "_path", "_steps", "_writer", "_writing")
+    __slots__ = (
+        "_agent",
+        "_claim",
+        "_events",
+        "_lines",
+        "_name",
+        "_path",
+        "_steps",
+        "_target",
+        "_writer",
+        "_writing",
+    )
 
     def __init__(
         self,
@@ -670,7 +764,12 @@ class Session:
         self._lines: list[str] = []
         self._path = None if path is None else Path(path)
         self._name = "<session>" if path is None else os.fspath(path)
-        self._owner: str | None = None
+        self._agent: str | None = None
+        """The agent recording into this session object, if any."""
+        self._claim: _Claim | None = None
+        """The attached writer's hold on the file; None iff detached or held in memory."""
+        self._target = self._path
+        """Where :meth:`flush` writes: the path, resolved once an agent attached."""
         self._steps = _Steps()
         if writer is not None and (path is not None or not callable(writer)):
             raise UsageError(
@@ -723,7 +822,7 @@ class Session:
 
     def save(self, path: StrPath) -> None:
         """Write the log to ``path`` atomically; the session does not attach to it."""
-        self._write(Path(path))
+        self._write(Path(path), os.fspath(path))
 
     async def flush(self) -> None:
         """A durability point: when it returns, the whole log is on disk (if attached), or
@@ -736,8 +835,8 @@ class Session:
         whole. A writer is awaited unbounded: one that never returns holds the agent's
         disposal (and the runtime's ``aclose()``) with it.
         """
-        if self._path is not None:
-            self._write(self._path)
+        if self._target is not None:
+            self._write(self._target, self._name)
         elif self._writer is not None:
             async with self._writing:
                 taken = self._writer(self.to_jsonl())
@@ -747,12 +846,12 @@ class Session:
                     )
                 await taken
 
-    def _write(self, path: Path) -> None:
+    def _write(self, path: Path, name: str) -> None:
         try:
             _write_atomically(path, self.to_jsonl())
         except OSError as error:
             reason = error.strerror or type(error).__name__
-            raise SessionError(os.fspath(path), "", f"cannot write the log: {reason}") from error
+            raise SessionError(name, "", f"cannot write the log: {reason}") from error
 
     @classmethod
     def from_jsonl(cls, text: str, source: str = "<jsonl>") -> Session:
@@ -819,18 +918,110 @@ class Session:
         session._name = name
         return session
 
+    @property
+    def _owner(self) -> str | None:
+        """The agent of this process recording into this session or its file, if any, for a
+        caller that must refuse before it begins an attach it could not undo. Another
+        process's writer, or a log changed since this session read it, shows only at attach.
+        """
+        if self._agent is not None or self._path is None:
+            return self._agent
+        target = os.path.realpath(self._path)
+        holder = _HOLDERS.get(target)
+        if holder is None:
+            with contextlib.suppress(OSError):
+                status = os.stat(target)
+                holder = _HOLDERS.get(f"inode {status.st_dev}:{status.st_ino}")
+        return holder
+
     def _attach(self, agent_id: str) -> None:
-        """Record that ``agent_id`` writes this log; two writers would interleave their turns."""
-        if self._owner is not None:
+        """Record that ``agent_id`` writes this log; two writers would interleave their turns.
+
+        A session with a path also holds its file (see :class:`_Claim`) until :meth:`_detach`:
+        refused while another writer, in this process or another, holds it, or when the file
+        holds events this log does not begin with; a refused attach holds nothing.
+        """
+        if self._agent is not None:
             raise UsageError(
-                f"{self._name}: agent {self._owner!r} already records into this session; "
+                f"{self._name}: agent {self._agent!r} already records into this session; "
                 f"agent {agent_id!r} needs a session of its own"
             )
-        self._owner = agent_id
+        if self._path is not None:
+            claim = _Claim(Path(os.path.realpath(self._path)))
+            try:
+                self._hold(claim, agent_id)
+            except BaseException:
+                claim.release()
+                raise
+            self._claim = claim
+            self._target = claim.target
+        self._agent = agent_id
+
+    def _hold(self, claim: _Claim, agent_id: str) -> None:
+        """Lock ``claim``'s file for ``agent_id`` and check that this log begins with it."""
+        log = os.fspath(claim.target)
+        where = self._name if self._name == log else f"{self._name} (the file {log})"
+
+        def held(by: str) -> NoReturn:
+            raise UsageError(
+                f"{where}: {by} already records into this log; agent {agent_id!r} needs a log "
+                "of its own (or to resume it once that writer is disposed)"
+            )
+
+        if log in _HOLDERS:
+            held(f"agent {_HOLDERS[log]!r}")
+        lockfile = claim.target.with_name(f".{claim.target.name}.lock")
+        try:
+            claim.fds.append(os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644))
+            if not _try_lock(claim.fds[-1]):
+                held(f"another process (holding {lockfile})")
+            claim.take(log, agent_id)
+            try:
+                fd = os.open(claim.target, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # a new log: nothing there to lose
+            claim.fds.append(fd)
+            status = os.fstat(fd)
+            inode = f"inode {status.st_dev}:{status.st_ino}"
+            if inode in _HOLDERS:
+                held(f"agent {_HOLDERS[inode]!r}, through another name of the file,")
+            # Another name of the file exists now: hold its inode too (one descriptor more).
+            linked = status.st_nlink > 1 and sys.platform != "win32"
+            if linked and not _try_lock(fd):
+                held("another process, through another name of the file,")
+            claim.take(inode, agent_id)
+            found = _read_fd(fd)
+            if not linked:
+                claim.fds.remove(fd)
+                os.close(fd)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            file = f" ({error.filename})" if error.filename else ""
+            raise SessionError(self._name, "", f"cannot lock the log: {reason}{file}") from error
+        if not self._begins_with(found, log):
+            raise UsageError(
+                f"{where}: the file holds events this session does not (another writer recorded "
+                "there since the session read it); open it again to resume it as it is now"
+            )
+
+    def _begins_with(self, found: bytes, source: str) -> bool:
+        """True iff this log begins with the events of ``found`` (a log's bytes), so writing
+        it over them loses none. Another writer's formatting counts as the same events."""
+        if self.to_jsonl().encode("ascii").startswith(found):
+            return True
+        try:
+            events = Session.from_jsonl(found.decode("utf-8"), source).events
+        except (UnicodeDecodeError, SessionError):
+            return False
+        return len(events) <= len(self._events) and list(events) == self._events[: len(events)]
 
     def _detach(self) -> None:
-        """The writer is disposed: another agent may resume the log."""
-        self._owner = None
+        """The writer is disposed: another agent, here or in another process, may resume the
+        log."""
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
+        self._agent = None
 
     def __repr__(self) -> str:
         last = f" last={self._events[-1].type}" if self._events else ""
