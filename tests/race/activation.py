@@ -20,7 +20,8 @@ After each rule the invariants check that:
 
 - every activation's control state is the table's: the oracle replays every event the
   registry fired on it (rows, effects, refusals, re-entrant fires inside their effect) and
-  lands in the same state; the table's invariants hold at every notification;
+  lands in the same state; the table's invariants hold at every notification; so is the
+  registry's door's (specs/admission.toml), replayed on its own oracle;
 - the registry's ledger is the table's: resident, slot and ownership held exactly while the
   table says so, ``children`` iff the activation owns an unsettled child;
 - each activation is torn down once (one ``close_inbox``, one ``subagent/settled``), only after
@@ -259,6 +260,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         create = self.bridge.loop.run_until_complete(self.rt.create_agent("host"))
         self.host: Agent = create.agent
         self._wrap(self.registry)
+        self.door = Recorder(self.registry._door)
+        """Every event the registry fires on its door (specs/admission.toml)."""
+        self.door_oracle = Oracle(self.registry._door.spec)
         self.rt.events.on("subagent/settled", self._on_settled)
         self.rt.events.on("inbox/inserted", self._on_inserted)
         self.rt.events.on("turn/start", self._on_turn)
@@ -542,8 +546,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 if refused.code not in ("DRAINING", "ACTIVATION_CLOSING"):
                     self.problems.append(f"followup {child_id}: {refused.code} {refused}")
             except UsageError as refused:
-                # A settled child is forgotten once its parent agent is disposed.
-                if self._latest[child_id].node.parent_agent.phase != "disposed":
+                # A settled child is forgotten once its parent agent is disposing.
+                if self._latest[child_id].node.parent_agent.phase not in ("disposing", "disposed"):
                     self.problems.append(f"followup {child_id}: {refused}")
 
         self._spawn(deliver, f"followup {child_id}")
@@ -792,6 +796,10 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_registry_runs_the_table(self) -> None:
+        self.door_oracle.follow(self.door.roots)
+        if not self.door.busy:
+            assert self.door_oracle.state == self.registry._door.snapshot(), "the door"
+        assert not self.door.problems, self.door.problems
         for tracked in self.tracked:
             tracked.oracle.follow(tracked.recorder.roots)
             if not tracked.recorder.busy:
