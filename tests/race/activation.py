@@ -41,8 +41,9 @@ After each rule the invariants check that:
 - a drain's error names every failing activation it tore down; every dispose of one activation
   ends the same way; a natural end happens in maintenance with nothing queued, and an idle
   activation with no child and nothing queued has ended;
-- nothing leaks: no registry entry, slot, owner or watcher outlives its activation, and once
-  the runtime is closed every task (every spawn call included) has ended.
+- nothing leaks: no registry entry, slot, owner or watcher outlives its activation, no
+  settled child of a disposed parent is remembered for a cold resume, and once the runtime is
+  closed every task (every spawn call included) has ended.
 """
 
 from __future__ import annotations
@@ -505,6 +506,14 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         for _ in range(siblings):
             self._start(agent)
 
+    @precondition(lambda self: bool(self._running_spawns()))
+    @rule(pick=picks)
+    def start_below_spawned(self, pick: int) -> None:
+        """Start a continuable child below a running spawned child: a host-owned parent that
+        is disposed when its spawn call returns, while the child may live on."""
+        running = self._running_spawns()
+        self._start(running[pick % len(running)])
+
     def _start(self, agent: Agent) -> None:
         self.counter += 1
         child_id = f"a{self.counter}"
@@ -720,6 +729,20 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         covered = [t for t in self.tracked if t.node.stage != "settled" and self._below(t, agent)]
         self._teardown_call(None, lambda: self.registry.drain_descendants([agent]), covered)
 
+    @precondition(lambda self: bool(self._live()) or bool(self._running_spawns()))
+    @rule(picks=st.lists(picks, min_size=2, max_size=3))
+    def drain_several(self, picks: list[int]) -> None:
+        """drain_descendants naming several parents at once: the host, live activations'
+        agents and running spawned children, as picked (the same one twice too)."""
+        candidates = [self.host, *(t.node.agent for t in self._live()), *self._running_spawns()]
+        agents = [candidates[p % len(candidates)] for p in picks]
+        covered = [
+            t
+            for t in self.tracked
+            if t.node.stage != "settled" and any(self._below(t, a) for a in agents)
+        ]
+        self._teardown_call(None, lambda: self.registry.drain_descendants(agents), covered)
+
     def _below(self, tracked: Tracked, agent: Agent) -> bool:
         """Whether ``agent`` is an ancestor of ``tracked``'s activation."""
         node: _Node | None = tracked.node
@@ -893,6 +916,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             assert set(roots) <= live, f"settled roots: {roots}"
         if not live:
             assert not registry._owners and not registry._slots, registry
+        # The cold-resume memory never outgrows the live parents.
+        gone = [i for i, d in registry._dormant.items() if d.parent_agent.phase == "disposed"]
+        assert not gone, f"settled children of disposed parents are remembered: {gone}"
 
     @invariant()
     def spawns_answer_to_their_parent(self) -> None:
