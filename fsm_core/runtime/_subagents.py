@@ -21,10 +21,12 @@ table, and a ``drain_child`` by the child's own parent joins it, so every caller
 one teardown.
 
 What is registry-wide rather than one activation's (a drain of the whole registry, or of the
-roots below a host-owned parent, which no activation represents, and whether a named parent is
-live at all) is decided by the registry's door, a :class:`~fsm_core.HostedMachine` of
-specs/admission.toml; the registry tells it what the named parent is, as it tells an
-activation's ``drain_child`` the lineage.
+roots below a host-owned parent, which no activation represents, whether a named parent is
+live at all, whether a settled child is remembered for a cold resume, whether a root's notice
+has anyone to reach, and whether a spawned child wakes) is decided by the registry's door, a
+:class:`~fsm_core.HostedMachine` of specs/admission.toml; the registry tells it what the named
+parent is, as it tells an activation's ``drain_child`` the lineage, and performs its effects
+(:meth:`Subagents._perform_door`) with the fire's context, as it does an activation's.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ class _DrainBelow:
     parent: Agent
     node: _Node | None
     below: list[_Node]
+    escaped: BaseException | None = None
+    """The first listener's BaseException a teardown it began raised, raised after the row."""
 
 
 @dataclass(slots=True)
@@ -513,8 +517,10 @@ class Subagents:
     def drain_descendants(self, parents: Iterable[Agent]) -> Pending:
         """Tear down every continuable descendant of the exact live ``parents``.
 
-        Admission below each parent closes first. Raises ``UNAUTHORIZED``, draining
-        nothing, when some parent is not live here.
+        Every parent is named first: ``UNAUTHORIZED``, draining nothing, when some parent is
+        not live here. Then the door drains below each in turn, admission below it closing
+        first; a parent a listener disposed meanwhile drains nothing, and its
+        ``UNAUTHORIZED`` is raised once the others' drains began.
         """
         parents = list(parents)
         for parent in parents:
@@ -531,7 +537,10 @@ class Subagents:
         """The door's ``drain_below`` for one named parent: it says how, and its effects
         add the activations whose teardown the drain awaits to ``below``."""
         kind, node = self._parent_kind(parent)
-        self._ask_door("drain_below", _DrainBelow(parent, node, below), parent, parent=kind)
+        drain = _DrainBelow(parent, node, below)
+        self._ask_door("drain_below", drain, parent, parent=kind)
+        if drain.escaped is not None:
+            raise drain.escaped
 
     def drain_children(self, parent: Agent, child_ids: Iterable[str]) -> Pending:
         """Tear down the named direct children of the exact live ``parent``.
@@ -946,7 +955,7 @@ class Subagents:
         assert isinstance(drain, _DrainBelow) and drain.node is not None
         node = drain.node
         drain.below += [c for c in map(self._resident.get, node.owned) if c is not None]
-        self._fire(node, "drain", scope="descendants")
+        drain.escaped = _each([node], lambda node: self._fire(node, "drain", scope="descendants"))
 
     def _close_below_host(self) -> None:
         drain = self._door.context
@@ -955,15 +964,13 @@ class Subagents:
 
     def _dispose_roots(self) -> None:
         """Begin the teardown of every root of the named host parent, even when one raises
-        (a listener's BaseException, held by :meth:`_fire`); the first is raised once all
-        began."""
+        (a listener's BaseException, held by :meth:`_fire`); the first is raised once the
+        door's row returned."""
         drain = self._door.context
         assert isinstance(drain, _DrainBelow)
         roots = [self._resident[root] for root in self._roots.get(drain.parent.id, ())]
         drain.below += roots
-        error = _each(roots, lambda root: self._dispose(root, False))
-        if error is not None:
-            raise error
+        drain.escaped = _each(roots, lambda root: self._dispose(root, False))
 
     def _run_child(self, wake: bool) -> None:
         """Create the spawned child, its parent signal's listener, and give it the prompt,

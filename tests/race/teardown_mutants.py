@@ -201,8 +201,8 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
             ),
             _edit(
                 "_dispose_roots",
-                "    error = _each(roots, lambda root: self._dispose(root, False))\n",
-                "    error = _each(roots, lambda root: self._dispose(root, False))\n"
+                "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n",
+                "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n"
                 "    self._drained_hosts[drain.parent.id] = drain.parent\n",
             ),
         ),
