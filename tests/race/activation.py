@@ -157,6 +157,8 @@ class Spawn:
     done: bool = False
     aborted_then: bool = False
     """Whether the parent's signal was aborted when the spawn call returned."""
+    aborted_first: bool = False
+    """Whether it was aborted already when the tool called spawn (the child runs no turn)."""
     error: BaseException | None = None
     text: str | None = None
 
@@ -186,6 +188,7 @@ class _Delegate:
         spawn = Spawn(args["id"], args["fork"], args["parent"], signal, machine.drained, before)
         machine.spawns[spawn.id] = spawn
         run = registry.fork if spawn.fork else registry.spawn
+        spawn.aborted_first = signal.aborted
         try:
             result = await run(signal, SubagentSpec(spawn.id, "work"))
         except BaseException as error:
@@ -938,6 +941,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         if not spawn.done:
             return
         assert spawn.after is parent, f"after {spawn.id} the tool ran as {spawn.after}"
+        if spawn.aborted_first:
+            assert not spawn.requests, f"{spawn.id}, spawned under an aborted turn, ran one"
         error = spawn.error
         refused = isinstance(error, SubagentError) and error.code == "DRAINING"
         assert refused == spawn.draining, (spawn.id, error, spawn.draining)
