@@ -31,7 +31,7 @@ from fsm_core.runtime import (
     UserMessage,
 )
 from fsm_core.testing import Gate, Wait
-from tests.runtime.subagent_support import HeldSession, Models, run, turn_outcomes
+from tests.runtime.subagent_support import HeldSession, Models, Settlements, run, turn_outcomes
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -160,6 +160,33 @@ def test_a_notice_the_door_allowed_but_the_parent_refused_is_raised_after_settli
         assert c.stage == "settled" and c.failed is False
         assert rt.subagents.resident == () and rt.subagents.slots_held == 0
         assert rt.subagents.owner("c") is None
+
+    run(test)
+
+
+def test_a_refused_notice_at_a_natural_end_is_logged_as_a_bug() -> None:
+    """The same disagreement at a natural end, whose teardown has no caller to raise to: the
+    activation settles, and the bug is logged as an error, not dropped."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        gate = Gate("c's end-of-turn flush")
+        h = await rt.create_agent("h")
+        c = await rt.subagents.start(h.agent, "c", "work", session=HeldSession().hold(gate).session)
+        await gate.reached.wait()  # c's only turn ended; it settles once the flush is done
+        await h.dispose()
+        rt.subagents._parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
+        with logged() as records:
+            gate.open()
+            await settled.of("c")
+            # The natural end's teardown, memoized: it has logged the bug by the time a later
+            # caller of the same teardown resumes.
+            with pytest.raises(FsmError):
+                await rt.subagents.dispose(c)
+        assert settled.log == [("c", False)] and rt.subagents.resident == ()
+        errors = [(r.levelname, r.getMessage()) for r in records]
+        assert errors == [("ERROR", "a natural end's teardown found a bug")]
+        assert "the door allowed its settlement notice" in str(records[0].exc_info)
 
     run(test)
 
