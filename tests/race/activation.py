@@ -187,6 +187,16 @@ class _Delegate:
         before = initiating_agent()
         spawn = Spawn(args["id"], args["fork"], args["parent"], signal, machine.drained, before)
         machine.spawns[spawn.id] = spawn
+        if spawn.id in machine.held_tools:
+            # Held until a rule answers it, whatever its signal does: a cancel meanwhile makes
+            # the spawn one asked for under an already aborted turn, a drain one refused.
+            gate = Gate(f"tool {spawn.id}")
+            machine.held.append(gate)
+            try:
+                await gate.wait(signal, cooperate=False)
+            finally:
+                machine.held.remove(gate)
+            spawn.draining = registry.draining  # drain() or, once held, the runtime's close
         run = registry.fork if spawn.fork else registry.spawn
         spawn.aborted_first = signal.aborted
         try:
@@ -252,6 +262,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.counter = 0
         self.bridge = LoopBridge(self._settled, self._describe, max_iterations=2_000)
         self.spawns: dict[str, Spawn] = {}
+        self.held_tools: set[str] = set()
+        """The spawns whose delegate tool waits at a held gate before it calls spawn."""
         self.dispose_results: dict[Tracked, BaseException | None] = {}
         """The outcome of the first dispose of each activation: every later one is the same."""
         self.drained = False
@@ -564,12 +576,20 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
         self._spawn(deliver, f"followup {child_id}")
 
-    @rule(pick=picks, parent=st.sampled_from(("host", "activation", "spawned")), fork=st.booleans())
-    def spawn(self, pick: int, parent: str, fork: bool) -> None:
+    @rule(
+        pick=picks,
+        parent=st.sampled_from(("host", "activation", "spawned")),
+        fork=st.booleans(),
+        hold=st.booleans(),
+    )
+    def spawn(self, pick: int, parent: str, fork: bool, hold: bool) -> None:
         """Ask a parent (the host, a live activation, or a running spawned child) to spawn or
-        fork a child from its delegate tool, in its current or next turn."""
+        fork a child from its delegate tool, in its current or next turn; with ``hold``, the
+        tool waits for a rule to answer it before it calls spawn."""
         self.counter += 1
         child_id = f"s{self.counter}"
+        if hold:
+            self.held_tools.add(child_id)
         message = UserMessage(f"m{self.counter}", f"{'fork' if fork else 'spawn'} {child_id}")
         live = self._live() if parent == "activation" else []
         running = self._running_spawns() if parent == "spawned" else []
@@ -986,6 +1006,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                         session.gate.open()
                 closing = self.bridge.spawn(self._aclose(), "aclose")
                 self.bridge.settle()  # bounded: a teardown that never converges fails here
+                while not closing.done() and self._open_everything():
+                    self.bridge.settle()  # a held tool its turn reached during the close
                 assert closing.done(), f"aclose() never returned: {self._describe()}"
                 closing.result()
                 self.the_registry_runs_the_table()
