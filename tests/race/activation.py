@@ -3,18 +3,21 @@
 :class:`ActivationRaceMachine` owns a private event loop (:class:`~tests.race.bridge.LoopBridge`),
 a :class:`~fsm_core.runtime.Runtime` with a host-owned agent ``host``, and a
 :class:`~tests.race.lockstep.Recorder` with its :class:`~tests.race.lockstep.Oracle` on the
-hosted table of every activation the registry creates (cold resumes included). Rules start
-children and grandchildren, deliver follow-ups, cancel any agent, dispose any activation, run
-the three drains, answer a held model request (so a child finishes its work and settles on its
-own), hold a session's flushes at a gate, and make a session's flushes fail (a failing teardown
-boundary). Every child model request waits at a cooperating gate until a rule answers it or a
-cancel aborts it; the host answers at once. Seed 000's subagent clauses run too: a rule asks a
-parent (the host, an activation, or a spawned child) to spawn or fork a child from its
-``delegate`` tool, then rules cancel that parent's turn or the child itself, dispose the
-parent activation during the spawn, or drain while it runs. Each program begins with a
-tree (:meth:`ActivationRaceMachine.grow`); other rules race four teardown callers on one
-activation, queue a message without waking, and land a message at an agent's idle before its
-watcher runs.
+hosted table of every activation the registry creates (cold resumes included), and one on its
+door (specs/admission.toml). Rules start children and grandchildren (below the host, an
+activation, or a running spawned child, a host-owned parent disposed when its spawn returns),
+deliver follow-ups, cancel any agent, dispose any activation, run the three drains
+(drain_descendants naming one parent or several at once), answer a held model request (so a
+child finishes its work and settles on its own), hold a session's flushes at a gate, and make
+a session's flushes fail (a failing teardown boundary). Every child model request waits at a
+cooperating gate until a rule answers it or a cancel aborts it; the host answers at once. Seed
+000's subagent clauses run too: a rule asks a parent (the host, an activation, or a spawned
+child) to spawn or fork a child from its ``delegate`` tool (which may wait for a rule before it
+calls spawn, so a cancel or a drain lands first), then rules cancel that parent's turn or the
+child itself, dispose the parent activation during the spawn, or drain while it runs. Each
+program begins with a tree (:meth:`ActivationRaceMachine.grow`); other rules race four
+teardown callers on one activation, queue a message without waking, and land a message at an
+agent's idle before its watcher runs.
 
 After each rule the invariants check that:
 
@@ -35,9 +38,10 @@ After each rule the invariants check that:
   ``drain_children`` never drains another parent's child;
 - each spawn and fork: the tool runs as its parent before and after the call, the child's
   requests run as the child; a parent's aborted turn aborts the child with ``parent`` (its turn
-  ends aborted, the tool raises Aborted and its result says aborted); a spawn after ``drain()``
-  is refused ``DRAINING`` and creates no agent; the child is disposed and unregistered once the
-  call returned;
+  ends aborted, the tool raises Aborted and its result says aborted; one asked for under an
+  already aborted turn makes no model request); a spawn after ``drain()`` is refused
+  ``DRAINING`` and creates no agent; the child is disposed and unregistered once the call
+  returned;
 - a drain's error names every failing activation it tore down; every dispose of one activation
   ends the same way; a natural end happens in maintenance with nothing queued, and an idle
   activation with no child and nothing queued has ended;
