@@ -21,10 +21,12 @@ table, and a ``drain_child`` by the child's own parent joins it, so every caller
 one teardown.
 
 What is registry-wide rather than one activation's (a drain of the whole registry, or of the
-roots below a host-owned parent, which no activation represents, and whether a named parent is
-live at all) is decided by the registry's door, a :class:`~fsm_core.HostedMachine` of
-specs/admission.toml; the registry tells it what the named parent is, as it tells an
-activation's ``drain_child`` the lineage.
+roots below a host-owned parent, which no activation represents, whether a named parent is
+live at all, whether a settled child is remembered for a cold resume, whether a root's notice
+has anyone to reach, and whether a spawned child wakes) is decided by the registry's door, a
+:class:`~fsm_core.HostedMachine` of specs/admission.toml; the registry tells it what the named
+parent is, as it tells an activation's ``drain_child`` the lineage, and performs its effects
+(:meth:`Subagents._perform_door`) with the fire's context, as it does an activation's.
 """
 
 from __future__ import annotations
@@ -94,6 +96,31 @@ class _Route:
     """The context of the door's ``admit``: where its row sends the child."""
 
     value: str = ""
+
+
+@dataclass(slots=True)
+class _DrainBelow:
+    """The context of the door's ``drain_below``: the named parent, its activation if it has
+    one, and the activations the drain awaits (its effects add them)."""
+
+    parent: Agent
+    node: _Node | None
+    below: list[_Node]
+    escaped: BaseException | None = None
+    """The first listener's BaseException a teardown it began raised, raised after the row."""
+
+
+@dataclass(slots=True)
+class _Spawn:
+    """The context of the door's ``spawn``: the child to run, and its handle once created."""
+
+    child_id: str
+    prompt: str
+    session: Session
+    signal: AbortSignal
+    handle: AgentHandle | None = None
+    off: Callable[[], None] = lambda: None
+    """Removes the listener cancelling the child when the parent turn's signal aborts."""
 
 
 @dataclass(slots=True)
@@ -245,7 +272,7 @@ class Subagents:
         self._cascading = False
         events.on("inbox/inserted", self._poke)
         events.on("inbox/discarded", self._poke)
-        events.on("agent/disposed", self._forget_below)
+        events.on("agent/disposed", self._parent_gone)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -352,9 +379,9 @@ class Subagents:
         node = self._resident.get(parent.id)
         if node is not None and node.agent is parent:
             return "activation", node
-        if self._host_agent(parent.id) is not parent:
+        if self._host_agent(parent.id) is not parent or parent.phase == "disposed":
             return "stale", None
-        if parent.phase in ("disposing", "disposed"):
+        if parent.phase == "disposing":
             return "host_disposing", None
         return ("host_drained" if self._drained_hosts.get(parent.id) is parent else "host"), None
 
@@ -427,14 +454,20 @@ class Subagents:
         node.agent.followup(message)
         return node.public
 
-    def _forget_below(self, ended: DisposalEnded) -> None:
+    def _parent_gone(self, ended: DisposalEnded) -> None:
+        """agent/disposed: the door's ``parent_disposed`` (whose row forgets below it)."""
+        self._door.fire("parent_disposed", ended.agent)
+
+    def _forget_below(self) -> None:
         """A disposed agent is no live parent: its dormant children can never resume, and
         the drain below it ends with it."""
-        if self._drained_hosts.get(ended.agent.id) is ended.agent:
-            del self._drained_hosts[ended.agent.id]
-        for child_id in self._below.pop(ended.agent.id, {}):
+        ended = self._door.context
+        assert isinstance(ended, Agent)
+        if self._drained_hosts.get(ended.id) is ended:
+            del self._drained_hosts[ended.id]
+        for child_id in self._below.pop(ended.id, {}):
             dormant = self._dormant.get(child_id)
-            if dormant is not None and dormant.parent_agent is ended.agent:
+            if dormant is not None and dormant.parent_agent is ended:
                 del self._dormant[child_id]
 
     def _poke(self, changed: MessageInserted | MessageDiscarded) -> None:
@@ -484,28 +517,30 @@ class Subagents:
     def drain_descendants(self, parents: Iterable[Agent]) -> Pending:
         """Tear down every continuable descendant of the exact live ``parents``.
 
-        Admission below each parent closes first. Raises ``UNAUTHORIZED``, draining
-        nothing, when some parent is not live here.
+        Every parent is named first: ``UNAUTHORIZED``, draining nothing, when some parent is
+        not live here. Then the door drains below each in turn, admission below it closing
+        first; a parent a listener disposed meanwhile drains nothing, and its
+        ``UNAUTHORIZED`` is raised once the others' drains began.
         """
         parents = list(parents)
-        nodes = [self._live_parent(p) for p in parents]
+        for parent in parents:
+            self._live_parent(parent)
         below: list[_Node] = []
-        begin: list[Callable[[], object]] = []
-        for parent, node in zip(parents, nodes, strict=True):
-            if node is None:
-                self._drained_hosts[parent.id] = parent
-                roots = [self._resident[root] for root in self._roots.get(parent.id, ())]
-                begin += [partial(self._dispose, root, False) for root in roots]
-                below += roots
-            else:
-                below += [c for c in map(self._resident.get, node.owned) if c is not None]
-                begin.append(partial(self._fire, node, "drain", scope="descendants"))
-        escaped = _each(begin, lambda start: start())
+        escaped = _each(parents, partial(self._drain_below, below))
         closing = [c.closing for c in below if c.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
         if escaped is not None:
             raise escaped
         return drained
+
+    def _drain_below(self, below: list[_Node], parent: Agent) -> None:
+        """The door's ``drain_below`` for one named parent: it says how, and its effects
+        add the activations whose teardown the drain awaits to ``below``."""
+        kind, node = self._parent_kind(parent)
+        drain = _DrainBelow(parent, node, below)
+        self._ask_door("drain_below", drain, parent, parent=kind)
+        if drain.escaped is not None:
+            raise drain.escaped
 
     def drain_children(self, parent: Agent, child_ids: Iterable[str]) -> Pending:
         """Tear down the named direct children of the exact live ``parent``.
@@ -560,12 +595,12 @@ class Subagents:
         ``aborted`` and this raises :class:`~fsm_core.Aborted` with the parent's reason once
         the child is disposed. Raises ``DRAINING`` after ``drain()``.
         """
-        return await self._run_child(parent_signal, spec, Session())
+        return await self._spawn_child(parent_signal, spec, Session())
 
     async def fork(self, parent_signal: AbortSignal, spec: SubagentSpec) -> SubagentResult:
         """As :meth:`spawn`, but the child starts from a copy of the parent's session."""
         parent = self._initiator("fork")
-        return await self._run_child(parent_signal, spec, Session.seed(parent.session.events))
+        return await self._spawn_child(parent_signal, spec, Session.seed(parent.session.events))
 
     def _initiator(self, call: str) -> Agent:
         parent = initiating_agent()
@@ -573,7 +608,7 @@ class Subagents:
             raise UsageError(f"{call}() runs from a tool of a live agent, which is its parent")
         return parent
 
-    async def _run_child(
+    async def _spawn_child(
         self, parent_signal: AbortSignal, spec: SubagentSpec, session: Session
     ) -> SubagentResult:
         self._initiator("spawn")
@@ -586,21 +621,17 @@ class Subagents:
             raise UsageError(
                 f"spawn() takes the parent turn's AbortSignal, not {echo(parent_signal)}"
             )
-        self._ask_door("spawn", None, None)
         if spec.child_id in self._owners or self._in_use(spec.child_id):
             raise UsageError(f"an agent named {echo(spec.child_id)} already exists")
-        handle = self._create(spec.child_id, session)
-        child = handle.agent
-        off = parent_signal.add_listener(lambda _s: child.cancel(PARENT))
+        run = _Spawn(spec.child_id, spec.prompt, session, parent_signal)
         try:
-            if parent_signal.aborted:
-                child.inject(UserMessage(f"{spec.child_id}:prompt", spec.prompt))
-            else:
-                child.followup(UserMessage(f"{spec.child_id}:prompt", spec.prompt))
-            await child.when_idle()
+            self._ask_door("spawn", run, None, aborted=parent_signal.aborted)
+            assert run.handle is not None
+            await run.handle.agent.when_idle()
         finally:
-            off()
-            await handle.dispose()
+            run.off()
+            if run.handle is not None:
+                await run.handle.dispose()
         parent_signal.raise_if_aborted()
         return SubagentResult(spec.child_id, _last_outcome(session), _last_text(session))
 
@@ -802,10 +833,11 @@ class Subagents:
         """Step 3: tell the parent by name, not through the registry (the child left it)."""
         parent = node.parent
         if parent is None:
-            # A host-owned parent has no activation: the notice wakes it, and its own agent
-            # table parks it unwoken while it is disposing, or refuses it once disposed.
+            # A host-owned parent has no activation: the door decides whether anyone is left
+            # to tell (a disposed parent is stale).
             self._roots.get(node.parent_agent.id, {}).pop(node.id, None)
-            self._send_notice(node, failed, wake=True)
+            kind, _ = self._parent_kind(node.parent_agent)
+            self._door.fire("root_settled", (node, failed), parent=kind)
         else:
             del parent.owned[node.id]
             self._fire(
@@ -814,23 +846,46 @@ class Subagents:
 
     def _notice_agent(self, node: _Node, wake: bool) -> None:
         child, failed = cast(tuple[_Node, bool], node.control.context)
-        self._send_notice(child, failed, wake=wake)
+        try:
+            self._send_notice(child, failed, wake=wake)
+        except Rejected:
+            # Only the runtime's close disposes an activation's agent around its teardown
+            # (it disposes every agent): nobody is left to tell.
+            log.info("the parent of %s was disposed by the runtime's close", child.id)
+
+    def _notice_host(self) -> None:
+        """The door allowed the notice: the host agent is live or disposing, whose agent table
+        parks it. Its refusing it anyway is a bug between the two tables: it is held, like a
+        listener's BaseException, and raised to the teardown's callers once the convergence
+        row has run to its end, so the activation settles either way."""
+        child, failed = cast(tuple[_Node, bool], self._door.context)
+        try:
+            self._send_notice(child, failed, wake=True)
+        except Rejected as refused:
+            bug = FsmError(
+                f"activation {child.id}: the door allowed its settlement notice, but its "
+                f"parent {child.parent_agent.id!r} refused it: {refused}"
+            )
+            self._held = self._held or bug
 
     def _send_notice(self, child: _Node, failed: bool, *, wake: bool) -> None:
         self._notices += 1
         text = f"subagent {child.id} {'failed' if failed else 'settled'}"
         notice = UserMessage(f"{child.id}:settled:{self._notices}", text)
-        try:
-            child.parent_agent.send(notice, "next_turn", wakeup=wake)
-        except Rejected:
-            log.info("the parent of %s was disposed before its notice", child.id)
+        child.parent_agent.send(notice, "next_turn", wakeup=wake)
 
     def _release_ownership(self, node: _Node) -> None:
+        """Step 4; the door's ``release`` decides whether a followup may resume it cold."""
         del self._owners[node.id]
+        kind, _ = self._parent_kind(node.parent_agent)
+        self._door.fire("release", node, parent=kind)
+
+    def _remember_child(self) -> None:
+        node = self._door.context
+        assert isinstance(node, _Node)
         parent = node.parent_agent
-        if parent.phase != "disposed":  # else its agent/disposed has passed: none resumes it
-            self._dormant[node.id] = _Dormant(parent, node.agent.session)
-            self._below.setdefault(parent.id, {})[node.id] = None
+        self._dormant[node.id] = _Dormant(parent, node.agent.session)
+        self._below.setdefault(parent.id, {})[node.id] = None
 
     def _settle(self, node: _Node, failed: bool) -> None:
         node.failed = failed
@@ -895,7 +950,56 @@ class Subagents:
         if error is not None:
             escaped.append(error)
 
-    _DOOR_EFFECTS = frozenset({"admit_root", "admit_below", "drain_roots"})
+    def _drain_activation(self) -> None:
+        drain = self._door.context
+        assert isinstance(drain, _DrainBelow) and drain.node is not None
+        node = drain.node
+        drain.below += [c for c in map(self._resident.get, node.owned) if c is not None]
+        drain.escaped = _each([node], lambda node: self._fire(node, "drain", scope="descendants"))
+
+    def _close_below_host(self) -> None:
+        drain = self._door.context
+        assert isinstance(drain, _DrainBelow)
+        self._drained_hosts[drain.parent.id] = drain.parent
+
+    def _dispose_roots(self) -> None:
+        """Begin the teardown of every root of the named host parent, even when one raises
+        (a listener's BaseException, held by :meth:`_fire`); the first is raised once the
+        door's row returned."""
+        drain = self._door.context
+        assert isinstance(drain, _DrainBelow)
+        roots = [self._resident[root] for root in self._roots.get(drain.parent.id, ())]
+        drain.below += roots
+        drain.escaped = _each(roots, lambda root: self._dispose(root, False))
+
+    def _run_child(self, wake: bool) -> None:
+        """Create the spawned child, its parent signal's listener, and give it the prompt,
+        waking it or parked unwoken, as the door's row says."""
+        run = self._door.context
+        assert isinstance(run, _Spawn)
+        run.handle = self._create(run.child_id, run.session)
+        child = run.handle.agent
+        run.off = run.signal.add_listener(lambda _s: child.cancel(PARENT))
+        message = UserMessage(f"{run.child_id}:prompt", run.prompt)
+        if wake:
+            child.followup(message)
+        else:
+            child.inject(message)
+
+    _DOOR_EFFECTS = frozenset(
+        {
+            "admit_root",
+            "admit_below",
+            "drain_roots",
+            "run_child",
+            "drain_activation",
+            "close_below_host",
+            "dispose_roots",
+            "remember_child",
+            "forget_below",
+            "notice_host",
+        }
+    )
     """The door's effects, each performed by the method named for it with a leading ``_``."""
 
     _EFFECTS = frozenset(
@@ -965,8 +1069,10 @@ def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException |
 
 
 def _read(teardown: asyncio.Future[None]) -> None:
-    if not teardown.cancelled():
-        teardown.exception()
+    """The natural end's teardown has no caller: a failure reaches its settlement, but a bug
+    between the tables (an :class:`FsmError`) is logged, not dropped."""
+    if not teardown.cancelled() and isinstance(teardown.exception(), FsmError):
+        log.error("a natural end's teardown found a bug", exc_info=teardown.exception())
 
 
 def _failures(

@@ -3,24 +3,28 @@
 :class:`ActivationRaceMachine` owns a private event loop (:class:`~tests.race.bridge.LoopBridge`),
 a :class:`~fsm_core.runtime.Runtime` with a host-owned agent ``host``, and a
 :class:`~tests.race.lockstep.Recorder` with its :class:`~tests.race.lockstep.Oracle` on the
-hosted table of every activation the registry creates (cold resumes included). Rules start
-children and grandchildren, deliver follow-ups, cancel any agent, dispose any activation, run
-the three drains, answer a held model request (so a child finishes its work and settles on its
-own), hold a session's flushes at a gate, and make a session's flushes fail (a failing teardown
-boundary). Every child model request waits at a cooperating gate until a rule answers it or a
-cancel aborts it; the host answers at once. Seed 000's subagent clauses run too: a rule asks a
-parent (the host, an activation, or a spawned child) to spawn or fork a child from its
-``delegate`` tool, then rules cancel that parent's turn or the child itself, dispose the
-parent activation during the spawn, or drain while it runs. Each program begins with a
-tree (:meth:`ActivationRaceMachine.grow`); other rules race four teardown callers on one
-activation, queue a message without waking, and land a message at an agent's idle before its
-watcher runs.
+hosted table of every activation the registry creates (cold resumes included), and one on its
+door (specs/admission.toml). Rules start children and grandchildren (below the host, an
+activation, or a running spawned child, a host-owned parent disposed when its spawn returns),
+deliver follow-ups, cancel any agent, dispose any activation, run the three drains
+(drain_descendants naming one parent or several at once), answer a held model request (so a
+child finishes its work and settles on its own), hold a session's flushes at a gate, and make
+a session's flushes fail (a failing teardown boundary). Every child model request waits at a
+cooperating gate until a rule answers it or a cancel aborts it; the host answers at once. Seed
+000's subagent clauses run too: a rule asks a parent (the host, an activation, or a spawned
+child) to spawn or fork a child from its ``delegate`` tool (which may wait for a rule before it
+calls spawn, so a cancel or a drain lands first), then rules cancel that parent's turn or the
+child itself, dispose the parent activation during the spawn, or drain while it runs. Each
+program begins with a tree (:meth:`ActivationRaceMachine.grow`); other rules race four
+teardown callers on one activation, queue a message without waking, and land a message at an
+agent's idle before its watcher runs.
 
 After each rule the invariants check that:
 
 - every activation's control state is the table's: the oracle replays every event the
   registry fired on it (rows, effects, refusals, re-entrant fires inside their effect) and
-  lands in the same state; the table's invariants hold at every notification;
+  lands in the same state; the table's invariants hold at every notification; so is the
+  registry's door's (specs/admission.toml), replayed on its own oracle;
 - the registry's ledger is the table's: resident, slot and ownership held exactly while the
   table says so, ``children`` iff the activation owns an unsettled child;
 - each activation is torn down once (one ``close_inbox``, one ``subagent/settled``), only after
@@ -34,14 +38,16 @@ After each rule the invariants check that:
   ``drain_children`` never drains another parent's child;
 - each spawn and fork: the tool runs as its parent before and after the call, the child's
   requests run as the child; a parent's aborted turn aborts the child with ``parent`` (its turn
-  ends aborted, the tool raises Aborted and its result says aborted); a spawn after ``drain()``
-  is refused ``DRAINING`` and creates no agent; the child is disposed and unregistered once the
-  call returned;
+  ends aborted, the tool raises Aborted and its result says aborted; one asked for under an
+  already aborted turn makes no model request); a spawn after ``drain()`` is refused
+  ``DRAINING`` and creates no agent; the child is disposed and unregistered once the call
+  returned;
 - a drain's error names every failing activation it tore down; every dispose of one activation
   ends the same way; a natural end happens in maintenance with nothing queued, and an idle
   activation with no child and nothing queued has ended;
-- nothing leaks: no registry entry, slot, owner or watcher outlives its activation, and once
-  the runtime is closed every task (every spawn call included) has ended.
+- nothing leaks: no registry entry, slot, owner or watcher outlives its activation, no
+  settled child of a disposed parent is remembered for a cold resume, and once the runtime is
+  closed every task (every spawn call included) has ended.
 """
 
 from __future__ import annotations
@@ -155,6 +161,8 @@ class Spawn:
     done: bool = False
     aborted_then: bool = False
     """Whether the parent's signal was aborted when the spawn call returned."""
+    aborted_first: bool = False
+    """Whether it was aborted already when the tool called spawn (the child runs no turn)."""
     error: BaseException | None = None
     text: str | None = None
 
@@ -183,7 +191,18 @@ class _Delegate:
         before = initiating_agent()
         spawn = Spawn(args["id"], args["fork"], args["parent"], signal, machine.drained, before)
         machine.spawns[spawn.id] = spawn
+        if spawn.id in machine.held_tools:
+            # Held until a rule answers it, whatever its signal does: a cancel meanwhile makes
+            # the spawn one asked for under an already aborted turn, a drain one refused.
+            gate = Gate(f"tool {spawn.id}")
+            machine.held.append(gate)
+            try:
+                await gate.wait(signal, cooperate=False)
+            finally:
+                machine.held.remove(gate)
+            spawn.draining = registry.draining  # drain() or, once held, the runtime's close
         run = registry.fork if spawn.fork else registry.spawn
+        spawn.aborted_first = signal.aborted
         try:
             result = await run(signal, SubagentSpec(spawn.id, "work"))
         except BaseException as error:
@@ -247,6 +266,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.counter = 0
         self.bridge = LoopBridge(self._settled, self._describe, max_iterations=2_000)
         self.spawns: dict[str, Spawn] = {}
+        self.held_tools: set[str] = set()
+        """The spawns whose delegate tool waits at a held gate before it calls spawn."""
         self.dispose_results: dict[Tracked, BaseException | None] = {}
         """The outcome of the first dispose of each activation: every later one is the same."""
         self.drained = False
@@ -259,6 +280,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         create = self.bridge.loop.run_until_complete(self.rt.create_agent("host"))
         self.host: Agent = create.agent
         self._wrap(self.registry)
+        self.door = Recorder(self.registry._door)
+        """Every event the registry fires on its door (specs/admission.toml)."""
+        self.door_oracle = Oracle(self.registry._door.spec)
         self.rt.events.on("subagent/settled", self._on_settled)
         self.rt.events.on("inbox/inserted", self._on_inserted)
         self.rt.events.on("turn/start", self._on_turn)
@@ -501,6 +525,14 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         for _ in range(siblings):
             self._start(agent)
 
+    @precondition(lambda self: bool(self._running_spawns()))
+    @rule(pick=picks)
+    def start_below_spawned(self, pick: int) -> None:
+        """Start a continuable child below a running spawned child: a host-owned parent that
+        is disposed when its spawn call returns, while the child may live on."""
+        running = self._running_spawns()
+        self._start(running[pick % len(running)])
+
     def _start(self, agent: Agent) -> None:
         self.counter += 1
         child_id = f"a{self.counter}"
@@ -542,18 +574,26 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 if refused.code not in ("DRAINING", "ACTIVATION_CLOSING"):
                     self.problems.append(f"followup {child_id}: {refused.code} {refused}")
             except UsageError as refused:
-                # A settled child is forgotten once its parent agent is disposed.
-                if self._latest[child_id].node.parent_agent.phase != "disposed":
+                # A settled child is forgotten once its parent agent is disposing.
+                if self._latest[child_id].node.parent_agent.phase not in ("disposing", "disposed"):
                     self.problems.append(f"followup {child_id}: {refused}")
 
         self._spawn(deliver, f"followup {child_id}")
 
-    @rule(pick=picks, parent=st.sampled_from(("host", "activation", "spawned")), fork=st.booleans())
-    def spawn(self, pick: int, parent: str, fork: bool) -> None:
+    @rule(
+        pick=picks,
+        parent=st.sampled_from(("host", "activation", "spawned")),
+        fork=st.booleans(),
+        hold=st.booleans(),
+    )
+    def spawn(self, pick: int, parent: str, fork: bool, hold: bool) -> None:
         """Ask a parent (the host, a live activation, or a running spawned child) to spawn or
-        fork a child from its delegate tool, in its current or next turn."""
+        fork a child from its delegate tool, in its current or next turn; with ``hold``, the
+        tool waits for a rule to answer it before it calls spawn."""
         self.counter += 1
         child_id = f"s{self.counter}"
+        if hold:
+            self.held_tools.add(child_id)
         message = UserMessage(f"m{self.counter}", f"{'fork' if fork else 'spawn'} {child_id}")
         live = self._live() if parent == "activation" else []
         running = self._running_spawns() if parent == "spawned" else []
@@ -716,6 +756,20 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         covered = [t for t in self.tracked if t.node.stage != "settled" and self._below(t, agent)]
         self._teardown_call(None, lambda: self.registry.drain_descendants([agent]), covered)
 
+    @precondition(lambda self: bool(self._live()) or bool(self._running_spawns()))
+    @rule(picks=st.lists(picks, min_size=2, max_size=3))
+    def drain_several(self, picks: list[int]) -> None:
+        """drain_descendants naming several parents at once: the host, live activations'
+        agents and running spawned children, as picked (the same one twice too)."""
+        candidates = [self.host, *(t.node.agent for t in self._live()), *self._running_spawns()]
+        agents = [candidates[p % len(candidates)] for p in picks]
+        covered = [
+            t
+            for t in self.tracked
+            if t.node.stage != "settled" and any(self._below(t, a) for a in agents)
+        ]
+        self._teardown_call(None, lambda: self.registry.drain_descendants(agents), covered)
+
     def _below(self, tracked: Tracked, agent: Agent) -> bool:
         """Whether ``agent`` is an ancestor of ``tracked``'s activation."""
         node: _Node | None = tracked.node
@@ -792,6 +846,10 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_registry_runs_the_table(self) -> None:
+        self.door_oracle.follow(self.door.roots)
+        if not self.door.busy:
+            assert self.door_oracle.state == self.registry._door.snapshot(), "the door"
+        assert not self.door.problems, self.door.problems
         for tracked in self.tracked:
             tracked.oracle.follow(tracked.recorder.roots)
             if not tracked.recorder.busy:
@@ -885,6 +943,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             assert set(roots) <= live, f"settled roots: {roots}"
         if not live:
             assert not registry._owners and not registry._slots, registry
+        # The cold-resume memory never outgrows the live parents.
+        gone = [i for i, d in registry._dormant.items() if d.parent_agent.phase == "disposed"]
+        assert not gone, f"settled children of disposed parents are remembered: {gone}"
 
     @invariant()
     def spawns_answer_to_their_parent(self) -> None:
@@ -904,6 +965,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         if not spawn.done:
             return
         assert spawn.after is parent, f"after {spawn.id} the tool ran as {spawn.after}"
+        if spawn.aborted_first:
+            assert not spawn.requests, f"{spawn.id}, spawned under an aborted turn, ran one"
         error = spawn.error
         refused = isinstance(error, SubagentError) and error.code == "DRAINING"
         assert refused == spawn.draining, (spawn.id, error, spawn.draining)
@@ -947,6 +1010,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                         session.gate.open()
                 closing = self.bridge.spawn(self._aclose(), "aclose")
                 self.bridge.settle()  # bounded: a teardown that never converges fails here
+                while not closing.done() and self._open_everything():
+                    self.bridge.settle()  # a held tool its turn reached during the close
                 assert closing.done(), f"aclose() never returned: {self._describe()}"
                 closing.result()
                 self.the_registry_runs_the_table()

@@ -1,11 +1,11 @@
 """Lockstep: record every table event a live machine fires, replay it on the interpreter.
 
-A :class:`Recorder` wraps one :class:`~fsm_core.HostedMachine` (an agent's, later an
-activation's): its ``fire`` and its ``perform`` callback. Each ``fire`` becomes a
-:class:`Fire` node; a ``fire`` made while one of its effects runs (a listener re-entering
-inside a notification) becomes a child attached to that effect's ordinal. A node records the
-effects the runtime performed, whether the call was refused (``Rejected``, ``NotEnabled``), and
-for a root the runtime's state when it returned::
+A :class:`Recorder` wraps one :class:`~fsm_core.HostedMachine` (an agent's, an
+activation's, or the activation registry's door): its ``fire`` and its ``perform``
+callback. Each ``fire`` becomes a :class:`Fire` node; a ``fire`` made while one of its effects
+runs (a listener re-entering inside a notification) becomes a child attached to that effect's
+ordinal. A node records the effects the runtime performed, whether the call was refused
+(``Rejected``, ``NotEnabled``), and for a root the runtime's state when it returned::
 
     recorder = Recorder(control)         # an agent's: its core's hosted machine
     oracle = Oracle(control.spec)

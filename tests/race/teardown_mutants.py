@@ -4,9 +4,10 @@ the subagent behaviour tests must kill.
 They use the runtime mutants' mechanism (:class:`~tests.race.runtime_mutants.RuntimeMutant`:
 exact textual edits of one function's source, switched on by monkeypatching in this process
 only). The killer is the behaviour suite itself: :func:`kills` runs :func:`killer_tests`
-(``tests/runtime/test_subagents*.py``) in order with the mutant on and reports the first that
-fails (a hang counts, through a watchdog alarm). :func:`hunt_by_name` is the entry point
-``fsm-core mutants --runtime`` runs beside the agent mutants of ``runtime_mutants.py``.
+(``tests/runtime/test_subagents.py``, ``_spawn.py`` and ``_door.py``) in order with the
+mutant on and reports the first that fails (a hang counts, through a watchdog alarm).
+:func:`hunt_by_name` is the entry point ``fsm-core mutants --runtime`` runs beside the agent
+mutants of ``runtime_mutants.py``.
 """
 
 from __future__ import annotations
@@ -164,6 +165,60 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "a spawned child is cancelled with the user cause when its parent's turn aborts.",
         (_edit("_run_child", "child.cancel(PARENT)", "child.cancel()"),),
     ),
+    RuntimeMutant(
+        "child_of_disposed_parent_remembered",
+        "the door is told every settled child's parent is live: a child whose parent is "
+        "disposing or gone is remembered for a cold resume nobody may make.",
+        (
+            _edit(
+                "_release_ownership",
+                'self._door.fire("release", node, parent=kind)',
+                'self._door.fire("release", node, parent="host")',
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "stale_parent_noticed",
+        "the door is told a root's host parent is live even once it is disposed: the notice is "
+        "sent to a disposed agent.",
+        (
+            _edit(
+                "_notify_parent",
+                'self._door.fire("root_settled", (node, failed), parent=kind)',
+                'self._door.fire("root_settled", (node, failed), parent="host")',
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "host_roots_disposed_before_admission_closes",
+        "drain_descendants disposes a host parent's roots before closing admission below it: a "
+        "listener on a root's disposal still admits a child there.",
+        (
+            _edit(
+                "_close_below_host",
+                "self._drained_hosts[drain.parent.id] = drain.parent",
+                "pass",
+            ),
+            _edit(
+                "_dispose_roots",
+                "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n",
+                "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n"
+                "    self._drained_hosts[drain.parent.id] = drain.parent\n",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "spawn_wakes_under_an_aborted_turn",
+        "a child spawned under an already aborted parent turn is woken: it runs a model turn "
+        "no abort reaches.",
+        (_edit("_run_child", "    if wake:\n", "    if True:\n"),),
+    ),
+    RuntimeMutant(
+        "disposed_parent_not_forgotten",
+        "agent/disposed never reaches the door: a disposed parent's settled children stay "
+        "remembered.",
+        (_edit("_parent_gone", 'self._door.fire("parent_disposed", ended.agent)', "pass"),),
+    ),
 )
 
 BY_NAME = {m.name: m for m in TEARDOWN_MUTANTS}
@@ -217,9 +272,9 @@ def kills(
 def killer_tests() -> list[tuple[str, Callable[[], None]]]:
     """The subagent behaviour tests, in source order, but the deep chain (it costs seconds and
     kills nothing the others do not)."""
-    from tests.runtime import test_subagents, test_subagents_spawn
+    from tests.runtime import test_subagents, test_subagents_door, test_subagents_spawn
 
-    tests = behaviour_tests(test_subagents, test_subagents_spawn)
+    tests = behaviour_tests(test_subagents, test_subagents_spawn, test_subagents_door)
     return [t for t in tests if "deep" not in t[0]]
 
 

@@ -17,6 +17,7 @@ from fsm_core.runtime import (
     Reply,
     RunHookOptions,
     Runtime,
+    SubagentError,
     SubagentSpec,
     UserMessage,
     run_hook,
@@ -106,6 +107,28 @@ def test_a_listener_interrupt_during_drain_descendants_still_tears_every_root_do
             rt.subagents.drain_descendants([host])
         assert [a.stage for a in acts] == ["joining"] * 2
         await settled.of("r1", "r2")
+
+    run(test)
+
+
+def test_a_listener_interrupt_below_one_named_parent_still_drains_below_the_next() -> None:
+    """drain_descendants drains below each named parent through the door in turn: an interrupt
+    raised while the first parent's roots are cancelled is raised only once the drain below the
+    second one began too, and admission below both is closed."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        other = (await rt.create_agent("other")).agent
+        acts = [*await roots(rt, models, host, "r1"), *await roots(rt, models, other, "r2")]
+        interrupt_on_abort(models, "r1")
+        with pytest.raises(Interrupt):
+            rt.subagents.drain_descendants([host, other])
+        assert [a.stage for a in acts] == ["joining"] * 2
+        await settled.of("r1", "r2")
+        for parent in (host, other):
+            with pytest.raises(SubagentError) as caught:
+                await rt.subagents.start(parent, "late", "work")
+            assert caught.value.code == "DRAINING"
 
     run(test)
 
