@@ -30,8 +30,10 @@ same steps, in the same order, with the same moves and the same properties;
   verdicts are cached per state without budgets. :meth:`CompiledEngine.unpack` gives a state as
   the layout names it.
 
-The layout must hold the instances first, then the budgets (the positions named
-``budget.*``, contiguous), then the rest, the record of what broke among it.
+Instances of different tables (a tree's nodes and its door) each run their own table's code
+(:class:`_Code`, generated once per table). The layout must hold the instances first, then
+the budgets (the positions named ``budget.*``, contiguous), then the rest, the record of what
+broke among it.
 """
 
 from __future__ import annotations
@@ -53,12 +55,18 @@ from fsm_core.table._codegen import (
     compile_stability,
 )
 from fsm_core.table._expr import Value, show
+from fsm_core.table._machine import Machine
 
 Notice = tuple[str, Args]
 """A performed effect as a listener sees it: its name and arguments."""
 
-MoveKey = tuple[int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Notice | None]
-"""A move as plain data, cheap to hash: (instance, event, args, row, inside, stopped)."""
+MoveKey = tuple[
+    int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Notice | None, int | None
+]
+"""A move as plain data, cheap to hash: (instance, event, args, row, inside, stopped, target)."""
+
+SELF = -1
+"""An offer's ``on`` in :attr:`CompiledEngine._offers`: the instance the call names."""
 
 _Out = list[tuple[MoveKey, tuple[Any, ...], tuple[int, ...], tuple[int, ...]]]
 """Steps as a search finds them: (move, next state, what it spent of each budget, the path's
@@ -133,11 +141,14 @@ class _Path:
     """One way a step goes, in progress: copied at each reaction point it branches on."""
 
     __slots__ = (
-        "done", "frames", "nodes", "observed", "order", "spent", "start", "store", "used"
+        "done", "frames", "nodes", "observed", "order", "spent", "start", "store", "target",
+        "used",
     )  # fmt: skip
 
-    def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...]) -> None:
+    def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...], target: int | None) -> None:
         self.start = start
+        self.target = target
+        """The instance the step's call named, when the wiring routed it to another."""
         self.store: list[Any] = list(start)
         self.nodes: dict[int, list[Value]] = {}
         """A tree's instances touched by the step, as mutable copies of their slots."""
@@ -157,6 +168,7 @@ class _Path:
     def fork(self) -> _Path:
         p = _Path.__new__(_Path)
         p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
+        p.target = self.target
         p.order = self.order
         p.store = self.store[:]
         p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
@@ -175,9 +187,9 @@ class _Path:
             self.store[i] = tuple(values)
 
 
-_Start = tuple[int, int, str, Args, int, bool]
+_Start = tuple[int, int, str, Args, int, bool, int | None]
 """A call a step may begin with: (instance, its row or :data:`IGNORED`, event, arguments, the
-number of what it spends, whether it is local: see :attr:`_Call.local`)."""
+number of what it spends, whether it is local: see :attr:`_Call.local`, the step's target)."""
 
 
 class _Call:
@@ -186,11 +198,20 @@ class _Call:
 
     __slots__ = (
         "args", "bound", "event", "found", "groups", "i", "local", "orders", "pruned", "spent",
-        "steps",
+        "steps", "target",
     )  # fmt: skip
 
-    def __init__(self, i: int, found: int, event: str, args: Args, spent: int, local: bool) -> None:
-        self.i, self.event, self.args = i, event, args
+    def __init__(
+        self,
+        i: int,
+        found: int,
+        event: str,
+        args: Args,
+        spent: int,
+        local: bool,
+        target: int | None,
+    ) -> None:
+        self.i, self.event, self.args, self.target = i, event, args, target
         self.found = found
         """The row the table fires, or :data:`IGNORED`."""
         self.local = local
@@ -222,23 +243,51 @@ _Branch = tuple["_Path", list[_Option]]
 """A path as it was at a reaction point, and listener calls to branch on there."""
 
 
+class _Code:
+    """One table's generated code and what the engine asks of its effects, shared by every
+    instance of the table."""
+
+    __slots__ = ("effects", "first_unstable", "local_rows", "lookups", "rows", "stable")
+
+    def __init__(self, m: Machine, w: Wiring, notifying: frozenset[str]) -> None:
+        code = compile_rows(m, notifying | w.hooked_effects | w.reactions)
+        self.lookups = code.lookups
+        self.rows = code.rows
+        contracts = compile_contracts(m)
+        self.first_unstable = compile_stability(m)
+        self.stable = tuple(s.id for s in m.table.stable)
+        self.local_rows = [all(site.resume < 0 for site in row.sites) for row in self.rows]
+        """Per row: True iff it performs no effect (its code hands none over)."""
+        self.effects = {
+            name: (
+                name in w.hooked_effects,
+                contracts.get(name),
+                name in notifying,
+                name in w.reactions,
+            )
+            for name in m.table.effects
+        }
+        """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
+        whether listeners may call inside it."""
+
+
 class CompiledEngine(Engine):
     """A :class:`~fsm_core.check._composed._compose.Engine` whose steps run as generated code."""
 
     def __init__(self, name: str, wiring: Wiring) -> None:
         super().__init__(name, wiring)
-        w, m = wiring, self.machine
+        w = wiring
         self._flat = w.flat
-        code = compile_rows(m, self.notifying | w.hooked_effects | w.reactions)
-        self._lookups = code.lookups
-        self._rows = code.rows
-        self._contracts = compile_contracts(m)
-        self._first_unstable = compile_stability(m)
-        self._stable = tuple(s.id for s in m.table.stable)
+        shared: dict[int, _Code] = {}
+        self._tables = tuple(
+            shared.get(id(m)) or shared.setdefault(id(m), _Code(m, w, self.notifying[i]))
+            for i, m in enumerate(w.machines)
+        )
+        """Each instance's table's code."""
         budgets = [i for i, n in enumerate(self.layout.names) if n.startswith("budget.")]
         lo = self._lo = budgets[0] if budgets else 0
         self._hi = lo + len(budgets)
-        instances = len(m.names) if w.flat else len(w.instances)
+        instances = len(w.machines[0].names) if w.flat else len(w.instances)
         if budgets != list(range(lo, self._hi)) or instances > lo or self.broken < self._hi:
             raise ValueError(
                 f"{name}: the layout must hold the instances, the budgets (contiguous) and the "
@@ -255,37 +304,40 @@ class CompiledEngine(Engine):
                 spent[slot - lo] += 1
             return tuple(spent)
 
-        self._calls = tuple(
-            (event, tuple((args, spending(event, args)) for args in arguments))
-            for event, arguments in w.offered
-        )
+        groups: dict[Any, int] = {}
+        self._offers: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
+        """Each distinct list of offers, with the instances its calls are fired on (SELF: the
+        named one): (those instances, per offer (event, on, every (args, spending)))."""
+        self._group: list[int] = []
+        """Each instance's list of offers, by its index in :attr:`_offers`."""
+        for i, offers in enumerate(w.offered):
+            calls = tuple(
+                (
+                    event,
+                    SELF if on == i else on,
+                    tuple((args, spending(event, args)) for args in arguments),
+                )
+                for event, arguments, on in offers
+            )
+            if calls not in groups:
+                groups[calls] = len(self._offers)
+                self._offers.append((tuple(dict.fromkeys(on for _, on, _ in calls)), calls))
+            self._group.append(groups[calls])
         # A reaction point tries the listener calls last one first (the plan stack's order).
         self._options = tuple(
             (event, args, spending(event, args)) for event, args in reversed(w.listener_calls)
         )
         self._branching = bool(self._options) and w.max_reactions > 0
         self._hooked_events = w.hooked_events
-        self._local_rows = [all(site.resume < 0 for site in row.sites) for row in self._rows]
-        """Per row: True iff it performs no effect (its code hands none over)."""
+        self._binding = w.binding
         self._local: dict[tuple[Any, ...], tuple[int, Any, str]] = {}
         """The step of each local call searched, by the instance, the event and its row, the
         instance's variables and the arguments: its label, the variables after it, and what
         it recorded broken."""
-        self._width = len(m.names)
+        self._width = len(w.machines[0].names)
         self._taken: dict[tuple[Any, ...], tuple[list[_Option], list[_Option]]] = {}
         """The listener calls taken at a reaction point, by the instance's variables there,
         what the path has spent and the bound of the search."""
-        self._effects = {
-            name: (
-                name in w.hooked_effects,
-                self._contracts.get(name),
-                name in self.notifying,
-                name in w.reactions,
-            )
-            for name in m.table.effects
-        }
-        """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
-        whether listeners may call inside it."""
         self._label_of: dict[MoveKey, int] = {}
         self._moves: dict[MoveKey, Move] = {}
         """The move of each move key met, a listener's nested in a step's included."""
@@ -305,7 +357,7 @@ class CompiledEngine(Engine):
         self._calls_of: list[list[_Call] | None] = []
         """The calls a step may begin with from each state without its budgets."""
         self._takes_at: dict[
-            tuple[Any, ...], list[tuple[str, list[tuple[int, Args, int, bool]]]]
+            tuple[Any, ...], list[tuple[str, int, list[tuple[int, Args, int, bool]]]]
         ] = {}
         """:meth:`_taken_at`'s answers."""
         self._steps_of: list[list[_Step] | None] = []
@@ -501,24 +553,37 @@ class CompiledEngine(Engine):
         slots = range(len(w.instances))
         instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
         out: list[_Start] = []
+        offers = w.offers
         for i in instances:
-            for event, taken in self._taken_at(state[: self._width] if self._flat else state[i]):
-                if w.offers(state, i, event):
-                    out += [
-                        (i, found, event, args, spent, local) for found, args, spent, local in taken
-                    ]
+            for event, on, taken in self._taken_at(state, i):
+                target = None if on == i else i
+                out += [
+                    (on, found, event, args, spent, local, target)
+                    for found, args, spent, local in taken
+                    if offers(state, i, event, args)
+                ]
         return out
 
     def _taken_at(
-        self, node: tuple[Any, ...]
-    ) -> list[tuple[str, list[tuple[int, Args, int, bool]]]]:
-        """Per event, the calls the table takes from an instance's variables ``node``: (row,
-        arguments, the number of what the call spends, whether it is local)."""
-        found = self._takes_at.get(node)
+        self, state: tuple[Any, ...], i: int
+    ) -> list[tuple[str, int, list[tuple[int, Args, int, bool]]]]:
+        """Per offer naming ``i``, the calls the tables take from ``state``: (event, the
+        instance it is fired on, and per call its row, arguments, the number of what it
+        spends, whether it is local). Memoized by ``i``'s offers and the variables of the
+        instances they are fired on."""
+        ons, calls = self._offers[self._group[i]]
+        if self._flat:
+            nodes: tuple[Any, ...] = (state[: self._width],)
+        else:
+            nodes = tuple(state[i if on == SELF else on] for on in ons)
+        where = (self._group[i], nodes)
+        found = self._takes_at.get(where)
         if found is None:
-            lookups, local = self._lookups, self._local_rows
-            found = self._takes_at[node] = []
-            for event, calls in self._calls:
+            found = self._takes_at[where] = []
+            for event, on, each in calls:
+                node = nodes[ons.index(on)]
+                code = self._tables[0 if self._flat else i if on == SELF else on]
+                lookup, local = code.lookups[event], code.local_rows
                 taken = [
                     (
                         row,
@@ -526,20 +591,20 @@ class CompiledEngine(Engine):
                         self._number(spent),
                         row == IGNORED or (event not in self._hooked_events and local[row]),
                     )
-                    for args, spent in calls
-                    if (row := lookups[event](node, args)) != REFUSED
+                    for args, spent in each
+                    if (row := lookup(node, args)) != REFUSED
                 ]
                 if taken:
-                    found.append((event, taken))
-        return found
+                    found.append((event, on, taken))
+        return [(event, i if on == SELF else on, taken) for event, on, taken in found]
 
     def _steps(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
         """The steps a call without listener calls begins from ``state``."""
-        i, found, event, args, spent, local = start
+        i, found, event, args, spent, local, target = start
         if local and not state[self.broken]:
             return [self._local_step(state, start)]
         out: _Out = []
-        path = _Path(state, self._spendings[spent])
+        path = _Path(state, self._spendings[spent], target)
         self._enter(path, found, i, event, args, None)
         self._run(path, out, [])
         return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
@@ -559,7 +624,8 @@ class CompiledEngine(Engine):
         """Search the steps ``c`` begins from ``state`` within its bound: all of them the
         ``first`` time, else only those the last bound left out, merged in."""
         if c.local and not state[self.broken]:
-            c.steps = [self._local_step(state, (c.i, c.found, c.event, c.args, c.spent, True))]
+            start = (c.i, c.found, c.event, c.args, c.spent, True, c.target)
+            c.steps = [self._local_step(state, start)]
             c.groups = None
             return
         out: _Out = []
@@ -567,7 +633,7 @@ class CompiledEngine(Engine):
         work: list[tuple[_Path, list[_Option], int, bool]] = []
         pruned, self._pruned = self._pruned, []
         if first:
-            path = _Path(state, self._spendings[c.spent])
+            path = _Path(state, self._spendings[c.spent], c.target)
             self._enter(path, c.found, c.i, c.event, c.args, None)
             self._run(path, out, work)
         else:
@@ -590,14 +656,14 @@ class CompiledEngine(Engine):
     def _local_step(self, state: tuple[Any, ...], start: _Start) -> _Step:
         """The one step of a local call: the instance's variables after it, and what it
         recorded broken, are those of the step searched from the same variables."""
-        i, found, event, args, spent, _ = start
+        i, found, event, args, spent, _, target = start
         lo, hi = self._lo, self._hi
         node = state[: self._width] if self._flat else state[i]
-        where = (i, event, found, node, args)
+        where = (i, event, found, node, args, target)
         known = self._local.get(where)
         if known is None:
             out: _Out = []
-            path = _Path(state, self._spendings[spent])
+            path = _Path(state, self._spendings[spent], target)
             self._enter(path, found, i, event, args, None)
             self._run(path, out, [])
             ((key, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
@@ -621,9 +687,10 @@ class CompiledEngine(Engine):
     def _move(self, key: MoveKey) -> Move:
         found = self._moves.get(key)
         if found is None:
-            i, event, args, row, inside, stopped = key
+            i, event, args, row, inside, stopped, target = key
             nested = tuple((_notice(n), self._move(k)) for n, k in inside)
-            found = self.move(i, event, args, row, nested, _notice(stopped) if stopped else "")
+            shown = _notice(stopped) if stopped else ""
+            found = self.move(i, event, args, row, nested, shown, target)
             self._moves[key] = found
         return found
 
@@ -655,16 +722,16 @@ class CompiledEngine(Engine):
         takes there (the others make the plan invalid): the ones whose spending fits the
         bound, and the ones it does not."""
         node = path.store if self._flat else path.live(f.i)
-        where = (tuple(node[: self._width]), path.spent, self._bound)
+        where = (f.i, tuple(node[: self._width]), path.spent, self._bound)
         found = self._taken.get(where)
         if found is None:
-            found = self._taken[where] = self._takes(node, path.spent)
+            found = self._taken[where] = self._takes(node, path.spent, f.i)
         return found
 
     def _takes(
-        self, node: Sequence[Value], spent: tuple[int, ...]
+        self, node: Sequence[Value], spent: tuple[int, ...], i: int
     ) -> tuple[list[_Option], list[_Option]]:
-        lookups, bound = self._lookups, self._bound
+        lookups, bound = self._tables[i].lookups, self._bound
         fits: list[_Option] = []
         beyond: list[_Option] = []
         for q, (event, args, cost) in enumerate(self._options):
@@ -681,14 +748,13 @@ class CompiledEngine(Engine):
     ) -> None:
         """Begin firing ``event`` on ``i``, whose lookup ``found`` a row or :data:`IGNORED`."""
         if found == IGNORED:
-            move: MoveKey = (i, event, args, None, (), None)
             if path.frames:
                 assert via is not None
-                path.frames[-1].inside += ((via, move),)
+                path.frames[-1].inside += ((via, (i, event, args, None, (), None, None)),)
             else:
-                path.done = move
+                path.done = (i, event, args, None, (), None, path.target)
             return
-        path.frames.append(_Frame(i, event, args, self._rows[found], via))
+        path.frames.append(_Frame(i, event, args, self._tables[i].rows[found], via))
         if event in self._hooked_events:
             self.wiring.before(path.store, i, event, args)
 
@@ -697,16 +763,18 @@ class CompiledEngine(Engine):
     ) -> None:
         """Run ``path`` to its end and record its step in ``out``; its reaction points push
         their branches on ``work``."""
-        frames, w, flat, lookups = path.frames, self.wiring, self._flat, self._lookups
+        frames, w, flat, code = path.frames, self.wiring, self._flat, self._tables
         while frames:
             f = frames[-1]
             if f.pending:
                 (target, event, args), *rest = f.pending
                 f.pending = rest
-                found = lookups[event](path.store if flat else path.live(target), args)
+                found = code[target].lookups[event](path.store if flat else path.live(target), args)
                 if found != REFUSED:
                     self._enter(path, found, target, event, args, f.effect)
                     continue
+                if f.effect[0] in self._binding:
+                    return  # the step is refused: no step at all
                 for prop, holds in self.delivered:
                     if not holds(path.store, (event, args)):
                         self._stop(path, prop, f.effect, out)
@@ -729,7 +797,10 @@ class CompiledEngine(Engine):
                 frames.pop()
                 if f.event in self._hooked_events:
                     w.after(path.store, f.i, f.event, f.args)
-                move = (f.i, f.event, f.args, f.row.id, f.inside, None)
+                move = (
+                    f.i, f.event, f.args, f.row.id, f.inside, None,
+                    None if frames else path.target,
+                )  # fmt: skip
                 if frames:
                     assert f.via is not None
                     frames[-1].inside += ((f.via, move),)
@@ -753,7 +824,8 @@ class CompiledEngine(Engine):
         name, values = f.effect
         i, store, w = f.i, path.store, self.wiring
         node = store if self._flat else path.live(i)
-        hooked, holds, notifies, reacts = self._effects[name]
+        code = self._tables[i]
+        hooked, holds, notifies, reacts = code.effects[name]
         if hooked:
             w.effect(store, i, name, values)
         if holds is not None and not holds(node, values):
@@ -768,27 +840,33 @@ class CompiledEngine(Engine):
             where = (i, before, now if self._flat else tuple(store), f.effect)
             verdict = self._noticed.get(where)
             if verdict is None:
-                verdict = self._notice(before, now, store, f.effect, i)
+                verdict = self._notice(before, now, store, f.effect, i, code)
                 if len(self._noticed) < NOTICED:
                     self._noticed[where] = verdict
             if verdict:
                 self._stop(path, verdict[0], f.effect, out)
                 return False
         if hooked:
-            f.pending = w.wire(store, i, name, values)
+            f.pending = w.wire(store, i, name, values, path.target)
         f.point = reacts
         return True
 
     def _notice(
-        self, before: Sequence[Any], now: Sequence[Any], store: list[Any], at: Notice, i: int
+        self,
+        before: Sequence[Any],
+        now: Sequence[Any],
+        store: list[Any],
+        at: Notice,
+        i: int,
+        code: _Code,
     ) -> tuple[str | None, ...]:
         """What a listener observing ``store`` at the effect ``at`` of ``i``, whose variables
         went from ``before`` to ``now`` since a listener last observed it, finds broken: ()
         for nothing, else the property to record (None: the state breaks one between steps,
         which needs no record)."""
-        k = self._first_unstable(before, now)
+        k = code.first_unstable(before, now)
         if k >= 0:
-            return (self._named(self._stable[k], i),)
+            return (self._named(code.stable[k], i),)
         for prop, holds_at in self.notified:
             if not holds_at(store, at):
                 return (prop,)
@@ -815,7 +893,10 @@ class CompiledEngine(Engine):
                 via = frames[d + 1].via
                 assert via is not None  # only the step's own event has none
                 inside = (*inside, (via, nested))
-            nested = (f.i, f.event, f.args, f.row.id, inside, at if nested is None else None)
+            nested = (
+                f.i, f.event, f.args, f.row.id, inside, at if nested is None else None,
+                path.target if d == 0 else None,
+            )  # fmt: skip
         assert nested is not None
         out.append((nested, tuple(path.store), path.spent, path.order))
 
@@ -826,9 +907,10 @@ class CompiledEngine(Engine):
             before = path.observed.get(i)
             if before is None:
                 before = path.start if self._flat else path.start[i]
-            k = self._first_unstable(before, store if self._flat else path.live(i))
+            code = self._tables[i]
+            k = code.first_unstable(before, store if self._flat else path.live(i))
             if k >= 0:
-                store[self.broken] = self._named(self._stable[k], i)
+                store[self.broken] = self._named(code.stable[k], i)
         path.flush()
         assert path.done is not None
         out.append((path.done, tuple(store), path.spent, path.order))
