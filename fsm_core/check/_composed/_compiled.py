@@ -141,14 +141,16 @@ class _Path:
     """One way a step goes, in progress: copied at each reaction point it branches on."""
 
     __slots__ = (
-        "done", "frames", "nodes", "observed", "order", "spent", "start", "store", "target",
-        "used",
+        "done", "frames", "nodes", "observed", "order", "refused", "spent", "start", "store",
+        "target", "used",
     )  # fmt: skip
 
     def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...], target: int | None) -> None:
         self.start = start
         self.target = target
         """The instance the step's call named, when the wiring routed it to another."""
+        self.refused = -1
+        """The instance whose table refused a call a binding effect handed on (-1: none)."""
         self.store: list[Any] = list(start)
         self.nodes: dict[int, list[Value]] = {}
         """A tree's instances touched by the step, as mutable copies of their slots."""
@@ -168,7 +170,7 @@ class _Path:
     def fork(self) -> _Path:
         p = _Path.__new__(_Path)
         p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
-        p.target = self.target
+        p.target, p.refused = self.target, self.refused
         p.order = self.order
         p.store = self.store[:]
         p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
@@ -247,7 +249,10 @@ class _Code:
     """One table's generated code and what the engine asks of its effects, shared by every
     instance of the table."""
 
-    __slots__ = ("effects", "first_unstable", "local_rows", "lookups", "rows", "stable")
+    __slots__ = (
+        "effects", "first_unstable", "handing", "local_ids", "local_rows", "lookups", "rows",
+        "stable",
+    )  # fmt: skip
 
     def __init__(self, m: Machine, w: Wiring, notifying: frozenset[str]) -> None:
         code = compile_rows(m, notifying | w.hooked_effects | w.reactions)
@@ -258,6 +263,14 @@ class _Code:
         self.stable = tuple(s.id for s in m.table.stable)
         self.local_rows = [all(site.resume < 0 for site in row.sites) for row in self.rows]
         """Per row: True iff it performs no effect (its code hands none over)."""
+        self.local_ids = frozenset(
+            r.id for r, local in zip(self.rows, self.local_rows, strict=True) if local
+        )
+        self.handing = [
+            all(s.effect in w.binding and s.effect not in notifying for s in row.sites)
+            for row in self.rows
+        ]
+        """Per row: True iff every effect it hands over is binding (and notifies nobody)."""
         self.effects = {
             name: (
                 name in w.hooked_effects,
@@ -334,6 +347,14 @@ class CompiledEngine(Engine):
         """The step of each local call searched, by the instance, the event and its row, the
         instance's variables and the arguments: its label, the variables after it, and what
         it recorded broken."""
+        self._handed_to: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._handed: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+        """For each call searched whose row only hands the call on through binding effects
+        (:meth:`_handed_step`): by the instance, the event, its row, the arguments, the target
+        and the instance's variables, the instances it handed the call to; by that and their
+        variables, its outcome: (its label, the instances' variables after it, what it
+        recorded broken), () if it is refused, None if it reached further (it is searched
+        each time)."""
         self._width = len(w.machines[0].names)
         self._taken: dict[tuple[Any, ...], tuple[list[_Option], list[_Option]]] = {}
         """The listener calls taken at a reaction point, by the instance's variables there,
@@ -356,9 +377,7 @@ class CompiledEngine(Engine):
         self._key_of: dict[tuple[Any, ...], int] = {}
         self._calls_of: list[list[_Call] | None] = []
         """The calls a step may begin with from each state without its budgets."""
-        self._takes_at: dict[
-            tuple[Any, ...], list[tuple[str, int, list[tuple[int, Args, int, bool]]]]
-        ] = {}
+        self._takes_at: dict[tuple[Any, ...], list[_Start]] = {}
         """:meth:`_taken_at`'s answers."""
         self._steps_of: list[list[_Step] | None] = []
         """Without listener calls: the steps from each state without its budgets."""
@@ -555,59 +574,119 @@ class CompiledEngine(Engine):
         out: list[_Start] = []
         offers = w.offers
         for i in instances:
-            for event, on, taken in self._taken_at(state, i):
-                target = None if on == i else i
-                out += [
-                    (on, found, event, args, spent, local, target)
-                    for found, args, spent, local in taken
-                    if offers(state, i, event, args)
-                ]
+            for start in self._taken_at(state, i):
+                if offers(state, i, start[2], start[3]):
+                    out.append(start)
         return out
 
-    def _taken_at(
-        self, state: tuple[Any, ...], i: int
-    ) -> list[tuple[str, int, list[tuple[int, Args, int, bool]]]]:
-        """Per offer naming ``i``, the calls the tables take from ``state``: (event, the
-        instance it is fired on, and per call its row, arguments, the number of what it
-        spends, whether it is local). Memoized by ``i``'s offers and the variables of the
-        instances they are fired on."""
+    def _taken_at(self, state: tuple[Any, ...], i: int) -> list[_Start]:
+        """The calls naming ``i`` that the tables take from ``state``, in the order of its
+        offers. Memoized by ``i`` and the variables of the instances they are fired on."""
         ons, calls = self._offers[self._group[i]]
         if self._flat:
             nodes: tuple[Any, ...] = (state[: self._width],)
         else:
             nodes = tuple(state[i if on == SELF else on] for on in ons)
-        where = (self._group[i], nodes)
+        where = (i, nodes)
         found = self._takes_at.get(where)
         if found is None:
             found = self._takes_at[where] = []
             for event, on, each in calls:
                 node = nodes[ons.index(on)]
-                code = self._tables[0 if self._flat else i if on == SELF else on]
+                fired = i if on == SELF else on
+                target = None if fired == i else i
+                code = self._tables[fired]
                 lookup, local = code.lookups[event], code.local_rows
-                taken = [
+                found += [
                     (
+                        fired,
                         row,
+                        event,
                         args,
                         self._number(spent),
                         row == IGNORED or (event not in self._hooked_events and local[row]),
+                        target,
                     )
                     for args, spent in each
                     if (row := lookup(node, args)) != REFUSED
                 ]
-                if taken:
-                    found.append((event, on, taken))
-        return [(event, i if on == SELF else on, taken) for event, on, taken in found]
+        return found
 
     def _steps(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
         """The steps a call without listener calls begins from ``state``."""
         i, found, event, args, spent, local, target = start
-        if local and not state[self.broken]:
-            return [self._local_step(state, start)]
+        if not state[self.broken]:
+            if local:
+                return [self._local_step(state, start)]
+            handing = found != IGNORED and self._tables[i].handing[found]
+            if handing and event not in self._hooked_events:
+                return self._handed_step(state, start)
         out: _Out = []
         path = _Path(state, self._spendings[spent], target)
         self._enter(path, found, i, event, args, None)
         self._run(path, out, [])
         return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
+
+    def _handed_step(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
+        """The steps of a call whose row only hands it on through binding effects (whose
+        wiring reads nothing and fires only on instances the step's target decides): when
+        the calls it hands on perform no effect either (or are ignored, or refused), the step
+        reads and changes only the instance and those it handed the call to, so its outcome
+        is that of the step searched from the same variables of each."""
+        i, found, event, args, spent, _, target = start
+        call = (i, event, found, args, target, state[i])
+        to = self._handed_to.get(call)
+        where: tuple[Any, ...] | None = None
+        known = None
+        if to is not None:
+            where = (*call, *(state[k] for k in to))
+            known = self._handed.get(where)
+        if known is None:
+            out: _Out = []
+            path = _Path(state, self._spendings[spent], target)
+            self._enter(path, found, i, event, args, None)
+            self._run(path, out, [])
+            if where is None or where not in self._handed:
+                self._remember(call, out, state, path.refused)
+            return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
+        if not known:
+            return []
+        assert to is not None  # an outcome is kept only with where the call went
+        label, after, record = known
+        lo, hi = self._lo, self._hi
+        rest = list(state[:lo] + state[hi:])  # the instances and the record come before or
+        for k, variables in zip((i, *to), after, strict=True):  # after the budgets
+            rest[k] = variables
+        rest[self.broken - (hi - lo)] = record
+        return [(label, self._key(tuple(rest)) * self._codes, spent)]
+
+    def _remember(
+        self, call: tuple[Any, ...], out: _Out, state: tuple[Any, ...], refused: int
+    ) -> None:
+        """Keep a handed-on step's outcome in :attr:`_handed` (None if it reached past the
+        calls it handed on: it is searched every time). ``refused`` is the instance that
+        refused the call handed on (-1: none did)."""
+        to: tuple[int, ...] = ()
+        outcome: tuple[Any, ...] | None = None
+        if not out:
+            if refused >= 0:
+                to, outcome = (refused,), ()  # the table refused the call handed on: no step
+        elif len(out) == 1:
+            ((key, nxt, _, _),) = out
+            to = tuple(nested[0] for _, nested in key[4])
+            outcome = (self._label(key), tuple(nxt[k] for k in (call[0], *to)), nxt[self.broken])
+            for _, nested in key[4]:
+                k, event, row, inside = nested[0], nested[1], nested[3], nested[4]
+                further = row is not None and row not in self._tables[k].local_ids
+                if further or inside or event in self._hooked_events or k == call[0]:
+                    outcome = None
+            kept = (*range(self._lo), *range(self._hi, len(state)))
+            touched = (call[0], *to, self.broken)
+            if any(nxt[k] != state[k] for k in kept if k not in touched):
+                outcome = None
+        self._handed_to.setdefault(call, to)
+        if self._handed_to[call] == to:
+            self._handed[(*call, *(state[k] for k in to))] = outcome
 
     def _step(self, key: MoveKey, nxt: tuple[Any, ...], spent: tuple[int, ...]) -> _Step:
         lo, hi = self._lo, self._hi
@@ -774,6 +853,7 @@ class CompiledEngine(Engine):
                     self._enter(path, found, target, event, args, f.effect)
                     continue
                 if f.effect[0] in self._binding:
+                    path.refused = target
                     return  # the step is refused: no step at all
                 for prop, holds in self.delivered:
                     if not holds(path.store, (event, args)):

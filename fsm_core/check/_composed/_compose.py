@@ -147,8 +147,11 @@ class Wiring(Protocol):
     reactions: frozenset[str]
     """The notifying effects inside which listeners may call."""
     binding: frozenset[str]
-    """The effects whose wired reactions a table may not refuse without refusing the step
-    (never one a listener may call inside: a refused plan is then no plan at all)."""
+    """The effects that hand the step's call on: a refusal of their wired reactions refuses
+    the step (never one a listener may call inside: a refused plan is then no plan at all).
+    Their hooks read and change nothing of the state, and their reactions depend on the
+    step's target alone: the compiled engine memoizes a step that only hands its call on
+    by the variables of the instances it reaches."""
     hooked_events: frozenset[str]
     """The events :meth:`before` or :meth:`after` acts on: on any other both do nothing."""
     hooked_effects: frozenset[str]

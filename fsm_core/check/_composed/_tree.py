@@ -27,8 +27,9 @@ door`` table (specs/admission.toml), wired as ``fsm_core/runtime/_subagents.py``
   on n. The root's parent is a host-owned agent: ``drain_below(parent=host)`` closes admission
   below it and its ``dispose_roots()`` fires ``dispose(false)`` on ``a``;
 - an admission below node n is the door's ``admit(parent=activation)`` naming n; its
-  ``admit_below()`` fires ``admit`` on n. A refusal there is the caller's (the door's effect is
-  *binding*): the step is refused as a whole, as the runtime raises it with nothing changed;
+  ``admit_below()`` fires ``admit`` on n. A refusal there is the caller's (the door's effects
+  that fire on a node are *binding*): the step is refused as a whole, as the runtime raises it
+  with nothing changed;
 - ``deliver(drained)`` is offered with ``drained`` true iff the door is drained;
 - ``notify_parent(failed)`` on ``a`` fires the door's ``root_settled(parent=host)``: the host
   parent is live throughout (nothing in the tree disposes it).
@@ -218,7 +219,7 @@ class TreeWiring:
             "drain_activation",
         }
     )
-    binding = frozenset({"admit_below", "drain_activation"})
+    binding = frozenset({"admit_below", "drain_activation", "drain_roots", "dispose_roots"})
     listener_calls: tuple[tuple[str, Args], ...] = ()
     max_reactions = 0
 
