@@ -15,11 +15,12 @@ import pytest
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
 from fsm_core.check._composed._compose import Engine, Layout
-from fsm_core.check._composed._tree import DOOR, NOTICE_DELIVERED
+from fsm_core.check._composed._tree import DOOR, NO_ACTIVE_AFTER_DRAIN, NOTICE_DELIVERED
 from fsm_core.check._explore import System, explore
 from fsm_core.check._moves import Move
 from fsm_core.check._report import format_trace
 from fsm_core.check._system import build, compose, declared
+from fsm_core.tools._mutants import BY_NAME
 from tests.helpers import edit, write_model
 
 # --- layout ---------------------------------------------------------------------------------------
@@ -268,3 +269,24 @@ def test_a_delivery_says_drained_exactly_when_the_door_is_drained() -> None:
             if move.event == "deliver":
                 assert move.args == (("drained", False),), (move, state)
     assert doors == {False, True}
+
+
+def test_a_drain_that_tears_nothing_down_is_shown_behind_the_drained_door(tmp_path: Path) -> None:
+    """A door whose drain only closes admission (its teardown deleted): the first step drains
+    the door while the root stays active, and the trace says so in the door's own slot."""
+    path = write_model(
+        tmp_path, "tree", TREE.replace("drain = 0", "drain = 1").replace("admit = 1", "admit = 0")
+    )
+    BY_NAME["drain_closes_door_only"].plant(tmp_path / "specs")
+    report = check(load_model(path))
+    assert report.violation is not None
+    assert report.violation.name == NO_ACTIVE_AFTER_DRAIN
+    lines = format_trace(report).splitlines()
+    assert lines[1] == (
+        "1. door.drain() -> drain   changed: door.registry admitting->drained, budget.drain 1->0"
+    )
+    assert lines[2].startswith(
+        f"violated: {NO_ACTIVE_AFTER_DRAIN} (the door is drained while an admitted node is "
+        "still active (a delivery would reach it with drained=true)) in state 1: a.stage=active "
+    )
+    assert " door.registry=drained " in lines[2]

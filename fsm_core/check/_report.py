@@ -158,8 +158,10 @@ def to_itf(report: Report) -> dict[str, Any]:
 
     Each state's ``#meta`` carries the step that reached it: ``action`` (the call as text),
     ``event``, ``args``, ``row`` (null when the table ignores the event there), ``inside`` (the
-    listeners' re-entrant calls, each with the ``effect`` that let it in), and ``stopped`` when
-    the step was cut short at a notifying effect because the property broke there. Integers are
+    listeners' re-entrant calls, each with the ``effect`` that let it in), ``target`` when the
+    call named another instance than the one that took it (an admission below ``a.1`` that the
+    tree's ``door`` takes first), and ``stopped`` when the step was cut short at a notifying
+    effect because the property broke there. Integers are
     ``{"#bigint": "2"}``; a tree slot is a variant, ``{"tag": "None", "value": {"#tup": []}}``
     until an activation is admitted into it, then ``{"tag": "Some", "value": {record}}``.
     """
