@@ -290,3 +290,27 @@ def test_a_drain_that_tears_nothing_down_is_shown_behind_the_drained_door(tmp_pa
         "still active (a delivery would reach it with drained=true)) in state 1: a.stage=active "
     )
     assert " door.registry=drained " in lines[2]
+
+
+def test_a_door_that_drops_the_roots_notice_breaks_settlement_notice_delivered(
+    tmp_path: Path,
+) -> None:
+    """The root's settlement notice reaches its host parent through the door: a door that
+    takes it only for a disposing parent refuses it, at the root's ``notify_parent``."""
+    path = write_model(tmp_path, "tree", TREE)
+    edit(
+        tmp_path / "specs" / "admission.toml",
+        'guard = "parent != stale"',
+        'guard = "parent == host_disposing"',
+    )
+    report = check(load_model(path))
+    assert report.violation is not None
+    assert report.violation.name == NOTICE_DELIVERED
+    lines = format_trace(report).splitlines()
+    assert lines[-2].startswith(
+        "4. a.handle_disposed(failed=false) -> ledger.converge (stopped at notify_parent(false))"
+    )
+    assert lines[-1].startswith(
+        "violated: settlement_notice_delivered (a parent refused its child's settlement notice) "
+        "in state 4, at notify_parent(false) inside step 4: a.stage=settled "
+    )

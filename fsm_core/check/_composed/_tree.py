@@ -56,7 +56,8 @@ Every effect's ``requires`` contract is checked as it runs; every node's invaria
 invariants at each notifying effect and between steps. Tree properties besides:
 
 - ``parent_leaves_after_children``: a node out of the registry has every admitted child out;
-- ``settlement_notice_delivered``: a parent always accepts its child's settlement notice;
+- ``settlement_notice_delivered``: a parent always accepts its child's settlement notice (the
+  root's host parent through the door's ``root_settled``);
 - ``teardown_runs_once``: a node's memoized close (``close_inbox``) runs at most once;
 - ``notice_sent_once``: a node notifies its parent at most once;
 - ``drained_door_leaves_no_active_node``: once the door is drained no admitted node is
@@ -290,7 +291,7 @@ class TreeWiring:
                 NOTICE_DELIVERED,
                 "delivered",
                 "a parent refused its child's settlement notice",
-                lambda _, at: at is None or at[0] != "child_settled",
+                lambda _, at: at is None or at[0] not in ("child_settled", "root_settled"),
             ),
             Property(
                 TEARDOWN_ONCE,
