@@ -298,11 +298,7 @@ def test_a_door_that_drops_the_roots_notice_breaks_settlement_notice_delivered(
     """The root's settlement notice reaches its host parent through the door: a door that
     takes it only for a disposing parent refuses it, at the root's ``notify_parent``."""
     path = write_model(tmp_path, "tree", TREE)
-    edit(
-        tmp_path / "specs" / "admission.toml",
-        'guard = "parent != stale"',
-        'guard = "parent == host_disposing"',
-    )
+    BY_NAME["root_notice_refused"].plant(tmp_path / "specs")
     report = check(load_model(path))
     assert report.violation is not None
     assert report.violation.name == NOTICE_DELIVERED

@@ -69,6 +69,7 @@ KILLED_BY = {
     "dispose_not_memoized": "teardown_runs_once",
     "handle_disposed_before_final_flush": "released_only_after_flush@a",
     "drain_closes_door_only": "drained_door_leaves_no_active_node",
+    "root_notice_refused": "settlement_notice_delivered",
 }
 """The property that kills each mutant the checker kills: a change here is a change of meaning."""
 

@@ -396,6 +396,14 @@ MUTANTS: tuple[Mutant, ...] = (
         TREE,
     ),
     Mutant(
+        "root_notice_refused",
+        "admission.toml",
+        (Set("root_settled", "guard", "parent != stale", "parent == host_disposing"),),
+        "The door takes a root's settlement notice only for a disposing host parent, so a live "
+        "host parent never hears that its root settled.",
+        TREE,
+    ),
+    Mutant(
         "door_admits_after_drain",
         "admission.toml",
         (
