@@ -45,7 +45,10 @@ def test_a_row_id_that_is_code_is_refused_at_load_and_never_runs(tmp_path: Path)
 
 
 AGENT_ENV = "[environment]\nbudgets = { send = 1 }\n"
-TREE = "[tree]\ndepth = 1\nwidth = 2\n\n[environment]\nbudgets = { admit = 1, dispose = 1 }\n"
+TREE = (
+    '[tree]\ndepth = 1\nwidth = 2\ndoor = "../specs/admission.toml"\n\n'
+    "[environment]\nbudgets = { admit = 1, dispose = 1 }\n"
+)
 INVARIANT = "reason_iff_aborted"
 """An invariant of specs/agent.toml."""
 TREE_INVARIANT = "slot_after_registry"
@@ -147,7 +150,8 @@ MODEL_FAULTS = [
         f"models/m.toml: [expect]: a model of kind 'activation-tree' has no property "
         f"'{TREE_INVARIANT}@a.3' (it checks INVARIANT@NODE and EFFECT.requires@NODE for a node of "
         "its tree, parent_leaves_after_children, settlement_notice_delivered, "
-        "teardown_runs_once, notice_sent_once, deadlock, quiescence_reachable)",
+        "teardown_runs_once, notice_sent_once, drained_door_leaves_no_active_node, deadlock, "
+        "quiescence_reachable)",
         id="property-at-a-node-outside-the-tree",
     ),
     pytest.param(
@@ -157,6 +161,39 @@ MODEL_FAULTS = [
         "models/m.toml: [tree]: depth 6 and width 6 make more nodes than the limit of 100 "
         "(a model may raise it: [model] limits = { tree = N })",
         id="a-6x6-tree",
+    ),
+    pytest.param(
+        _model(
+            "activation.toml",
+            "activation-tree",
+            TREE.replace('door = "../specs/admission.toml"\n', ""),
+        ),
+        "models/m.toml: [tree]: missing key 'door': a tree composes the registry's door beside "
+        'its nodes (door = "../specs/admission.toml")',
+        id="a-tree-from-before-the-door",
+    ),
+    pytest.param(
+        _model("activation.toml", "activation-tree", TREE.replace("admission.toml", "gone.toml")),
+        "models/m.toml: [tree]: door '../specs/gone.toml' names no file (relative to the model "
+        "file)",
+        id="a-door-that-is-no-file",
+    ),
+    pytest.param(
+        _model("activation.toml", "activation-tree", TREE.replace("admission.toml", "agent.toml")),
+        "models/m.toml: [tree]: the tree's wiring needs an event drain() in the door; "
+        "specs/agent.toml has none",
+        id="a-door-without-a-drain",
+    ),
+    pytest.param(
+        _model(
+            "activation.toml",
+            "activation-tree",
+            TREE.replace("admit = 1, dispose = 1", "drain_below = 1, spawn = 1"),
+        ),
+        "models/m.toml: [environment] budgets: unknown event 'spawn' (events: dispose, drain, "
+        "drain_child, deliver, admit, child_settled, children_joined, agent_idle, "
+        "final_flushed, handle_disposed, watch, watch_gone, drain_below)",
+        id="a-budget-on-a-door-event-the-tree-never-calls",
     ),
     pytest.param(
         _model("agent.toml", "agent", AGENT_ENV, "limits = { states = 5 }"),

@@ -37,6 +37,7 @@ from fsm_core.tools._mutants import (
 from fsm_core.tools._row_edits import (
     AddRow,
     Block,
+    DropEffect,
     Edit,
     Insert,
     Move,
@@ -67,6 +68,8 @@ KILLED_BY = {
     "settlement_notice_dropped": "quiescence_reachable",
     "dispose_not_memoized": "teardown_runs_once",
     "handle_disposed_before_final_flush": "released_only_after_flush@a",
+    "drain_closes_door_only": "drained_door_leaves_no_active_node",
+    "root_notice_refused": "settlement_notice_delivered",
 }
 """The property that kills each mutant the checker kills: a change here is a change of meaning."""
 
@@ -77,6 +80,7 @@ LOAD_KILLED_BY = {
     "running_before_holder": "row 'start.turn': publish_status(running) requires ",
     "notify_after_ownership_release": "row 'ledger.converge': release_ownership() requires ",
     "notify_before_leaving_registry": "row 'ledger.converge': notify_parent(false) requires ",
+    "door_admits_after_drain": "row 'admit.after_drain': admit_below() requires ",
 }
 """What the loader finds wrong with each mutant it rejects (after ``load: specs/<table>: ``).
 
@@ -87,6 +91,9 @@ only a driver event performs (``retire``, ``start``, ``handle_disposed``), never
 with no notification before it in the mutated row and no wiring back into its node: only that
 row changes the state the effect runs in. The loader proves the row from every state the
 invariants admit, and a state they do not admit fails the checker before the row runs.
+``door_admits_after_drain`` breaks the contract of the door's ``admit_below()``, which only the
+door's ``admit`` performs, as a step's first call: a drained door admits nothing in any variant
+that gets past the loader, and a closing activation refuses an admission in its own table.
 """
 
 
@@ -132,7 +139,7 @@ def test_the_catalogue_is_large_and_mostly_killed_by_the_checker() -> None:
     assert len(KILLED_BY) > 2 * len(LOAD_KILLED_BY)
     # Some kills need a listener re-entering mid-row: a contract the loader cannot see broken.
     assert {"clear_inbox.requires", "settle_idle.requires"} <= set(KILLED_BY.values())
-    assert {m.table for m in MUTANTS} == {"agent.toml", "activation.toml"}
+    assert {m.table for m in MUTANTS} == {"agent.toml", "activation.toml", "admission.toml"}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
@@ -152,7 +159,9 @@ def test_each_edit_applies_to_the_current_tables_and_writes_back(
         assert (models_dir() / f"{model}.toml").is_file()
 
 
-@pytest.mark.parametrize("table", ["agent.toml", "activation.toml", "clauses.toml"])
+@pytest.mark.parametrize(
+    "table", ["agent.toml", "activation.toml", "admission.toml", "clauses.toml"]
+)
 def test_a_table_written_back_reads_as_the_same_data(table: str) -> None:
     data = read_toml(specs_dir() / table, table)
     text = dump_toml(data)
@@ -194,6 +203,8 @@ def _stale(*edits: Edit) -> Mutant:
         (Set("cancel.turn", "to", "idle", "running"), "row 'cancel.turn' has no to 'idle'"),
         (AddRow('id = "cancel.turn"'), "a row 'cancel.turn' exists already"),
         (Unignore("send"), "0 [[ignored]] entries list 'send', not exactly one"),
+        (Unignore("cancel", "rejected"), "0 [[rejected]] entries list 'cancel', not exactly one"),
+        (DropEffect("gone"), "no effect 'gone'"),
     ],
 )
 def test_a_stale_edit_fails_loudly_naming_the_mutant_table_and_row(edit: Edit, fault: str) -> None:

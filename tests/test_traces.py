@@ -660,20 +660,26 @@ def test_a_tree_trace_names_each_node_and_its_slot(tmp_path: Path) -> None:
         tmp_path,
         "tree",
         '[model]\ntable = "../specs/activation.toml"\nkind = "activation-tree"\n\n'
-        "[tree]\ndepth = 1\nwidth = 1\n\n[environment]\nbudgets = { admit = 1, dispose = 1 }\n",
+        '[tree]\ndepth = 1\nwidth = 1\ndoor = "../specs/admission.toml"\n\n'
+        "[environment]\nbudgets = { admit = 1, dispose = 1 }\n",
     )
     report = check(load_model(path))
     assert report.violation is not None
     lines = format_trace(report).splitlines()
     assert lines[0].startswith("0. initial: a.stage=active a.children=false ")
-    assert " a.1=absent budget.admit=1 " in lines[0]
+    assert " a.1=absent door.registry=admitting budget.admit=1 " in lines[0]
     assert lines[1].startswith(
-        "1. a.admit() -> admit   changed: a.children false->true, a.1 absent->active{"
+        "1. door.admit(parent=activation) for a -> admit.below   changed: a.children "
+        "false->true, a.1 absent->active{"
     )
+    assert lines[2] == "   inside admit_below(): a.admit() -> admit"
     assert lines[-1].startswith(f"violated: {report.violation.name} (")
     doc = json.loads(json.dumps(to_itf(report)))
     assert doc["vars"][:2] == ["a", "a.1"]
     assert doc["states"][0]["a.1"] == {"tag": "None", "value": {"#tup": []}}
     assert doc["states"][1]["a.1"]["tag"] == "Some"
     assert doc["states"][1]["a.1"]["value"]["stage"] == "active"
-    assert doc["states"][1]["#meta"]["instance"] == "a"
+    assert doc["states"][1]["#meta"]["instance"] == "door"
+    assert doc["states"][1]["#meta"]["target"] == "a"
+    assert doc["states"][1]["#meta"]["inside"][0]["instance"] == "a"
+    assert doc["states"][0]["door"] == {"tag": "Some", "value": {"registry": "admitting"}}

@@ -45,4 +45,6 @@ class Model:
     depth: int = 0
     width: int = 0
     failures: int = 0
+    door: Machine | None = None
+    """An ``activation-tree`` model's registry door (its ``[tree] door`` table)."""
     expect: Expectation | None = None

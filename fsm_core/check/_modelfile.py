@@ -22,6 +22,19 @@ changed number::
 
 ``kind = "table"`` explores a table on its own: every event is always offered and the table's
 own variables bound the run (the benchmark model counts its budgets down itself).
+
+``kind = "activation-tree"`` composes a tree of activations with the registry's door; its
+``[tree]`` section says how deep and wide, and which table the door runs (a path resolved like
+``table``)::
+
+    [tree]
+    depth = 1
+    width = 2
+    door = "../specs/admission.toml"
+
+Its budgets name the input events of either table the environment calls (``admit``, ``drain``
+and ``drain_below`` are the door's). A tree model written before the door existed (no ``door``)
+is refused, naming the key to add.
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ from fsm_core.check._property import Property
 from fsm_core.check._system import declared
 from fsm_core.table._limits import DEFAULT_LIMITS
 from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
+from fsm_core.table._machine import Machine
 
 _KINDS: tuple[Kind, ...] = ("table", "agent", "activation-tree")
 _NEEDS: dict[Kind, Needs] = {"agent": _agent.NEEDS, "activation-tree": _tree.NEEDS}
@@ -84,24 +98,31 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     tier = m.get("tier", "default")
     if tier not in ("default", "bench"):
         f.fail("[model]", f"tier must be 'default' or 'bench', not {echo(tier)}")
-    table = f.text("[model]", m["table"], "table")
-    table_path = path.parent / table
-    where = "relative to the model file"
-    if specs is not None and table_path.parent.name == "specs":
-        table_path, where = specs / table_path.name, f"in --specs {specs}"
-    # Before the catalogue beside it, which would otherwise be the file reported missing.
-    if not _exists(table_path, Path.is_file):
-        f.fail("[model]", f"table {echo(table)} names no file ({where})")
+    table_path = _table_path(f, "[model]", "table", m["table"], path, specs)
     constants = _ints(f, "[model] constants", m.get("constants", {}))
     raised = f.keys("[model] limits", m.get("limits", {}), [], ["domain", "values", "tree"])
     limits = replace(DEFAULT_LIMITS, **_ints(f, "[model] limits", raised))
     clauses = load_clauses(table_path.parent / "clauses.toml")
     machine = load_table(table_path, clauses, constants=constants or None, limits=limits)
     t = machine.table
+    door: Machine | None = None
+    if kind == "activation-tree" and isinstance(data.get("tree"), dict):
+        if "door" not in data["tree"]:
+            f.fail(
+                "[tree]",
+                "missing key 'door': a tree composes the registry's door beside its nodes "
+                '(door = "../specs/admission.toml")',
+            )
+        door_path = _table_path(f, "[tree]", "door", data["tree"]["door"], path, specs)
+        door = load_table(door_path, load_clauses(door_path.parent / "clauses.toml"))
     if kind in _NEEDS:
         lacking = _NEEDS[kind].lacking(t)
         if lacking is not None:
             f.fail("[model]", f"kind {echo(kind)} needs {lacking} in its table; {t.file} has none")
+    if door is not None:
+        lacking = _tree.door_lacking(door.table, t)
+        if lacking is not None:
+            f.fail("[tree]", f"the tree's wiring needs {lacking}; {door.table.file} has none")
 
     budgets: dict[str, int] = {}
     reactions: tuple[str, ...] = ()
@@ -114,13 +135,16 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
             )
         env = f.keys("[environment]", data["environment"], [], ["budgets", "reactions", "failures"])
         budgets = _ints(f, "[environment] budgets", env.get("budgets", {}))
+        events = dict(t.events)
+        if door is not None:  # the door's calls the environment makes (admit is the door's)
+            events |= {e: door.table.events[e] for e in _tree.DOOR_CALLS}
         for event in budgets:
-            if event not in t.events:
-                names = known(t.events)
+            if event not in events:
+                names = known(events)
                 f.fail("[environment] budgets", f"unknown event {echo(event)} (events: {names})")
             user = _USER_INTERNAL.get(kind, frozenset())
-            if t.events[event].kind != "input" and event not in user:
-                calls = known(e for e, x in t.events.items() if x.kind == "input" or e in user)
+            if events[event].kind != "input" and event not in user:
+                calls = known(e for e, x in events.items() if x.kind == "input" or e in user)
                 f.fail(
                     "[environment] budgets",
                     f"{echo(event)} is an internal event the runtime fires itself; a budget "
@@ -151,7 +175,8 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     if kind == "activation-tree":
         if "tree" not in data:
             f.fail("[model]", "an activation-tree model needs a [tree] section")
-        tree = _ints(f, "[tree]", f.keys("[tree]", data["tree"], ["depth", "width"]))
+        shape = f.keys("[tree]", data["tree"], ["depth", "width", "door"])
+        tree = _ints(f, "[tree]", {k: shape[k] for k in ("depth", "width")})
         depth, width = tree["depth"], tree["width"]
         if _tree.tree_size(depth, width, limits.tree) > limits.tree:
             f.fail(
@@ -174,6 +199,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         depth=depth,
         width=width,
         failures=failures,
+        door=door,
     )
     if "expect" not in data:
         return model
@@ -210,6 +236,22 @@ def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:
     return [
         load_model(p, f"{root.name}/{p.name}", specs=specs) for p in sorted(root.glob("*.toml"))
     ]
+
+
+def _table_path(
+    f: _File, where: str, key: str, value: object, path: Path, specs: Path | None
+) -> Path:
+    """The table file ``value`` names, relative to the model file at ``path``; a table in a
+    directory named ``specs`` is read from ``specs`` instead, when given."""
+    table = f.text(where, value, key)
+    table_path = path.parent / table
+    found = "relative to the model file"
+    if specs is not None and table_path.parent.name == "specs":
+        table_path, found = specs / table_path.name, f"in --specs {specs}"
+    # Before the catalogue beside it, which would otherwise be the file reported missing.
+    if not _exists(table_path, Path.is_file):
+        f.fail(where, f"{key} {echo(table)} names no file ({found})")
+    return table_path
 
 
 def _property_forms(kind: Kind, records: tuple[Property, ...]) -> str:

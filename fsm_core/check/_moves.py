@@ -16,6 +16,8 @@ class Move:
     ``inside`` lists what listeners did re-entrantly: ``(effect, move)`` pairs, in the order the
     notifying effects ran. ``stopped`` names the notifying effect (``publish_status(idle)``)
     at which this move was cut short because a property broke there; empty when it ran out.
+    ``target`` names the instance the call named when the model routed it to ``instance``
+    (an admission the environment asks below node ``a.1``, which the door takes first).
     """
 
     event: str
@@ -24,11 +26,13 @@ class Move:
     instance: str = ""
     inside: tuple[tuple[str, Move], ...] = ()
     stopped: str = ""
+    target: str = ""
 
     def call(self) -> str:
         args = ", ".join(f"{k}={show(v)}" for k, v in self.args)
         where = f"{self.instance}." if self.instance else ""
-        return f"{where}{self.event}({args})"
+        aimed = f" for {self.target}" if self.target else ""
+        return f"{where}{self.event}({args}){aimed}"
 
     def __str__(self) -> str:
         text = f"{self.call()} -> {self.row or '(ignored)'}"

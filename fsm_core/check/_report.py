@@ -23,9 +23,11 @@ from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 from fsm_core.check import Report
+from fsm_core.check._composed._tree import DOOR
 from fsm_core.check._explore import Violation
 from fsm_core.check._moves import Move
 from fsm_core.table._expr import show
+from fsm_core.table._machine import Machine
 
 __all__ = ["done_line", "format_trace", "summary_table", "to_itf", "to_json"]
 
@@ -102,14 +104,20 @@ def _property(report: Report, name: str) -> str:
     return f"{name} ({record.statement})"
 
 
+def _machine(report: Report, slot: str) -> Machine:
+    """The table whose state a tree's slot holds: the door's in the door's slot."""
+    door = report.model.door
+    return door if door is not None and slot == DOOR else report.model.machine
+
+
 def _flat(report: Report, state: Sequence[object]) -> list[tuple[str, str]]:
     """The state as ``(name, shown value)`` pairs; a tree node's variables as ``node.var``."""
-    names = report.model.machine.names
     out: list[tuple[str, str]] = []
     for name, value in zip(report.names, state, strict=True):
         if value is None:
             out.append((name, _ABSENT))
         elif isinstance(value, tuple):
+            names = _machine(report, name).names
             out += [(f"{name}.{n}", show(v)) for n, v in zip(names, value, strict=True)]
         else:
             out.append((name, show(value)))
@@ -126,18 +134,19 @@ def _changes(report: Report, before: Sequence[object], after: Sequence[object]) 
         if old == new:
             continue
         if isinstance(old, tuple) and isinstance(new, tuple):
-            pairs = zip(report.model.machine.names, old, new, strict=True)
+            pairs = zip(_machine(report, name).names, old, new, strict=True)
             out += [f"{name}.{n} {show(a)}->{show(b)}" for n, a, b in pairs if a != b]
         else:
-            out.append(f"{name} {_show_value(report, old)}->{_show_value(report, new)}")
+            shown = [_show_value(report, name, v) for v in (old, new)]
+            out.append(f"{name} {shown[0]}->{shown[1]}")
     return out
 
 
-def _show_value(report: Report, value: object) -> str:
+def _show_value(report: Report, slot: str, value: object) -> str:
     if value is None:
         return _ABSENT
     if isinstance(value, tuple):
-        return report.model.machine.format_state(value)
+        return _machine(report, slot).format_state(value)
     return show(value)
 
 
@@ -149,8 +158,10 @@ def to_itf(report: Report) -> dict[str, Any]:
 
     Each state's ``#meta`` carries the step that reached it: ``action`` (the call as text),
     ``event``, ``args``, ``row`` (null when the table ignores the event there), ``inside`` (the
-    listeners' re-entrant calls, each with the ``effect`` that let it in), and ``stopped`` when
-    the step was cut short at a notifying effect because the property broke there. Integers are
+    listeners' re-entrant calls, each with the ``effect`` that let it in), ``target`` when the
+    call named another instance than the one that took it (an admission below ``a.1`` that the
+    tree's ``door`` takes first), and ``stopped`` when the step was cut short at a notifying
+    effect because the property broke there. Integers are
     ``{"#bigint": "2"}``; a tree slot is a variant, ``{"tag": "None", "value": {"#tup": []}}``
     until an activation is admitted into it, then ``{"tag": "Some", "value": {record}}``.
     """
@@ -161,7 +172,7 @@ def to_itf(report: Report) -> dict[str, Any]:
         meta: dict[str, Any] = {"index": i}
         if label is not None:
             meta.update(_itf_move(report.moves[label]))
-        values = {n: _itf_value(report, v) for n, v in zip(report.names, state, strict=True)}
+        values = {n: _itf_value(report, n, v) for n, v in zip(report.names, state, strict=True)}
         states.append({"#meta": meta, **values})
     return {
         "#meta": {
@@ -186,6 +197,8 @@ def _itf_move(move: Move) -> dict[str, Any]:
     out: dict[str, Any] = {"action": move.call(), "event": move.event}
     if move.instance:
         out["instance"] = move.instance
+    if move.target:
+        out["target"] = move.target
     out["args"] = {k: _itf_scalar(v) for k, v in move.args}
     out["row"] = move.row
     if move.stopped:
@@ -203,11 +216,11 @@ def _itf_scalar(value: object) -> Any:
     raise TypeError(f"no ITF encoding for {value!r}")
 
 
-def _itf_value(report: Report, value: object) -> Any:
+def _itf_value(report: Report, slot: str, value: object) -> Any:
     if value is None:
         return {"tag": "None", "value": {"#tup": []}}
     if isinstance(value, tuple):
-        names = report.model.machine.names
+        names = _machine(report, slot).names
         record = {n: _itf_scalar(v) for n, v in zip(names, value, strict=True)}
         return {"tag": "Some", "value": record}
     return _itf_scalar(value)

@@ -67,6 +67,7 @@ from fsm_core.table._load import read_toml
 from fsm_core.tools._row_edits import (
     AddRow,
     Block,
+    DropEffect,
     Edit,
     Insert,
     Move,
@@ -82,7 +83,8 @@ from fsm_core.tools._row_edits import (
 AGENT = ("agent_races",)
 """The models an agent.toml mutant runs against."""
 TREE = ("activation_tree", "activation_chain")
-"""The models an activation.toml mutant runs against, widest first."""
+"""The models an activation.toml mutant runs against, widest first; an admission.toml mutant
+too (the trees compose the registry's door)."""
 
 
 class MutantError(FsmError):
@@ -382,6 +384,43 @@ MUTANTS: tuple[Mutant, ...] = (
         "idle.flush starts the final flush and moves on to releasing without awaiting it, so "
         "the handle's disposal can settle before the flush did.",
         TREE,
+    ),
+    # --- admission.toml (the registry's door, composed with the trees) --------------------------
+    Mutant(
+        "drain_closes_door_only",
+        "admission.toml",
+        (Remove("drain", "drain_roots()"), DropEffect("drain_roots")),
+        "drain() closes admission registry-wide but tears no root down (its effect deleted as "
+        "unused): the activations stay active behind a drained door, and a delivery reaches "
+        "one with drained=true.",
+        TREE,
+    ),
+    Mutant(
+        "root_notice_refused",
+        "admission.toml",
+        (Set("root_settled", "guard", "parent != stale", "parent == host_disposing"),),
+        "The door takes a root's settlement notice only for a disposing host parent, so a live "
+        "host parent never hears that its root settled.",
+        TREE,
+    ),
+    Mutant(
+        "door_admits_after_drain",
+        "admission.toml",
+        (
+            AddRow(
+                'id = "admit.after_drain"\n'
+                'on = "admit"\n'
+                'from = ["drained"]\n'
+                'do = ["admit_below()"]\n'
+                'clauses = ["S004.drain-admission"]\n'
+                'doc = "A drained door still hands admissions on to the parent activation."\n'
+            ),
+            Unignore("admit", "rejected"),
+        ),
+        "The drained door hands an admission below an activation on to the activation's own "
+        "row instead of refusing it with DRAINING.",
+        TREE,
+        load_killed=True,
     ),
 )
 

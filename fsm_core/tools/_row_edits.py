@@ -13,8 +13,9 @@ statement's text, or a whole :class:`Block`. An edit that finds no such row, ent
 
 The vocabulary is the smallest that expresses the catalogue: :class:`Set` a row's ``guard`` or
 ``to``; :class:`Insert`, :class:`Remove`, :class:`Replace` or :class:`Move` entries of its
-``do``; :class:`AddRow` a new row, and :class:`Unignore` an event an ``[[ignored]]`` entry
-lists, so the new row may take it.
+``do``; :class:`AddRow` a new row, :class:`Unignore` an event an ``[[ignored]]`` (or
+``[[rejected]]``) entry lists, so the new row may take it, and :class:`DropEffect` an effect
+no row performs any more, as someone deleting what looks unused would.
 """
 
 from __future__ import annotations
@@ -162,20 +163,35 @@ class AddRow:
 
 @dataclass(frozen=True, slots=True)
 class Unignore:
-    """Drop ``event`` from the one ``[[ignored]]`` entry that lists it."""
+    """Drop ``event`` from the one ``[[ignored]]`` entry (or ``[[rejected]]``, by ``kind``)
+    that lists it."""
 
     event: str
+    kind: str = "ignored"
 
     def apply(self, data: dict[str, Any]) -> None:
-        listing = [i for i in data.get("ignored", []) if self.event in i["on"]]
+        listing = [i for i in data.get(self.kind, []) if self.event in i["on"]]
         if len(listing) != 1:
             raise StaleEdit(
-                f"{len(listing)} [[ignored]] entries list {echo(self.event)}, not exactly one"
+                f"{len(listing)} [[{self.kind}]] entries list {echo(self.event)}, not exactly one"
             )
         listing[0]["on"].remove(self.event)
 
 
-Edit = Set | Insert | Remove | Replace | Move | AddRow | Unignore
+@dataclass(frozen=True, slots=True)
+class DropEffect:
+    """Delete the declaration of ``effect`` (``[effects.NAME]``)."""
+
+    effect: str
+
+    def apply(self, data: dict[str, Any]) -> None:
+        effects = data.get("effects", {})
+        if self.effect not in effects:
+            raise StaleEdit(f"no effect {echo(self.effect)}")
+        del effects[self.effect]
+
+
+Edit = Set | Insert | Remove | Replace | Move | AddRow | Unignore | DropEffect
 
 
 def apply_edits(edits: Iterable[Edit], data: dict[str, Any]) -> None:
@@ -261,6 +277,7 @@ def _value(value: object) -> str:
 __all__ = [
     "AddRow",
     "Block",
+    "DropEffect",
     "Edit",
     "Entry",
     "Insert",

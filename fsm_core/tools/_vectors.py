@@ -33,7 +33,10 @@ What they cover, and where each comes from:
   re-entrant listeners, a tree of activations) that calls anything inside an effect, and each
   distinct outcome of it, one vector from the first state the checker found it in, with the
   listener or wiring calls as the script: so every edge the checker proves is an instance of
-  some vector (a move's plain steps are the ``step`` vectors).
+  some vector (a move's plain steps are the ``step`` vectors). A tree's door runs another
+  table: a move the door begins is replayed as the node's call the door makes inside it, and
+  a call a node makes on the door (a root's settlement notice) is left out of the node's
+  script; the door's own rows are the admission vectors'.
 
 :func:`generate` prints what is covered and by how much; every row, refusal entry, ignored
 entry, contract and invariant must be, and every move of the models, or the command fails.
@@ -282,14 +285,35 @@ class _Explored:
 
     @property
     def instances(self) -> tuple[str, ...] | None:
-        """A tree's instance names (slot i holds instance i), or None for one machine."""
+        """A tree's names of the instances of the model's table (slot i holds the i-th), or
+        None for one machine."""
         c = self.composition
-        return c.wiring.instances if isinstance(c, Engine) and not c.wiring.flat else None
+        if not isinstance(c, Engine) or c.wiring.flat:
+            return None
+        w, t = c.wiring, self.model.machine.table
+        return tuple(n for n, m in zip(w.instances, w.machines, strict=True) if m.table == t)
 
     def tables(self, s: tuple[Any, ...], width: int) -> tuple[Any, ...]:
         """The table states of a model state: each instance's slot, or the model's front."""
         names = self.instances
         return tuple(s[: len(names)]) if names is not None else (tuple(s[:width]),)
+
+    def ours(self, move: Move) -> Move | None:
+        """``move`` as the model's table sees it: without the calls on another table's
+        instances; a move another table's instance begins, as the one call it makes on ours
+        (None if it makes none)."""
+        names = self.instances
+        if names is None:
+            return move
+        if move.instance not in names:
+            mine = [m for _, nested in move.inside if (m := self.ours(nested)) is not None]
+            if len(mine) > 1:
+                raise VectorError(f"{move}: a vector replays one call, not {len(mine)}")
+            return mine[0] if mine else None
+        inside = tuple(
+            (effect, m) for effect, nested in move.inside if (m := self.ours(nested)) is not None
+        )
+        return replace(move, inside=inside, target="")
 
 
 def _explore(model: Model) -> _Explored:
@@ -586,13 +610,16 @@ class _Builder:
         multi = names is not None
         width = len(m.names)
         group = f"moves of {model.name}"
-        for label, move in enumerate(c.moves):
-            if move.inside:
+        moves = [explored.ours(move) for move in c.moves]
+        for label, move in enumerate(moves):
+            if move is not None and move.inside:
                 self.cov.need(group, str(label))
         replayed: set[tuple[int, tuple[Any, ...]]] = set()
         outcomes: set[tuple[int, str]] = set()
         for s, label, t in explored.edges:
-            move = c.moves[label]
+            move = moves[label]
+            if move is None or not move.inside:
+                continue
             source = explored.tables(s, width)
             if (label, source) in replayed:
                 continue

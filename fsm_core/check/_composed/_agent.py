@@ -38,11 +38,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from fsm_core.check._composed._compiled import CompiledEngine
-from fsm_core.check._composed._compose import BROKEN, Args, Engine, Layout, Reaction
+from fsm_core.check._composed._compose import BROKEN, Args, Engine, Layout, Offer, Reaction
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Notice, Property
 from fsm_core.table._codegen import compile_predicates
+from fsm_core.table._machine import Machine
 
 NO_PARKED_WAKE = "no_parked_wake"
 """The property name of decision 9's guarantee."""
@@ -89,10 +90,12 @@ class AgentWiring:
         {"send", "cancel", "halt", "start", "dispose", "remove", "take_steering"}
     )
     hooked_effects = frozenset({"clear_inbox", "claim_inbox"})
+    binding: frozenset[str] = frozenset()
 
     def __init__(self, model: Model, max_reactions: int = 2) -> None:
         self.model = model
         self.machine = m = model.machine
+        self.machines: tuple[Machine, ...] = (m,)
         self.layout = layout = Layout(
             (*m.names, *(f"budget.{e}" for e in model.budgets), OWED, PRERUN, BROKEN)
         )
@@ -100,7 +103,9 @@ class AgentWiring:
         self._owed, self._prerun = layout[OWED], layout[PRERUN]
         self.max_reactions = max_reactions
         self.reactions = frozenset(model.reactions)
-        self.offered = tuple((e, tuple(m.all_arguments(e))) for e in m.table.events)
+        self.offered: tuple[tuple[Offer, ...], ...] = (
+            tuple((e, tuple(m.all_arguments(e)), 0) for e in m.table.events),
+        )
         self.listener_calls = tuple(
             (e, args)
             for e in model.budgets
@@ -163,7 +168,7 @@ class AgentWiring:
     def charges(self, event: str, args: Args) -> tuple[int, ...]:
         return self._budget.get(event, ())
 
-    def offers(self, state: Sequence[Any], instance: int, event: str) -> bool:
+    def offers(self, state: Sequence[Any], instance: int, event: str, args: Args) -> bool:
         return True
 
     # --- ghosts ----------------------------------------------------------------------------------
@@ -202,7 +207,9 @@ class AgentWiring:
         if name == "clear_inbox" or (name == "claim_inbox" and not store[self._pending]):
             store[self._owed] = False
 
-    def wire(self, store: list[Any], instance: int, name: str, values: Args) -> Sequence[Reaction]:
+    def wire(
+        self, store: list[Any], instance: int, name: str, values: Args, target: int | None
+    ) -> Sequence[Reaction]:
         return ()
 
 

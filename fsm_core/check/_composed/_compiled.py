@@ -30,8 +30,10 @@ same steps, in the same order, with the same moves and the same properties;
   verdicts are cached per state without budgets. :meth:`CompiledEngine.unpack` gives a state as
   the layout names it.
 
-The layout must hold the instances first, then the budgets (the positions named
-``budget.*``, contiguous), then the rest, the record of what broke among it.
+Instances of different tables (a tree's nodes and its door) each run their own table's code
+(:class:`_Code`, generated once per table). The layout must hold the instances first, then
+the budgets (the positions named ``budget.*``, contiguous), then the rest, the record of what
+broke among it.
 """
 
 from __future__ import annotations
@@ -53,12 +55,18 @@ from fsm_core.table._codegen import (
     compile_stability,
 )
 from fsm_core.table._expr import Value, show
+from fsm_core.table._machine import Machine
 
 Notice = tuple[str, Args]
 """A performed effect as a listener sees it: its name and arguments."""
 
-MoveKey = tuple[int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Notice | None]
-"""A move as plain data, cheap to hash: (instance, event, args, row, inside, stopped)."""
+MoveKey = tuple[
+    int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Notice | None, int | None
+]
+"""A move as plain data, cheap to hash: (instance, event, args, row, inside, stopped, target)."""
+
+SELF = -1
+"""An offer's ``on`` in :attr:`CompiledEngine._offers`: the instance the call names."""
 
 _Out = list[tuple[MoveKey, tuple[Any, ...], tuple[int, ...], tuple[int, ...]]]
 """Steps as a search finds them: (move, next state, what it spent of each budget, the path's
@@ -133,11 +141,16 @@ class _Path:
     """One way a step goes, in progress: copied at each reaction point it branches on."""
 
     __slots__ = (
-        "done", "frames", "nodes", "observed", "order", "spent", "start", "store", "used"
+        "done", "frames", "nodes", "observed", "order", "refused", "spent", "start", "store",
+        "target", "used",
     )  # fmt: skip
 
-    def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...]) -> None:
+    def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...], target: int | None) -> None:
         self.start = start
+        self.target = target
+        """The instance the step's call named, when the wiring routed it to another."""
+        self.refused = -1
+        """The instance whose table refused a call a binding effect handed on (-1: none)."""
         self.store: list[Any] = list(start)
         self.nodes: dict[int, list[Value]] = {}
         """A tree's instances touched by the step, as mutable copies of their slots."""
@@ -157,6 +170,7 @@ class _Path:
     def fork(self) -> _Path:
         p = _Path.__new__(_Path)
         p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
+        p.target, p.refused = self.target, self.refused
         p.order = self.order
         p.store = self.store[:]
         p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
@@ -175,9 +189,9 @@ class _Path:
             self.store[i] = tuple(values)
 
 
-_Start = tuple[int, int, str, Args, int, bool]
+_Start = tuple[int, int, str, Args, int, bool, int | None]
 """A call a step may begin with: (instance, its row or :data:`IGNORED`, event, arguments, the
-number of what it spends, whether it is local: see :attr:`_Call.local`)."""
+number of what it spends, whether it is local: see :attr:`_Call.local`, the step's target)."""
 
 
 class _Call:
@@ -186,11 +200,20 @@ class _Call:
 
     __slots__ = (
         "args", "bound", "event", "found", "groups", "i", "local", "orders", "pruned", "spent",
-        "steps",
+        "steps", "target",
     )  # fmt: skip
 
-    def __init__(self, i: int, found: int, event: str, args: Args, spent: int, local: bool) -> None:
-        self.i, self.event, self.args = i, event, args
+    def __init__(
+        self,
+        i: int,
+        found: int,
+        event: str,
+        args: Args,
+        spent: int,
+        local: bool,
+        target: int | None,
+    ) -> None:
+        self.i, self.event, self.args, self.target = i, event, args, target
         self.found = found
         """The row the table fires, or :data:`IGNORED`."""
         self.local = local
@@ -222,23 +245,62 @@ _Branch = tuple["_Path", list[_Option]]
 """A path as it was at a reaction point, and listener calls to branch on there."""
 
 
+class _Code:
+    """One table's generated code and what the engine asks of its effects, shared by every
+    instance of the table."""
+
+    __slots__ = (
+        "effects", "first_unstable", "handing", "local_ids", "local_rows", "lookups", "rows",
+        "stable",
+    )  # fmt: skip
+
+    def __init__(self, m: Machine, w: Wiring, notifying: frozenset[str]) -> None:
+        code = compile_rows(m, notifying | w.hooked_effects | w.reactions)
+        self.lookups = code.lookups
+        self.rows = code.rows
+        contracts = compile_contracts(m)
+        self.first_unstable = compile_stability(m)
+        self.stable = tuple(s.id for s in m.table.stable)
+        self.local_rows = [all(site.resume < 0 for site in row.sites) for row in self.rows]
+        """Per row: True iff it performs no effect (its code hands none over)."""
+        self.local_ids = frozenset(
+            r.id for r, local in zip(self.rows, self.local_rows, strict=True) if local
+        )
+        self.handing = [
+            all(s.effect in w.binding and s.effect not in notifying for s in row.sites)
+            for row in self.rows
+        ]
+        """Per row: True iff every effect it hands over is binding (and notifies nobody)."""
+        self.effects = {
+            name: (
+                name in w.hooked_effects,
+                contracts.get(name),
+                name in notifying,
+                name in w.reactions,
+            )
+            for name in m.table.effects
+        }
+        """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
+        whether listeners may call inside it."""
+
+
 class CompiledEngine(Engine):
     """A :class:`~fsm_core.check._composed._compose.Engine` whose steps run as generated code."""
 
     def __init__(self, name: str, wiring: Wiring) -> None:
         super().__init__(name, wiring)
-        w, m = wiring, self.machine
+        w = wiring
         self._flat = w.flat
-        code = compile_rows(m, self.notifying | w.hooked_effects | w.reactions)
-        self._lookups = code.lookups
-        self._rows = code.rows
-        self._contracts = compile_contracts(m)
-        self._first_unstable = compile_stability(m)
-        self._stable = tuple(s.id for s in m.table.stable)
+        shared: dict[int, _Code] = {}
+        self._tables = tuple(
+            shared.get(id(m)) or shared.setdefault(id(m), _Code(m, w, self.notifying[i]))
+            for i, m in enumerate(w.machines)
+        )
+        """Each instance's table's code."""
         budgets = [i for i, n in enumerate(self.layout.names) if n.startswith("budget.")]
         lo = self._lo = budgets[0] if budgets else 0
         self._hi = lo + len(budgets)
-        instances = len(m.names) if w.flat else len(w.instances)
+        instances = len(w.machines[0].names) if w.flat else len(w.instances)
         if budgets != list(range(lo, self._hi)) or instances > lo or self.broken < self._hi:
             raise ValueError(
                 f"{name}: the layout must hold the instances, the budgets (contiguous) and the "
@@ -255,37 +317,48 @@ class CompiledEngine(Engine):
                 spent[slot - lo] += 1
             return tuple(spent)
 
-        self._calls = tuple(
-            (event, tuple((args, spending(event, args)) for args in arguments))
-            for event, arguments in w.offered
-        )
+        groups: dict[Any, int] = {}
+        self._offers: list[tuple[tuple[int, ...], tuple[Any, ...]]] = []
+        """Each distinct list of offers, with the instances its calls are fired on (SELF: the
+        named one): (those instances, per offer (event, on, every (args, spending)))."""
+        self._group: list[int] = []
+        """Each instance's list of offers, by its index in :attr:`_offers`."""
+        for i, offers in enumerate(w.offered):
+            calls = tuple(
+                (
+                    event,
+                    SELF if on == i else on,
+                    tuple((args, spending(event, args)) for args in arguments),
+                )
+                for event, arguments, on in offers
+            )
+            if calls not in groups:
+                groups[calls] = len(self._offers)
+                self._offers.append((tuple(dict.fromkeys(on for _, on, _ in calls)), calls))
+            self._group.append(groups[calls])
         # A reaction point tries the listener calls last one first (the plan stack's order).
         self._options = tuple(
             (event, args, spending(event, args)) for event, args in reversed(w.listener_calls)
         )
         self._branching = bool(self._options) and w.max_reactions > 0
         self._hooked_events = w.hooked_events
-        self._local_rows = [all(site.resume < 0 for site in row.sites) for row in self._rows]
-        """Per row: True iff it performs no effect (its code hands none over)."""
+        self._binding = w.binding
         self._local: dict[tuple[Any, ...], tuple[int, Any, str]] = {}
         """The step of each local call searched, by the instance, the event and its row, the
         instance's variables and the arguments: its label, the variables after it, and what
         it recorded broken."""
-        self._width = len(m.names)
+        self._handed_to: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._handed: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+        """For each call searched whose row only hands the call on through binding effects
+        (:meth:`_handed_step`): by the instance, the event, its row, the arguments, the target
+        and the instance's variables, the instances it handed the call to; by that and their
+        variables, its outcome: (its label, the instances' variables after it, what it
+        recorded broken), () if it is refused, None if it reached further (it is searched
+        each time)."""
+        self._width = len(w.machines[0].names)
         self._taken: dict[tuple[Any, ...], tuple[list[_Option], list[_Option]]] = {}
         """The listener calls taken at a reaction point, by the instance's variables there,
         what the path has spent and the bound of the search."""
-        self._effects = {
-            name: (
-                name in w.hooked_effects,
-                self._contracts.get(name),
-                name in self.notifying,
-                name in w.reactions,
-            )
-            for name in m.table.effects
-        }
-        """Per effect: whether the wiring acts on it, its contract, whether it notifies, and
-        whether listeners may call inside it."""
         self._label_of: dict[MoveKey, int] = {}
         self._moves: dict[MoveKey, Move] = {}
         """The move of each move key met, a listener's nested in a step's included."""
@@ -304,9 +377,7 @@ class CompiledEngine(Engine):
         self._key_of: dict[tuple[Any, ...], int] = {}
         self._calls_of: list[list[_Call] | None] = []
         """The calls a step may begin with from each state without its budgets."""
-        self._takes_at: dict[
-            tuple[Any, ...], list[tuple[str, list[tuple[int, Args, int, bool]]]]
-        ] = {}
+        self._takes_at: dict[tuple[Any, ...], list[_Start]] = {}
         """:meth:`_taken_at`'s answers."""
         self._steps_of: list[list[_Step] | None] = []
         """Without listener calls: the steps from each state without its budgets."""
@@ -501,48 +572,121 @@ class CompiledEngine(Engine):
         slots = range(len(w.instances))
         instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
         out: list[_Start] = []
+        offers = w.offers
         for i in instances:
-            for event, taken in self._taken_at(state[: self._width] if self._flat else state[i]):
-                if w.offers(state, i, event):
-                    out += [
-                        (i, found, event, args, spent, local) for found, args, spent, local in taken
-                    ]
+            for start in self._taken_at(state, i):
+                if offers(state, i, start[2], start[3]):
+                    out.append(start)
         return out
 
-    def _taken_at(
-        self, node: tuple[Any, ...]
-    ) -> list[tuple[str, list[tuple[int, Args, int, bool]]]]:
-        """Per event, the calls the table takes from an instance's variables ``node``: (row,
-        arguments, the number of what the call spends, whether it is local)."""
-        found = self._takes_at.get(node)
+    def _taken_at(self, state: tuple[Any, ...], i: int) -> list[_Start]:
+        """The calls naming ``i`` that the tables take from ``state``, in the order of its
+        offers. Memoized by ``i`` and the variables of the instances they are fired on."""
+        ons, calls = self._offers[self._group[i]]
+        if self._flat:
+            nodes: tuple[Any, ...] = (state[: self._width],)
+        else:
+            nodes = tuple(state[i if on == SELF else on] for on in ons)
+        where = (i, nodes)
+        found = self._takes_at.get(where)
         if found is None:
-            lookups, local = self._lookups, self._local_rows
-            found = self._takes_at[node] = []
-            for event, calls in self._calls:
-                taken = [
+            found = self._takes_at[where] = []
+            for event, on, each in calls:
+                node = nodes[ons.index(on)]
+                fired = i if on == SELF else on
+                target = None if fired == i else i
+                code = self._tables[fired]
+                lookup, local = code.lookups[event], code.local_rows
+                found += [
                     (
+                        fired,
                         row,
+                        event,
                         args,
                         self._number(spent),
                         row == IGNORED or (event not in self._hooked_events and local[row]),
+                        target,
                     )
-                    for args, spent in calls
-                    if (row := lookups[event](node, args)) != REFUSED
+                    for args, spent in each
+                    if (row := lookup(node, args)) != REFUSED
                 ]
-                if taken:
-                    found.append((event, taken))
         return found
 
     def _steps(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
         """The steps a call without listener calls begins from ``state``."""
-        i, found, event, args, spent, local = start
-        if local and not state[self.broken]:
-            return [self._local_step(state, start)]
+        i, found, event, args, spent, local, target = start
+        if not state[self.broken]:
+            if local:
+                return [self._local_step(state, start)]
+            handing = found != IGNORED and self._tables[i].handing[found]
+            if handing and event not in self._hooked_events:
+                return self._handed_step(state, start)
         out: _Out = []
-        path = _Path(state, self._spendings[spent])
+        path = _Path(state, self._spendings[spent], target)
         self._enter(path, found, i, event, args, None)
         self._run(path, out, [])
         return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
+
+    def _handed_step(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
+        """The steps of a call whose row only hands it on through binding effects (whose
+        wiring reads nothing and fires only on instances the step's target decides): when
+        the calls it hands on perform no effect either (or are ignored, or refused), the step
+        reads and changes only the instance and those it handed the call to, so its outcome
+        is that of the step searched from the same variables of each."""
+        i, found, event, args, spent, _, target = start
+        call = (i, event, found, args, target, state[i])
+        to = self._handed_to.get(call)
+        where: tuple[Any, ...] | None = None
+        known = None
+        if to is not None:
+            where = (*call, *(state[k] for k in to))
+            known = self._handed.get(where)
+        if known is None:
+            out: _Out = []
+            path = _Path(state, self._spendings[spent], target)
+            self._enter(path, found, i, event, args, None)
+            self._run(path, out, [])
+            if where is None or where not in self._handed:
+                self._remember(call, out, state, path.refused)
+            return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
+        if not known:
+            return []
+        assert to is not None  # an outcome is kept only with where the call went
+        label, after, record = known
+        lo, hi = self._lo, self._hi
+        rest = list(state[:lo] + state[hi:])  # the instances and the record come before or
+        for k, variables in zip((i, *to), after, strict=True):  # after the budgets
+            rest[k] = variables
+        rest[self.broken - (hi - lo)] = record
+        return [(label, self._key(tuple(rest)) * self._codes, spent)]
+
+    def _remember(
+        self, call: tuple[Any, ...], out: _Out, state: tuple[Any, ...], refused: int
+    ) -> None:
+        """Keep a handed-on step's outcome in :attr:`_handed` (None if it reached past the
+        calls it handed on: it is searched every time). ``refused`` is the instance that
+        refused the call handed on (-1: none did)."""
+        to: tuple[int, ...] = ()
+        outcome: tuple[Any, ...] | None = None
+        if not out:
+            if refused >= 0:
+                to, outcome = (refused,), ()  # the table refused the call handed on: no step
+        elif len(out) == 1:
+            ((key, nxt, _, _),) = out
+            to = tuple(nested[0] for _, nested in key[4])
+            outcome = (self._label(key), tuple(nxt[k] for k in (call[0], *to)), nxt[self.broken])
+            for _, nested in key[4]:
+                k, event, row, inside = nested[0], nested[1], nested[3], nested[4]
+                further = row is not None and row not in self._tables[k].local_ids
+                if further or inside or event in self._hooked_events or k == call[0]:
+                    outcome = None
+            kept = (*range(self._lo), *range(self._hi, len(state)))
+            touched = (call[0], *to, self.broken)
+            if any(nxt[k] != state[k] for k in kept if k not in touched):
+                outcome = None
+        self._handed_to.setdefault(call, to)
+        if self._handed_to[call] == to:
+            self._handed[(*call, *(state[k] for k in to))] = outcome
 
     def _step(self, key: MoveKey, nxt: tuple[Any, ...], spent: tuple[int, ...]) -> _Step:
         lo, hi = self._lo, self._hi
@@ -559,7 +703,8 @@ class CompiledEngine(Engine):
         """Search the steps ``c`` begins from ``state`` within its bound: all of them the
         ``first`` time, else only those the last bound left out, merged in."""
         if c.local and not state[self.broken]:
-            c.steps = [self._local_step(state, (c.i, c.found, c.event, c.args, c.spent, True))]
+            start = (c.i, c.found, c.event, c.args, c.spent, True, c.target)
+            c.steps = [self._local_step(state, start)]
             c.groups = None
             return
         out: _Out = []
@@ -567,7 +712,7 @@ class CompiledEngine(Engine):
         work: list[tuple[_Path, list[_Option], int, bool]] = []
         pruned, self._pruned = self._pruned, []
         if first:
-            path = _Path(state, self._spendings[c.spent])
+            path = _Path(state, self._spendings[c.spent], c.target)
             self._enter(path, c.found, c.i, c.event, c.args, None)
             self._run(path, out, work)
         else:
@@ -590,14 +735,14 @@ class CompiledEngine(Engine):
     def _local_step(self, state: tuple[Any, ...], start: _Start) -> _Step:
         """The one step of a local call: the instance's variables after it, and what it
         recorded broken, are those of the step searched from the same variables."""
-        i, found, event, args, spent, _ = start
+        i, found, event, args, spent, _, target = start
         lo, hi = self._lo, self._hi
         node = state[: self._width] if self._flat else state[i]
-        where = (i, event, found, node, args)
+        where = (i, event, found, node, args, target)
         known = self._local.get(where)
         if known is None:
             out: _Out = []
-            path = _Path(state, self._spendings[spent])
+            path = _Path(state, self._spendings[spent], target)
             self._enter(path, found, i, event, args, None)
             self._run(path, out, [])
             ((key, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
@@ -621,9 +766,10 @@ class CompiledEngine(Engine):
     def _move(self, key: MoveKey) -> Move:
         found = self._moves.get(key)
         if found is None:
-            i, event, args, row, inside, stopped = key
+            i, event, args, row, inside, stopped, target = key
             nested = tuple((_notice(n), self._move(k)) for n, k in inside)
-            found = self.move(i, event, args, row, nested, _notice(stopped) if stopped else "")
+            shown = _notice(stopped) if stopped else ""
+            found = self.move(i, event, args, row, nested, shown, target)
             self._moves[key] = found
         return found
 
@@ -655,16 +801,16 @@ class CompiledEngine(Engine):
         takes there (the others make the plan invalid): the ones whose spending fits the
         bound, and the ones it does not."""
         node = path.store if self._flat else path.live(f.i)
-        where = (tuple(node[: self._width]), path.spent, self._bound)
+        where = (f.i, tuple(node[: self._width]), path.spent, self._bound)
         found = self._taken.get(where)
         if found is None:
-            found = self._taken[where] = self._takes(node, path.spent)
+            found = self._taken[where] = self._takes(node, path.spent, f.i)
         return found
 
     def _takes(
-        self, node: Sequence[Value], spent: tuple[int, ...]
+        self, node: Sequence[Value], spent: tuple[int, ...], i: int
     ) -> tuple[list[_Option], list[_Option]]:
-        lookups, bound = self._lookups, self._bound
+        lookups, bound = self._tables[i].lookups, self._bound
         fits: list[_Option] = []
         beyond: list[_Option] = []
         for q, (event, args, cost) in enumerate(self._options):
@@ -681,14 +827,13 @@ class CompiledEngine(Engine):
     ) -> None:
         """Begin firing ``event`` on ``i``, whose lookup ``found`` a row or :data:`IGNORED`."""
         if found == IGNORED:
-            move: MoveKey = (i, event, args, None, (), None)
             if path.frames:
                 assert via is not None
-                path.frames[-1].inside += ((via, move),)
+                path.frames[-1].inside += ((via, (i, event, args, None, (), None, None)),)
             else:
-                path.done = move
+                path.done = (i, event, args, None, (), None, path.target)
             return
-        path.frames.append(_Frame(i, event, args, self._rows[found], via))
+        path.frames.append(_Frame(i, event, args, self._tables[i].rows[found], via))
         if event in self._hooked_events:
             self.wiring.before(path.store, i, event, args)
 
@@ -697,16 +842,19 @@ class CompiledEngine(Engine):
     ) -> None:
         """Run ``path`` to its end and record its step in ``out``; its reaction points push
         their branches on ``work``."""
-        frames, w, flat, lookups = path.frames, self.wiring, self._flat, self._lookups
+        frames, w, flat, code = path.frames, self.wiring, self._flat, self._tables
         while frames:
             f = frames[-1]
             if f.pending:
                 (target, event, args), *rest = f.pending
                 f.pending = rest
-                found = lookups[event](path.store if flat else path.live(target), args)
+                found = code[target].lookups[event](path.store if flat else path.live(target), args)
                 if found != REFUSED:
                     self._enter(path, found, target, event, args, f.effect)
                     continue
+                if f.effect[0] in self._binding:
+                    path.refused = target
+                    return  # the step is refused: no step at all
                 for prop, holds in self.delivered:
                     if not holds(path.store, (event, args)):
                         self._stop(path, prop, f.effect, out)
@@ -729,7 +877,10 @@ class CompiledEngine(Engine):
                 frames.pop()
                 if f.event in self._hooked_events:
                     w.after(path.store, f.i, f.event, f.args)
-                move = (f.i, f.event, f.args, f.row.id, f.inside, None)
+                move = (
+                    f.i, f.event, f.args, f.row.id, f.inside, None,
+                    None if frames else path.target,
+                )  # fmt: skip
                 if frames:
                     assert f.via is not None
                     frames[-1].inside += ((f.via, move),)
@@ -753,7 +904,8 @@ class CompiledEngine(Engine):
         name, values = f.effect
         i, store, w = f.i, path.store, self.wiring
         node = store if self._flat else path.live(i)
-        hooked, holds, notifies, reacts = self._effects[name]
+        code = self._tables[i]
+        hooked, holds, notifies, reacts = code.effects[name]
         if hooked:
             w.effect(store, i, name, values)
         if holds is not None and not holds(node, values):
@@ -768,27 +920,33 @@ class CompiledEngine(Engine):
             where = (i, before, now if self._flat else tuple(store), f.effect)
             verdict = self._noticed.get(where)
             if verdict is None:
-                verdict = self._notice(before, now, store, f.effect, i)
+                verdict = self._notice(before, now, store, f.effect, i, code)
                 if len(self._noticed) < NOTICED:
                     self._noticed[where] = verdict
             if verdict:
                 self._stop(path, verdict[0], f.effect, out)
                 return False
         if hooked:
-            f.pending = w.wire(store, i, name, values)
+            f.pending = w.wire(store, i, name, values, path.target)
         f.point = reacts
         return True
 
     def _notice(
-        self, before: Sequence[Any], now: Sequence[Any], store: list[Any], at: Notice, i: int
+        self,
+        before: Sequence[Any],
+        now: Sequence[Any],
+        store: list[Any],
+        at: Notice,
+        i: int,
+        code: _Code,
     ) -> tuple[str | None, ...]:
         """What a listener observing ``store`` at the effect ``at`` of ``i``, whose variables
         went from ``before`` to ``now`` since a listener last observed it, finds broken: ()
         for nothing, else the property to record (None: the state breaks one between steps,
         which needs no record)."""
-        k = self._first_unstable(before, now)
+        k = code.first_unstable(before, now)
         if k >= 0:
-            return (self._named(self._stable[k], i),)
+            return (self._named(code.stable[k], i),)
         for prop, holds_at in self.notified:
             if not holds_at(store, at):
                 return (prop,)
@@ -815,7 +973,10 @@ class CompiledEngine(Engine):
                 via = frames[d + 1].via
                 assert via is not None  # only the step's own event has none
                 inside = (*inside, (via, nested))
-            nested = (f.i, f.event, f.args, f.row.id, inside, at if nested is None else None)
+            nested = (
+                f.i, f.event, f.args, f.row.id, inside, at if nested is None else None,
+                path.target if d == 0 else None,
+            )  # fmt: skip
         assert nested is not None
         out.append((nested, tuple(path.store), path.spent, path.order))
 
@@ -826,9 +987,10 @@ class CompiledEngine(Engine):
             before = path.observed.get(i)
             if before is None:
                 before = path.start if self._flat else path.start[i]
-            k = self._first_unstable(before, store if self._flat else path.live(i))
+            code = self._tables[i]
+            k = code.first_unstable(before, store if self._flat else path.live(i))
             if k >= 0:
-                store[self.broken] = self._named(self._stable[k], i)
+                store[self.broken] = self._named(code.stable[k], i)
         path.flush()
         assert path.done is not None
         out.append((path.done, tuple(store), path.spent, path.order))

@@ -8,8 +8,15 @@ only what is its own, as a :class:`Wiring`: its state :class:`Layout`, its ghost
 environment may call, which effects reach which events, and its properties. :class:`Engine`
 runs every step of every such kind the same way:
 
-- An *instance* is one copy of the table. A flat wiring (one agent) runs its instance on the
-  front of the composite state itself; a tree runs each node on the tuple in its slot.
+- An *instance* is one copy of a table. A flat wiring (one agent) runs its instance on the
+  front of the composite state itself; a tree runs each node on the tuple in its slot, and
+  instances may run different tables (a tree's nodes run the activation table, its door the
+  admission table): :attr:`Wiring.machines` says which.
+- A step begins with a call the environment or the driver makes naming an instance. Most are
+  fired on that instance; a call the wiring *routes* (an :data:`Offer` whose ``on`` is another
+  instance) is fired on ``on`` instead, and the named instance is the step's *target*: the
+  wiring's effects that address "the node the environment named" (a door's ``admit_below()``)
+  read it, and the move records it.
 - An event is fired on an instance; its row runs effect by effect. At every effect the engine
   proves the effect's ``requires`` contract. At a notifying effect, where a listener observes
   the state, it also proves the table's step invariants, the wiring's ``notified``
@@ -21,6 +28,10 @@ runs every step of every such kind the same way:
 - A broken contract, step invariant or ``notified``/``delivered`` property is recorded in the
   ghost ``ghost.broken``; any broken property ends the step where it broke, and the move keeps
   the calls in progress and the effect it stopped at, so the trace shows (and replays) it.
+- A wired reaction the table refuses is checked against the ``delivered`` properties, and the
+  step goes on; inside an effect the wiring lists in ``binding`` (a door's ``admit_below()``
+  hands the caller's admission on to the node's own row) the refusal is the caller's: the
+  whole step is refused, as the runtime raises it to the caller with nothing changed.
 """
 
 from __future__ import annotations
@@ -45,6 +56,11 @@ Args = tuple[Value, ...]
 
 Reaction = tuple[int, str, Args]
 """An event fired inside an effect: (instance, event, arguments)."""
+
+Offer = tuple[str, tuple[Args, ...], int]
+"""A call the environment or the driver may begin a step with, naming an instance: (event,
+every argument tuple in order, the instance it is fired on: the named one, or another that
+takes it for the named one, the step's target)."""
 
 BROKEN = "ghost.broken"
 """The layout name of the slot where a broken contract or step property is recorded."""
@@ -115,20 +131,27 @@ class Wiring(Protocol):
     checks and returns the events the effect fires, in order.
     """
 
-    machine: Machine
+    machines: tuple[Machine, ...]
+    """Each instance's table, by instance (one for a flat wiring)."""
     layout: Layout
     flat: bool
     """True iff the one instance runs on the front of the composite state; else instance i
     lives as a tuple in slot i (None until it exists): the layout names instances first."""
     instances: tuple[str, ...]
     """Each instance's name, as moves and per-instance properties name it ("" for flat)."""
-    offered: tuple[tuple[str, tuple[Args, ...]], ...]
-    """The events fired on their own (the environment and the runtime's driver), with every
-    argument tuple, in the order steps are tried."""
+    offered: tuple[tuple[Offer, ...], ...]
+    """Per instance, the calls naming it that begin a step on their own (the environment and
+    the runtime's driver), in the order steps are tried."""
     listener_calls: tuple[tuple[str, Args], ...]
     """What a listener may call inside a ``reactions`` effect, in the order plans try them."""
     reactions: frozenset[str]
     """The notifying effects inside which listeners may call."""
+    binding: frozenset[str]
+    """The effects that hand the step's call on: a refusal of their wired reactions refuses
+    the step (never one a listener may call inside: a refused plan is then no plan at all).
+    Their hooks read and change nothing of the state, and their reactions depend on the
+    step's target alone: the compiled engine memoizes a step that only hands its call on
+    by the variables of the instances it reaches."""
     hooked_events: frozenset[str]
     """The events :meth:`before` or :meth:`after` acts on: on any other both do nothing."""
     hooked_effects: frozenset[str]
@@ -144,8 +167,8 @@ class Wiring(Protocol):
         """The budget slots one call of ``event(args)`` spends; a call needs each above 0."""
         ...
 
-    def offers(self, state: Sequence[Any], instance: int, event: str) -> bool:
-        """True iff ``event`` may be offered to ``instance`` here (budgets aside)."""
+    def offers(self, state: Sequence[Any], instance: int, event: str, args: Args) -> bool:
+        """True iff ``event(args)`` may be offered naming ``instance`` here (budgets aside)."""
         ...
 
     def table_violated(self, state: Sequence[Any]) -> str | None:
@@ -162,8 +185,10 @@ class Wiring(Protocol):
     def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None: ...
 
     def wire(
-        self, store: list[Any], instance: int, name: str, values: Args
-    ) -> Sequence[Reaction]: ...
+        self, store: list[Any], instance: int, name: str, values: Args, target: int | None
+    ) -> Sequence[Reaction]:
+        """The events the effect fires; ``target`` is the step's (None unless routed)."""
+        ...
 
 
 Choice = tuple[str, Args] | None
@@ -196,11 +221,19 @@ class Engine:
     def __init__(self, name: str, wiring: Wiring) -> None:
         self.name = name
         self.wiring = w = wiring
-        self.machine = m = w.machine
+        self.machines = w.machines
         self.layout = w.layout
         self.broken = w.layout[BROKEN]
-        self.notifying = frozenset(n for n, e in m.table.effects.items() if e.notifies)
-        self._params = {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
+        if w.binding & w.reactions:
+            raise ValueError(f"{name}: listeners may not call inside a binding effect")
+        self.notifying = tuple(
+            frozenset(n for n, e in m.table.effects.items() if e.notifies) for m in w.machines
+        )
+        """Per instance, its table's notifying effects."""
+        self._params = tuple(
+            {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
+            for m in w.machines
+        )
         self._always = predicates(w.own, "always")
         self.notified = predicates(w.own, "notified")
         self.delivered = predicates(w.own, "delivered")
@@ -215,7 +248,10 @@ class Engine:
 
     def properties(self) -> tuple[Property, ...]:
         w = self.wiring
-        own = table_properties(self.machine.table, w.instances)
+        own = [
+            p for m, i in zip(w.machines, w.instances, strict=True)
+            for p in table_properties(m.table, (i,))
+        ]  # fmt: skip
         # The wiring's quiescence, not the engine's: a property decides a state as the layout
         # names it, and a report keeps its properties, not the engine's memo.
         return (*own, *w.own, *explorer_properties(w.quiescent))
@@ -240,18 +276,19 @@ class Engine:
         out: list[tuple[int, tuple[Any, ...]]] = []
         instances = (0,) if w.flat else [i for i in range(len(w.instances)) if state[i] is not None]
         for i in instances:
-            for event, arguments in w.offered:
-                if not w.offers(state, i, event):
-                    continue
+            for event, arguments, on in w.offered[i]:
+                target = None if on == i else i
                 for args in arguments:
+                    if not w.offers(state, i, event, args):
+                        continue
                     if any(state[slot] == 0 for slot in w.charges(event, args)):
                         continue
-                    for move, nxt in self._runs(state, i, event, args):
+                    for move, nxt in self._runs(state, on, event, args, target):
                         out.append((self._labels.index(move), nxt))
         return out
 
     def _runs(
-        self, state: tuple[Any, ...], instance: int, event: str, args: Args
+        self, state: tuple[Any, ...], instance: int, event: str, args: Args, target: int | None
     ) -> list[tuple[Move, tuple[Any, ...]]]:
         """Every way the step can go: one run per plan of listener calls."""
         results: list[tuple[Move, tuple[Any, ...]]] = []
@@ -259,7 +296,7 @@ class Engine:
         options = self.wiring.listener_calls
         while plans:
             plan = plans.pop()
-            run = _Run(self, state, plan)
+            run = _Run(self, state, plan, target)
             try:
                 move = run.step(instance, event, args)
             except _Invalid:
@@ -282,16 +319,23 @@ class Engine:
         row: str | None,
         inside: tuple[tuple[str, Move], ...],
         stopped: str = "",
+        target: int | None = None,
     ) -> Move:
-        named = tuple(zip(self._params[event], args, strict=True))
-        return Move(event, named, row, self.wiring.instances[instance], inside, stopped)
+        named = tuple(zip(self._params[instance][event], args, strict=True))
+        names = self.wiring.instances
+        aimed = "" if target is None else names[target]
+        return Move(event, named, row, names[instance], inside, stopped, aimed)
 
 
 class _Run:
     """One step in progress, under one plan of listener calls."""
 
-    def __init__(self, engine: Engine, state: tuple[Any, ...], plan: tuple[Choice, ...]) -> None:
+    def __init__(
+        self, engine: Engine, state: tuple[Any, ...], plan: tuple[Choice, ...], target: int | None
+    ) -> None:
         self.e = engine
+        self.target = target
+        """The instance the step's call named, when the wiring routed it to another."""
         self.w = engine.wiring
         self.start = state
         self.store: list[Any] = list(state)
@@ -319,7 +363,7 @@ class _Run:
             self.flush()
             return self.fold(stop.at)
         for i in (0,) if self.w.flat else tuple(self.nodes):
-            unstable = self.e.machine.unstable(self.before(i), self.live(i))
+            unstable = self.e.machines[i].unstable(self.before(i), self.live(i))
             if unstable:
                 store[self.e.broken] = self.named(unstable[0], i)
         self.flush()
@@ -352,7 +396,7 @@ class _Run:
     # --- firing ----------------------------------------------------------------------------------
 
     def fire(self, i: int, event: str, args: Args) -> Move:
-        m = self.e.machine
+        m = self.e.machines[i]
         values = self.live(i)
         row = m.lookup(values, event, args)
         if row is REFUSED:
@@ -365,18 +409,19 @@ class _Run:
             m.execute(row, values, args, partial(self.perform, i))
             self.w.after(self.store, i, event, args)
         self.calls.pop()
-        return self.e.move(i, event, args, row_id, tuple(self.frames.pop()))
+        top = self.target if not self.calls else None
+        return self.e.move(i, event, args, row_id, tuple(self.frames.pop()), target=top)
 
     def perform(self, i: int, name: str, values: Args) -> None:
         e, w, store = self.e, self.w, self.store
         node = self.live(i)
         w.effect(store, i, name, values)
-        if e.machine.unmet(name, node, values):
+        if e.machines[i].unmet(name, node, values):
             self.stop(self.named(requires_name(name), i), name, values)
-        if name in e.notifying:
+        if name in e.notifying[i]:
             self.flush()
             before, self.observed[i] = self.before(i), tuple(node)
-            unstable = e.machine.unstable(before, node)
+            unstable = e.machines[i].unstable(before, node)
             if unstable:
                 self.stop(self.named(unstable[0], i), name, values)
             for prop, holds in e.notified:
@@ -384,10 +429,12 @@ class _Run:
                     self.stop(prop, name, values)
             if e.first_violated(store) is not None:
                 raise _Stop(_notice(name, values))
-        for target, event, args in w.wire(store, i, name, values):
+        for target, event, args in w.wire(store, i, name, values, self.target):
             try:
                 self.react(name, values, target, event, args)
             except _Refused:
+                if name in w.binding:
+                    raise
                 for prop, holds in e.delivered:
                     if not holds(store, (event, args)):
                         self.stop(prop, name, values)
@@ -431,6 +478,7 @@ class _Run:
         for depth in range(len(self.calls) - 1, -1, -1):
             i, event, args, row = self.calls[depth]
             inside = self.frames[depth + 1] + ([(self.entered[depth], nested)] if nested else [])
-            nested = self.e.move(i, event, args, row, tuple(inside), "" if nested else at)
+            top = self.target if depth == 0 else None
+            nested = self.e.move(i, event, args, row, tuple(inside), "" if nested else at, top)
         assert nested is not None
         return nested
