@@ -354,3 +354,30 @@ def test_a_child_admitted_on_a_held_file_is_refused_before_its_parent_admits(
         assert list(rt.agents) == []
 
     asyncio.run(main())
+
+
+def test_a_child_refused_at_attach_below_an_activation_leaves_its_parent_free_to_close(
+    tmp_path: Path,
+) -> None:
+    """A refusal only the attach can find (a session read before another writer recorded)
+    comes while the parent activation's admit row runs: the parent must not count a child
+    that was never created, or its teardown waits on a child that never settles."""
+
+    async def main() -> None:
+        path = tmp_path / "a.jsonl"
+        stale = Session(path)
+        rt = Runtime(model=ScriptedModel([Reply("one"), Reply("two")]))
+        writer = await rt.create_agent("writer", Session(path))
+        await _turn(rt, "writer", "hi")
+        await bounded(writer.dispose())
+        host = await rt.create_agent("host", Session())
+        act = await rt.subagents.start(host.agent, "c1", "hi")
+        with pytest.raises(UsageError, match="another writer recorded there"):
+            await rt.subagents.start(rt.agents["c1"], "c2", "hi", session=stale)
+        assert "c2" not in rt.agents and not rt.subagents.holds("c2")
+        assert act.table_state["children"] is False
+        await bounded(rt.subagents.dispose(act))
+        await bounded(rt.aclose())
+        assert list(rt.agents) == []
+
+    asyncio.run(main())
