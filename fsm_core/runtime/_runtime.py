@@ -118,7 +118,10 @@ class Runtime:
             # Every agent's disposal begins inside this call, before any await, so no agent
             # takes or runs new work once aclose() was called (seed 004: stop accepting). The
             # subagent trees go first: drained (admission closed, every tree cancelled with
-            # PARENT and torn down child-first), then every agent's disposal begins too.
+            # PARENT and torn down child-first), then every other agent's disposal begins.
+            # An activation's agent is disposed by its own teardown, after its children
+            # settled (finishDisposal ends with handle.dispose): disposing it here would
+            # close its inbox to their settlement notices.
             escaped: BaseException | None = None
             try:
                 drained = self.subagents._close()
@@ -127,6 +130,8 @@ class Runtime:
                 drained = self.subagents._close()
             disposals = [drained]
             for handle in list(self._handles.values()):
+                if self.subagents.holds(handle.agent.id):
+                    continue
                 try:
                     handle._begin()
                 except BaseException as error:  # a listener's; the disposal began anyway

@@ -846,33 +846,30 @@ class Subagents:
 
     def _notice_agent(self, node: _Node, wake: bool) -> None:
         child, failed = cast(tuple[_Node, bool], node.control.context)
-        try:
-            self._send_notice(child, failed, wake=wake)
-        except Rejected:
-            # Only the runtime's close disposes an activation's agent around its teardown
-            # (it disposes every agent): nobody is left to tell.
-            log.info("the parent of %s was disposed by the runtime's close", child.id)
+        self._send_notice(child, failed, wake=wake)
 
     def _notice_host(self) -> None:
-        """The door allowed the notice: the host agent is live or disposing, whose agent table
-        parks it. Its refusing it anyway is a bug between the two tables: it is held, like a
-        listener's BaseException, and raised to the teardown's callers once the convergence
-        row has run to its end, so the activation settles either way."""
         child, failed = cast(tuple[_Node, bool], self._door.context)
-        try:
-            self._send_notice(child, failed, wake=True)
-        except Rejected as refused:
-            bug = FsmError(
-                f"activation {child.id}: the door allowed its settlement notice, but its "
-                f"parent {child.parent_agent.id!r} refused it: {refused}"
-            )
-            self._held = self._held or bug
+        self._send_notice(child, failed, wake=True)
 
     def _send_notice(self, child: _Node, failed: bool, *, wake: bool) -> None:
+        """Send ``child``'s settlement notice to its parent agent, which a table found live or
+        disposing (whose agent table parks it): a parent activation's agent is disposed only
+        by its own teardown, after its children settled, and the door finds a disposed host
+        agent stale. A refusal anyway is a bug between the tables: it is held, like a
+        listener's BaseException, and raised to the teardown's callers once the convergence
+        row has run to its end, so the activation settles either way."""
         self._notices += 1
         text = f"subagent {child.id} {'failed' if failed else 'settled'}"
         notice = UserMessage(f"{child.id}:settled:{self._notices}", text)
-        child.parent_agent.send(notice, "next_turn", wakeup=wake)
+        try:
+            child.parent_agent.send(notice, "next_turn", wakeup=wake)
+        except Rejected as refused:
+            bug = FsmError(
+                f"activation {child.id}: a table allowed its settlement notice, but its parent "
+                f"{child.parent_agent.id!r} refused it: {refused}"
+            )
+            self._held = self._held or bug
 
     def _release_ownership(self, node: _Node) -> None:
         """Step 4; the door's ``release`` decides whether a followup may resume it cold."""

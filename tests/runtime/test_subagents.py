@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -661,3 +662,36 @@ def test_aclose_tears_the_trees_down_child_first_and_returns() -> None:
             host.followup(UserMessage("m", "hi"))
 
     asyncio.run(main())
+
+
+def test_drain_disposes_a_parent_agent_only_after_its_children_settled() -> None:
+    run(partial(_parent_agent_outlives_its_children, "drain"))
+
+
+def test_aclose_disposes_a_parent_agent_only_after_its_children_settled() -> None:
+    """aclose() is drain() and more: a parent activation's agent is disposed by its own
+    teardown, after its children settled (finishDisposal ends with handle.dispose), so the
+    child's settlement notice reaches the parent's inbox and its terminal capture, as under
+    drain(). The runtime's close does not dispose an activation's agent out from under it."""
+    run(partial(_parent_agent_outlives_its_children, "aclose"))
+
+
+async def _parent_agent_outlives_its_children(
+    close: str, rt: Runtime, _models: Models, host: Agent
+) -> None:
+    p = await rt.subagents.start(host, "p", "work p")
+    await p.agent.when_idle()
+    held = HeldSession()
+    c = await rt.subagents.start(p.agent, "c", "work c", session=held.session)
+    await c.agent.when_idle()
+    gate = Gate("c's final flush")
+    held.hold(gate)
+    closing = rt.aclose() if close == "aclose" else rt.subagents.drain()
+    await gate.reached.wait()  # c's teardown is held at its final flush
+    seen = (p.agent.phase, p.stage)
+    gate.open()
+    await closing
+    await rt.aclose()
+    assert seen == ("idle", "joining")
+    assert p.terminal is not None and p.terminal.pending == ("c:settled:1",)
+    assert [a.agent.phase for a in (p, c)] == ["disposed"] * 2

@@ -151,7 +151,7 @@ def test_a_notice_the_door_allowed_but_the_parent_refused_is_raised_after_settli
         rt.subagents._parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
         gate.open()
         refused = (
-            r"^activation c: the door allowed its settlement notice, but its parent 'h' "
+            r"^activation c: a table allowed its settlement notice, but its parent 'h' "
             r"refused it: .*disposed"
         )
         for caller in (first, second):
@@ -186,7 +186,7 @@ def test_a_refused_notice_at_a_natural_end_is_logged_as_a_bug() -> None:
         assert settled.log == [("c", False)] and rt.subagents.resident == ()
         errors = [(r.levelname, r.getMessage()) for r in records]
         assert errors == [("ERROR", "a natural end's teardown found a bug")]
-        assert "the door allowed its settlement notice" in str(records[0].exc_info)
+        assert "a table allowed its settlement notice" in str(records[0].exc_info)
 
     run(test)
 
