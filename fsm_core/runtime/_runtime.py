@@ -106,8 +106,9 @@ class Runtime:
         return handle
 
     def aclose(self) -> Pending:
-        """Stop admitting and begin disposing every agent, inside this call; await the result
-        for every driver this runtime started to have settled.
+        """Stop admitting, and begin tearing down every activation (child-first: each disposes
+        its agent once its children settled) and disposing every other agent, inside this
+        call; await the result for every driver this runtime started to have settled.
 
         Memoized: every caller awaits the same close, and cancelling a caller does not cancel
         it. Agents that failed to dispose (a failed final flush) are raised together, as an
