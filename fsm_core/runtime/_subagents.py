@@ -968,7 +968,9 @@ class Subagents:
         door's row returned."""
         drain = self._door.context
         assert isinstance(drain, _DrainBelow)
+        # By id, so the roots of a disposed agent of that name are there too: not its own.
         roots = [self._resident[root] for root in self._roots.get(drain.parent.id, ())]
+        roots = [root for root in roots if root.parent_agent is drain.parent]
         drain.below += roots
         drain.escaped = _each(roots, lambda root: self._dispose(root, False))
 

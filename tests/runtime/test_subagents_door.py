@@ -261,6 +261,28 @@ def test_a_parent_disposed_by_a_listener_after_it_was_named_drains_nothing() -> 
     run(test)
 
 
+def test_drain_below_a_new_agent_leaves_the_roots_of_a_disposed_agent_of_that_name() -> None:
+    """drain_below.host disposes the roots the exact named agent owns: a root whose host
+    parent was disposed while it ran is no descendant of a later agent of the same name."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        for name in ("old", "new"):
+            models.script(name, Wait(Gate(name), Reply("late")))
+        p = await rt.create_agent("p")
+        old = await rt.subagents.start(p.agent, "old", "work")
+        await p.dispose()
+        p2 = await rt.create_agent("p")
+        new = await rt.subagents.start(p2.agent, "new", "work")
+        drained = rt.subagents.drain_descendants([p2.agent])
+        assert new.stage != "active"
+        assert old.stage == "active", "the old agent's root was drained below the new one"
+        await drained
+        assert rt.subagents.resident == ("old",)
+        await rt.subagents.dispose(old)
+
+    run(test)
+
+
 # --- spawn under an aborted turn ------------------------------------------------------------------
 
 
