@@ -252,7 +252,8 @@ class Subagents:
         self._owners: dict[str, str] = {}
         """Step 4: child id -> parent agent id, held from admission until ownership release."""
         self._roots: dict[str, dict[str, None]] = {}
-        """Host-owned parent id -> the roots it owns (ordered)."""
+        """Host-owned parent id -> the roots it owns (ordered); no entry for a parent owning
+        none, so the map never outgrows the live roots."""
         self._dormant: dict[str, _Dormant] = {}
         """Settled continuable children a followup resumes cold, by id. An entry goes when
         the child is resumed, or when its parent agent is disposed: nobody could resume it
@@ -835,7 +836,10 @@ class Subagents:
         if parent is None:
             # A host-owned parent has no activation: the door decides whether anyone is left
             # to tell (a disposed parent is stale).
-            self._roots.get(node.parent_agent.id, {}).pop(node.id, None)
+            roots = self._roots.get(node.parent_agent.id, {})
+            roots.pop(node.id, None)
+            if not roots:  # the parent's last root: its entry goes too (hosts come and go)
+                self._roots.pop(node.parent_agent.id, None)
             kind, _ = self._parent_kind(node.parent_agent)
             self._door.fire("root_settled", (node, failed), parent=kind)
         else:
