@@ -366,7 +366,7 @@ class Subagents:
             try:
                 self._fire(parent_node, "admit", admission)
             except Rejected as refused:
-                raise _refusal(refused, parent) from None
+                raise _refusal(refused, parent, parent_node.id) from None
             assert admission.node is not None
             node = admission.node
         self._start_watcher(node)

@@ -191,6 +191,26 @@ def test_a_refused_notice_at_a_natural_end_is_logged_as_a_bug() -> None:
     run(test)
 
 
+def test_an_admission_below_a_closing_activation_names_it() -> None:
+    """admit.below: the parent activation's own row refuses while it tears down, and the
+    refusal names that activation."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        models.script("a", Wait(Gate("a"), Reply("late")))
+        a = await rt.subagents.start(host, "a", "work")
+        teardown = rt.subagents.dispose(a)
+        with pytest.raises(SubagentError) as caught:
+            await rt.subagents.start(a.agent, "b", "work")
+        assert (caught.value.code, str(caught.value)) == (
+            "DRAINING",
+            "activation 'a' is closing and admits no children",
+        )
+        await teardown
+        assert rt.subagents.resident == ()
+
+    run(test)
+
+
 # --- drain_descendants: every parent named, then each drained through the door -------------------
 
 
