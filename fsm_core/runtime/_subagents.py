@@ -523,6 +523,9 @@ class Subagents:
         first; a parent a listener disposed meanwhile drains nothing, and its
         ``UNAUTHORIZED`` is raised once the others' drains began.
         """
+        given: object = parents  # typed as the caller should pass it, checked as it may not
+        if isinstance(given, str | Agent) or not isinstance(given, Iterable):
+            raise UsageError(f"parents are a collection of Agent, not {echo(given)}")
         parents = list(parents)
         for parent in parents:
             self._live_parent(parent)

@@ -206,6 +206,9 @@ def test_teardown_entries_refuse_what_is_not_theirs_by_name() -> None:
         # A bare string is one id, not a collection of one-letter ids.
         with pytest.raises(UsageError, match="child ids are a collection of str, not 'c1'"):
             rt.subagents.drain_children(host, "c1")
+        for parents in ("host", host, None):
+            with pytest.raises(UsageError, match=r"^parents are a collection of Agent, not "):
+                rt.subagents.drain_descendants(parents)  # type: ignore[arg-type]
         assert act.stage == "active"
         spec = SubagentSpec(["x"], "p")  # type: ignore[arg-type]
         with pytest.raises(UsageError, match="a child id is 1 to 200 printable characters"):
