@@ -512,6 +512,7 @@ class Subagents:
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
         if escaped:
+            _unclaimed(drained)
             raise escaped[0]
         return drained
 
@@ -534,6 +535,7 @@ class Subagents:
         closing = [c.closing for c in below if c.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
         if escaped is not None:
+            _unclaimed(drained)
             raise escaped
         return drained
 
@@ -572,6 +574,7 @@ class Subagents:
         closing = [n.closing for n in named if n.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
         if escaped is not None:
+            _unclaimed(drained)
             raise escaped
         return drained
 
@@ -1075,6 +1078,18 @@ def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException |
         except BaseException as error:
             escaped = escaped or error
     return escaped
+
+
+def _unclaimed(drained: Pending) -> None:
+    """A drain that raises a listener's exception returns no :class:`Pending`: nobody can
+    await its outcome, whose failures each activation's settlement tells. Read it when it
+    settles, so asyncio does not log it as never retrieved."""
+    drained._future.add_done_callback(_retrieve)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _read(teardown: asyncio.Future[None]) -> None:
