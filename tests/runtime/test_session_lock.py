@@ -166,10 +166,13 @@ def test_another_name_of_the_file_is_the_same_file(
     asyncio.run(main())
 
 
-def test_a_new_file_given_the_inode_a_flush_freed_is_not_held(tmp_path: Path) -> None:
+def test_a_new_file_given_the_inode_a_flush_freed_is_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A log with one name is held by its sidecar lock alone: once a flush renamed a new file
-    over it, the filesystem may give its old inode number to a new, unrelated file, which
-    attaches as any other file does."""
+    over it, the filesystem may give its old inode number to a new, unrelated file (ext4 gives
+    it to the very next one), which attaches as any other file does. The filesystem is made to
+    do so here, so the test does not depend on who else creates files meanwhile."""
 
     async def main() -> None:
         path = tmp_path / "a.jsonl"
@@ -179,15 +182,22 @@ def test_a_new_file_given_the_inode_a_flush_freed_is_not_held(tmp_path: Path) ->
         freed = os.stat(path).st_ino
         await _turn(rt, "a1", "hi")  # the flush renames a new file over the log
         assert os.stat(path).st_ino != freed
-        for n in range(200):
-            other = tmp_path / f"b{n}.jsonl"
-            Session().save(other)
-            if os.stat(other).st_ino == freed:
-                break
-            other.unlink()
-        else:
-            pytest.skip(f"the filesystem of {tmp_path} gave the freed inode to no new file")
+        other = tmp_path / "b.jsonl"
+        Session().save(other)
+        new = os.stat(other)
+        fstat = os.fstat
+
+        def reused(fd: int) -> os.stat_result:
+            status = fstat(fd)
+            if (status.st_dev, status.st_ino) != (new.st_dev, new.st_ino):
+                return status
+            fields = list(status)
+            fields[1] = freed  # st_ino
+            return os.stat_result(fields)
+
+        monkeypatch.setattr(os, "fstat", reused)
         handle = await rt.create_agent("b", Session(other))
+        monkeypatch.undo()
         await _turn(rt, "b", "hi")
         await bounded(rt.aclose())
         assert Session.load(other).events == handle.agent.session.events
