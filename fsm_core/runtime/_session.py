@@ -560,7 +560,8 @@ def _fsync_directory(directory: Path) -> None:
 
 _HOLDERS: dict[str, str] = {}
 """What the sessions attached in this process hold -> the agent recording there: each one's
-resolved path, and ``inode DEV:INO`` of the log it found there (a hard link's other name)."""
+resolved path, and ``inode DEV:INO`` of the log it found there when that had hard links (its
+descriptor held open, so the number cannot go to another file meanwhile)."""
 
 
 @final
@@ -986,10 +987,13 @@ class Session:
             if inode in _HOLDERS:
                 held(f"agent {_HOLDERS[inode]!r}, through another name of the file,")
             # Another name of the file exists now: hold its inode too (one descriptor more).
+            # Only a held inode is recorded: once the descriptor is closed and a flush renamed
+            # a new file over the log, the filesystem may give the number to an unrelated file.
             linked = status.st_nlink > 1 and sys.platform != "win32"
-            if linked and not _try_lock(fd):
-                held("another process, through another name of the file,")
-            claim.take(inode, agent_id)
+            if linked:
+                if not _try_lock(fd):
+                    held("another process, through another name of the file,")
+                claim.take(inode, agent_id)
             found = _read_fd(fd)
             if not linked:
                 claim.fds.remove(fd)

@@ -252,7 +252,8 @@ class Subagents:
         self._owners: dict[str, str] = {}
         """Step 4: child id -> parent agent id, held from admission until ownership release."""
         self._roots: dict[str, dict[str, None]] = {}
-        """Host-owned parent id -> the roots it owns (ordered)."""
+        """Host-owned parent id -> the roots it owns (ordered); no entry for a parent owning
+        none, so the map never outgrows the live roots."""
         self._dormant: dict[str, _Dormant] = {}
         """Settled continuable children a followup resumes cold, by id. An entry goes when
         the child is resumed, or when its parent agent is disposed: nobody could resume it
@@ -365,7 +366,7 @@ class Subagents:
             try:
                 self._fire(parent_node, "admit", admission)
             except Rejected as refused:
-                raise _refusal(refused, parent) from None
+                raise _refusal(refused, parent, parent_node.id) from None
             assert admission.node is not None
             node = admission.node
         self._start_watcher(node)
@@ -511,6 +512,7 @@ class Subagents:
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
         if escaped:
+            _unclaimed(drained)
             raise escaped[0]
         return drained
 
@@ -522,6 +524,9 @@ class Subagents:
         first; a parent a listener disposed meanwhile drains nothing, and its
         ``UNAUTHORIZED`` is raised once the others' drains began.
         """
+        given: object = parents  # typed as the caller should pass it, checked as it may not
+        if isinstance(given, str | Agent) or not isinstance(given, Iterable):
+            raise UsageError(f"parents are a collection of Agent, not {echo(given)}")
         parents = list(parents)
         for parent in parents:
             self._live_parent(parent)
@@ -530,6 +535,7 @@ class Subagents:
         closing = [c.closing for c in below if c.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
         if escaped is not None:
+            _unclaimed(drained)
             raise escaped
         return drained
 
@@ -568,6 +574,7 @@ class Subagents:
         closing = [n.closing for n in named if n.closing is not None]
         drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
         if escaped is not None:
+            _unclaimed(drained)
             raise escaped
         return drained
 
@@ -835,7 +842,10 @@ class Subagents:
         if parent is None:
             # A host-owned parent has no activation: the door decides whether anyone is left
             # to tell (a disposed parent is stale).
-            self._roots.get(node.parent_agent.id, {}).pop(node.id, None)
+            roots = self._roots.get(node.parent_agent.id, {})
+            roots.pop(node.id, None)
+            if not roots:  # the parent's last root: its entry goes too (hosts come and go)
+                self._roots.pop(node.parent_agent.id, None)
             kind, _ = self._parent_kind(node.parent_agent)
             self._door.fire("root_settled", (node, failed), parent=kind)
         else:
@@ -965,7 +975,9 @@ class Subagents:
         door's row returned."""
         drain = self._door.context
         assert isinstance(drain, _DrainBelow)
+        # By id, so the roots of a disposed agent of that name are there too: not its own.
         roots = [self._resident[root] for root in self._roots.get(drain.parent.id, ())]
+        roots = [root for root in roots if root.parent_agent is drain.parent]
         drain.below += roots
         drain.escaped = _each(roots, lambda root: self._dispose(root, False))
 
@@ -1063,6 +1075,18 @@ def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException |
         except BaseException as error:
             escaped = escaped or error
     return escaped
+
+
+def _unclaimed(drained: Pending) -> None:
+    """A drain that raises a listener's exception returns no :class:`Pending`: nobody can
+    await its outcome, whose failures each activation's settlement tells. Read it when it
+    settles, so asyncio does not log it as never retrieved."""
+    drained._future.add_done_callback(_retrieve)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _read(teardown: asyncio.Future[None]) -> None:

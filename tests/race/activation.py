@@ -939,7 +939,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         assert set(registry._slots) <= live, f"slots of settled activations: {registry._slots}"
         watched = {t.get_name().removeprefix("watch ") for t in registry._watchers}
         assert watched <= live, f"watchers of settled activations: {watched - live}"
-        for roots in registry._roots.values():
+        for parent, roots in registry._roots.items():
+            assert roots, f"an empty entry for host parent {parent!r} outlives its last root"
             assert set(roots) <= live, f"settled roots: {roots}"
         if not live:
             assert not registry._owners and not registry._slots, registry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from fsm_core.runtime import (
     run_hook,
 )
 from fsm_core.testing import Gate, Wait
-from tests.runtime.subagent_support import Models, Settlements, run
+from tests.runtime.subagent_support import HeldSession, Models, Settlements, run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -94,6 +95,38 @@ def test_a_listener_interrupt_during_drain_still_tears_every_root_down() -> None
         assert [a.stage for a in acts] == ["joining"] * 3
         await settled.of("r1", "r2", "r3")
         assert rt.subagents.resident == ()
+
+    run(test)
+
+
+@pytest.mark.parametrize("entry", ["drain", "drain_descendants", "drain_children"])
+def test_a_drain_that_raised_an_interrupt_leaves_no_failure_unretrieved(entry: str) -> None:
+    """A drain raising a listener's interrupt returns no Pending, so nobody can await its
+    outcome: a failing teardown is told by its settlement, not by asyncio's "exception was
+    never retrieved" once the drain's dropped future is collected."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        unhandled: list[str] = []
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: unhandled.append(context["message"]))
+        settled = Settlements(rt)
+        gate = Gate("r1")
+        models.script("r1", Wait(gate, Reply("late")))
+        await rt.subagents.start(host, "r1", "work", session=HeldSession().fail().session)
+        await gate.reached.wait()
+        interrupt_on_abort(models, "r1")
+        with pytest.raises(Interrupt):
+            if entry == "drain":
+                rt.subagents.drain()
+            elif entry == "drain_descendants":
+                rt.subagents.drain_descendants([host])
+            else:
+                rt.subagents.drain_children(host, ["r1"])
+        await settled.of("r1")
+        await rt.aclose()
+        gc.collect()
+        assert settled.log == [("r1", True)]
+        assert unhandled == []
 
     run(test)
 
@@ -206,6 +239,9 @@ def test_teardown_entries_refuse_what_is_not_theirs_by_name() -> None:
         # A bare string is one id, not a collection of one-letter ids.
         with pytest.raises(UsageError, match="child ids are a collection of str, not 'c1'"):
             rt.subagents.drain_children(host, "c1")
+        for parents in ("host", host, None):
+            with pytest.raises(UsageError, match=r"^parents are a collection of Agent, not "):
+                rt.subagents.drain_descendants(parents)  # type: ignore[arg-type]
         assert act.stage == "active"
         spec = SubagentSpec(["x"], "p")  # type: ignore[arg-type]
         with pytest.raises(UsageError, match="a child id is 1 to 200 printable characters"):

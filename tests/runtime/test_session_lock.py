@@ -137,7 +137,6 @@ def test_another_name_of_the_file_is_the_same_file(
         path = tmp_path / "a.jsonl"
         Session().save(path)
         rt = Runtime(model=ScriptedModel([Reply("one")]))
-        await rt.create_agent("a1", Session(path))
         other: Path
         if alias == "symlink":
             other = tmp_path / "link.jsonl"
@@ -151,6 +150,7 @@ def test_another_name_of_the_file_is_the_same_file(
         else:
             (tmp_path / "folder").symlink_to(tmp_path, target_is_directory=True)
             other = tmp_path / "folder" / "a.jsonl"
+        await rt.create_agent("a1", Session(path))  # a hard link made after is not seen
         if alias == "hard link":
             holder = "agent 'a1', through another name of the file,"
             refused = _held(other, holder, "a2")
@@ -162,6 +162,45 @@ def test_another_name_of_the_file_is_the_same_file(
         with pytest.raises(UsageError, match="already records into this log"):
             await rt.create_agent("a2", Session(other))
         await bounded(rt.aclose())
+
+    asyncio.run(main())
+
+
+def test_a_new_file_given_the_inode_a_flush_freed_is_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log with one name is held by its sidecar lock alone: once a flush renamed a new file
+    over it, the filesystem may give its old inode number to a new, unrelated file (ext4 gives
+    it to the very next one), which attaches as any other file does. The filesystem is made to
+    do so here, so the test does not depend on who else creates files meanwhile."""
+
+    async def main() -> None:
+        path = tmp_path / "a.jsonl"
+        Session().save(path)
+        rt = Runtime(model=ScriptedModel([Reply("one")]))
+        await rt.create_agent("a1", Session(path))
+        freed = os.stat(path).st_ino
+        await _turn(rt, "a1", "hi")  # the flush renames a new file over the log
+        assert os.stat(path).st_ino != freed
+        other = tmp_path / "b.jsonl"
+        Session().save(other)
+        new = os.stat(other)
+        fstat = os.fstat
+
+        def reused(fd: int) -> os.stat_result:
+            status = fstat(fd)
+            if (status.st_dev, status.st_ino) != (new.st_dev, new.st_ino):
+                return status
+            fields = list(status)
+            fields[1] = freed  # st_ino
+            return os.stat_result(fields)
+
+        monkeypatch.setattr(os, "fstat", reused)
+        handle = await rt.create_agent("b", Session(other))
+        monkeypatch.undo()
+        await _turn(rt, "b", "hi")
+        await bounded(rt.aclose())
+        assert Session.load(other).events == handle.agent.session.events
 
     asyncio.run(main())
 

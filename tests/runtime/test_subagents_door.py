@@ -191,6 +191,26 @@ def test_a_refused_notice_at_a_natural_end_is_logged_as_a_bug() -> None:
     run(test)
 
 
+def test_an_admission_below_a_closing_activation_names_it() -> None:
+    """admit.below: the parent activation's own row refuses while it tears down, and the
+    refusal names that activation."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        models.script("a", Wait(Gate("a"), Reply("late")))
+        a = await rt.subagents.start(host, "a", "work")
+        teardown = rt.subagents.dispose(a)
+        with pytest.raises(SubagentError) as caught:
+            await rt.subagents.start(a.agent, "b", "work")
+        assert (caught.value.code, str(caught.value)) == (
+            "DRAINING",
+            "activation 'a' is closing and admits no children",
+        )
+        await teardown
+        assert rt.subagents.resident == ()
+
+    run(test)
+
+
 # --- drain_descendants: every parent named, then each drained through the door -------------------
 
 
@@ -257,6 +277,28 @@ def test_a_parent_disposed_by_a_listener_after_it_was_named_drains_nothing() -> 
             gate.open()
         await disposals[0]
         await rt.subagents.dispose(r2)
+
+    run(test)
+
+
+def test_drain_below_a_new_agent_leaves_the_roots_of_a_disposed_agent_of_that_name() -> None:
+    """drain_below.host disposes the roots the exact named agent owns: a root whose host
+    parent was disposed while it ran is no descendant of a later agent of the same name."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        for name in ("old", "new"):
+            models.script(name, Wait(Gate(name), Reply("late")))
+        p = await rt.create_agent("p")
+        old = await rt.subagents.start(p.agent, "old", "work")
+        await p.dispose()
+        p2 = await rt.create_agent("p")
+        new = await rt.subagents.start(p2.agent, "new", "work")
+        drained = rt.subagents.drain_descendants([p2.agent])
+        assert new.stage != "active"
+        assert old.stage == "active", "the old agent's root was drained below the new one"
+        await drained
+        assert rt.subagents.resident == ("old",)
+        await rt.subagents.dispose(old)
 
     run(test)
 
