@@ -217,7 +217,13 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "disposed_parent_not_forgotten",
         "agent/disposed never reaches the door: a disposed parent's settled children stay "
         "remembered.",
-        (_edit("_parent_gone", 'self._door.fire("parent_disposed", ended.agent)', "pass"),),
+        (
+            _edit(
+                "_parent_gone",
+                'self._door.fire("parent_disposed", _DrainBelow(ended.agent, None, []))',
+                "pass",
+            ),
+        ),
     ),
 )
 
