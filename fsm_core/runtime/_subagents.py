@@ -23,7 +23,8 @@ one teardown.
 What is registry-wide rather than one activation's (a drain of the whole registry, or of the
 roots below a host-owned parent, which no activation represents, whether a named parent is
 live at all, whether a settled child is remembered for a cold resume, whether a root's notice
-has anyone to reach, and whether a spawned child wakes) is decided by the registry's door, a
+has anyone to reach, which roots a host-owned agent's disposal tears down, and whether a
+spawned child wakes) is decided by the registry's door, a
 :class:`~fsm_core.HostedMachine` of specs/admission.toml; the registry tells it what the named
 parent is, as it tells an activation's ``drain_child`` the lineage, and performs its effects
 (:meth:`Subagents._perform_door`) with the fire's context, as it does an activation's.
@@ -58,7 +59,12 @@ from fsm_core.runtime._causes import PARENT
 from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
-from fsm_core.runtime._payloads import DisposalEnded, MessageDiscarded, MessageInserted
+from fsm_core.runtime._payloads import (
+    DisposalEnded,
+    DisposalStarted,
+    MessageDiscarded,
+    MessageInserted,
+)
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
@@ -100,8 +106,9 @@ class _Route:
 
 @dataclass(slots=True)
 class _DrainBelow:
-    """The context of the door's ``drain_below``: the named parent, its activation if it has
-    one, and the activations the drain awaits (its effects add them)."""
+    """The context of the door's ``drain_below`` (and of ``parent_disposing`` and
+    ``parent_disposed``): the named parent, its activation if it has one, and the
+    activations the drain awaits (its effects add them)."""
 
     parent: Agent
     node: _Node | None
@@ -273,6 +280,7 @@ class Subagents:
         self._cascading = False
         events.on("inbox/inserted", self._poke)
         events.on("inbox/discarded", self._poke)
+        events.on("agent/disposing", self._parent_disposing)
         events.on("agent/disposed", self._parent_gone)
 
     # --- reading ----------------------------------------------------------------------------
@@ -429,7 +437,8 @@ class Subagents:
         message. Raises :class:`SubagentError` ``ACTIVATION_CLOSING`` while someone's
         dispose or drain tears the child down, ``DRAINING`` after a drain, and
         :class:`~fsm_core.UsageError` for an id that is neither resident nor a settled child
-        of a live parent (never a continuable child here, or its parent agent is disposed).
+        of a live parent (never a continuable child here, or its parent agent is disposed, or
+        is a host-owned agent disposing, whichever side of that disposal the child settled on).
         """
         self._followups += 1
         message = self._message(message, f"{child_id}:followup:{self._followups}")
@@ -455,15 +464,32 @@ class Subagents:
         node.agent.followup(message)
         return node.public
 
+    def _parent_disposing(self, started: DisposalStarted) -> None:
+        """agent/disposing, inside the dispose call: the door's ``parent_disposing``, whose
+        row disposes a host-owned agent's roots (each cancelled before this returns) and
+        forgets its settled children. A listener's BaseException a root's teardown raised is
+        raised once every root's teardown began."""
+        kind, _ = self._parent_kind(started.agent)
+        drain = _DrainBelow(started.agent, None, [])
+        roots = self._roots.get(started.agent.id, {})
+        running = {r for r in roots if self._resident[r].closing is not None}
+        self._door.fire("parent_disposing", drain, parent=kind)
+        for root in drain.below:  # nobody awaits the teardowns it began: each settlement tells
+            if root.id not in running and root.closing is not None:
+                root.closing.add_done_callback(partial(_read, "a teardown a host's disposal began"))
+        if drain.escaped is not None:
+            raise drain.escaped
+
     def _parent_gone(self, ended: DisposalEnded) -> None:
         """agent/disposed: the door's ``parent_disposed`` (whose row forgets below it)."""
-        self._door.fire("parent_disposed", ended.agent)
+        self._door.fire("parent_disposed", _DrainBelow(ended.agent, None, []))
 
     def _forget_below(self) -> None:
-        """A disposed agent is no live parent: its dormant children can never resume, and
-        the drain below it ends with it."""
-        ended = self._door.context
-        assert isinstance(ended, Agent)
+        """An agent disposing or disposed is no live parent: its dormant children can never
+        resume, and the drain below it ends with it."""
+        context = self._door.context
+        assert isinstance(context, _DrainBelow)
+        ended = context.parent
         if self._drained_hosts.get(ended.id) is ended:
             del self._drained_hosts[ended.id]
         for child_id in self._below.pop(ended.id, {}):
@@ -928,7 +954,7 @@ class Subagents:
         # The natural end's teardown has no caller to raise to: its failure reaches the
         # settlement (``failed``) and the parent's notice, so it is read here, not left to
         # asyncio's "exception was never retrieved".
-        self._dispose(node, True).add_done_callback(_read)
+        self._dispose(node, True).add_done_callback(partial(_read, "a natural end's teardown"))
 
     def _perform_door(self, effect: Effect) -> None:
         spec = self._door.spec
@@ -1089,11 +1115,12 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-def _read(teardown: asyncio.Future[None]) -> None:
-    """The natural end's teardown has no caller: a failure reaches its settlement, but a bug
-    between the tables (an :class:`FsmError`) is logged, not dropped."""
+def _read(what: str, teardown: asyncio.Future[None]) -> None:
+    """A teardown with no caller (``what``: a natural end's, or one a host's disposal began):
+    a failure reaches its settlement, but a bug between the tables (an :class:`FsmError`) is
+    logged, not dropped."""
     if not teardown.cancelled() and isinstance(teardown.exception(), FsmError):
-        log.error("a natural end's teardown found a bug", exc_info=teardown.exception())
+        log.error("%s found a bug", what, exc_info=teardown.exception())
 
 
 def _failures(

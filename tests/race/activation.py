@@ -45,9 +45,11 @@ After each rule the invariants check that:
 - a drain's error names every failing activation it tore down; every dispose of one activation
   ends the same way; a natural end happens in maintenance with nothing queued, and an idle
   activation with no child and nothing queued has ended;
+- a host-owned parent that began disposing (a user's dispose, or a spawn returning) leaves
+  no active root: its dispose disposed them inside the call;
 - nothing leaks: no registry entry, slot, owner or watcher outlives its activation, no
-  settled child of a disposed parent is remembered for a cold resume, and once the runtime is
-  closed every task (every spawn call included) has ended.
+  settled child of a disposing host parent or a disposed parent is remembered for a cold
+  resume, and once the runtime is closed every task (every spawn call included) has ended.
 """
 
 from __future__ import annotations
@@ -529,7 +531,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
     @rule(pick=picks)
     def start_below_spawned(self, pick: int) -> None:
         """Start a continuable child below a running spawned child: a host-owned parent that
-        is disposed when its spawn call returns, while the child may live on."""
+        is disposed when its spawn call returns, its roots with it (parent_disposing)."""
         running = self._running_spawns()
         self._start(running[pick % len(running)])
 
@@ -944,9 +946,28 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             assert set(roots) <= live, f"settled roots: {roots}"
         if not live:
             assert not registry._owners and not registry._slots, registry
-        # The cold-resume memory never outgrows the live parents.
-        gone = [i for i, d in registry._dormant.items() if d.parent_agent.phase == "disposed"]
-        assert not gone, f"settled children of disposed parents are remembered: {gone}"
+        # The cold-resume memory never outgrows the live parents: a host parent's settled
+        # children go when it begins disposing, an activation's agent's when it is disposed.
+        gone = [
+            i
+            for i, d in registry._dormant.items()
+            if d.parent_agent.phase == "disposed"
+            or (d.parent_agent.phase == "disposing" and d.parent_agent.id not in registry._owners)
+        ]
+        assert not gone, f"settled children of disposing or disposed parents are remembered: {gone}"
+
+    @invariant()
+    def a_disposing_host_leaves_no_working_root(self) -> None:
+        """Seed 004's cancel runs top-down: a root whose host parent began disposing was
+        disposed inside that call (its agent cancelled with ``parent``), not left running."""
+        for parent, roots in self.registry._roots.items():
+            for root_id in roots:
+                node = self.registry._resident[root_id]
+                if node.parent_agent.phase in ("disposing", "disposed"):
+                    phase = node.parent_agent.phase
+                    assert node.stage != "active", (
+                        f"root {root_id} runs on below its {phase} parent {parent!r}"
+                    )
 
     @invariant()
     def spawns_answer_to_their_parent(self) -> None:

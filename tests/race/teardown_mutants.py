@@ -4,8 +4,9 @@ the subagent behaviour tests must kill.
 They use the runtime mutants' mechanism (:class:`~tests.race.runtime_mutants.RuntimeMutant`:
 exact textual edits of one function's source, switched on by monkeypatching in this process
 only). The killer is the behaviour suite itself: :func:`kills` runs :func:`killer_tests`
-(``tests/runtime/test_subagents.py``, ``_spawn.py`` and ``_door.py``) in order with the
-mutant on and reports the first that fails (a hang counts, through a watchdog alarm).
+(``tests/runtime/test_subagents.py``, ``_spawn.py``, ``_door.py`` and ``_host_disposal.py``)
+in order with the mutant on and reports the first that fails (a hang counts, through a
+watchdog alarm).
 :func:`hunt_by_name` is the entry point ``fsm-core mutants --runtime`` runs beside the agent
 mutants of ``runtime_mutants.py``.
 """
@@ -217,7 +218,25 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "disposed_parent_not_forgotten",
         "agent/disposed never reaches the door: a disposed parent's settled children stay "
         "remembered.",
-        (_edit("_parent_gone", 'self._door.fire("parent_disposed", ended.agent)', "pass"),),
+        (
+            _edit(
+                "_parent_gone",
+                'self._door.fire("parent_disposed", _DrainBelow(ended.agent, None, []))',
+                "pass",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "disposing_host_leaves_roots_running",
+        "agent/disposing never reaches the door: a disposed host parent's roots run on with "
+        "nobody to hear them, and its settled children stay remembered while it disposes.",
+        (
+            _edit(
+                "_parent_disposing",
+                '    self._door.fire("parent_disposing", drain, parent=kind)\n',
+                "    pass\n",
+            ),
+        ),
     ),
 )
 
@@ -272,9 +291,16 @@ def kills(
 def killer_tests() -> list[tuple[str, Callable[[], None]]]:
     """The subagent behaviour tests, in source order, but the deep chain (it costs seconds and
     kills nothing the others do not)."""
-    from tests.runtime import test_subagents, test_subagents_door, test_subagents_spawn
+    from tests.runtime import (
+        test_subagents,
+        test_subagents_door,
+        test_subagents_host_disposal,
+        test_subagents_spawn,
+    )
 
-    tests = behaviour_tests(test_subagents, test_subagents_spawn, test_subagents_door)
+    tests = behaviour_tests(
+        test_subagents, test_subagents_spawn, test_subagents_door, test_subagents_host_disposal
+    )
     return [t for t in tests if "deep" not in t[0]]
 
 

@@ -6,8 +6,9 @@ parent. Here a fresh runtime reaches that state and that parent through the publ
 makes the user call (or lets the teardown run) that fires the event: ``admit`` is ``start()``,
 ``spawn`` a tool's ``spawn()`` (after its parent's turn was cancelled, for ``aborted``),
 ``name_parent`` is ``drain_children()``, ``drain_below`` is ``drain_descendants()``,
-``release`` and ``root_settled`` are a child's convergence, ``parent_disposed`` an agent's
-disposal, ``drain`` is ``drain()``. The parent is made what the vector says: ``activation``
+``release`` and ``root_settled`` are a child's convergence, ``parent_disposing`` and
+``parent_disposed`` an agent's disposal (a host with a root, or an activation's agent in its
+teardown), ``drain`` is ``drain()``. The parent is made what the vector says: ``activation``
 the agent of a resident activation, ``host`` a host-owned agent, ``host_drained`` one that
 drain_descendants named, ``host_disposing`` one whose disposal is held at its final flush,
 ``stale`` a disposed one.
@@ -66,6 +67,16 @@ UNREACHED = {
 }
 """(event, parent, state) -> why the runtime cannot fire it; the same pair from the other
 state is reached when the reason names one state only."""
+_DISPOSING = (
+    "agent/disposing is announced inside the dispose call, once the agent is disposing and "
+    "before it leaves the runtime: a host-owned agent is host_disposing then, an activation's "
+    "agent is its activation's"
+)
+UNREACHED |= {
+    ("parent_disposing", kind, state): _DISPOSING
+    for kind in ("host", "host_drained", "stale")
+    for state in ("admitting", "drained")
+}
 UNREACHED |= {
     ("drain_below", "stale", "drained"): UNREACHED["drain_below", "stale", "admitting"],
     ("root_settled", "activation", "drained"): UNREACHED["root_settled", "activation", "admitting"],
@@ -240,6 +251,19 @@ async def _tell(world: World, event: str, kind: str, drained: bool) -> None:
         await _spawn(world, kind == "True", drained)
     elif event in {"release", "root_settled"}:
         await _settle(world, kind, drained)
+    elif event == "parent_disposing" and kind == "activation":
+        p = await world.child(world.host, "p")
+        if drained:
+            world.drain()
+        else:
+            world.pending.append(registry.dispose(p))
+    elif event == "parent_disposing":
+        assert kind == "host_disposing"
+        h = await world.rt.create_agent("h")
+        await world.child(h.agent, "r")
+        if drained:
+            world.drain()
+        world.pending.append(h.dispose())
     elif event == "parent_disposed":
         if drained:
             world.drain()

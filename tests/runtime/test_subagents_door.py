@@ -170,11 +170,15 @@ def test_a_refused_notice_at_a_natural_end_is_logged_as_a_bug() -> None:
 
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         settled = Settlements(rt)
-        gate = Gate("c's end-of-turn flush")
+        turn_end, gate = Gate("c's end-of-turn flush"), Gate("c's handle flush")
         h = await rt.create_agent("h")
-        c = await rt.subagents.start(h.agent, "c", "work", session=HeldSession().hold(gate).session)
-        await gate.reached.wait()  # c's only turn ended; it settles once the flush is done
-        await h.dispose()
+        held = HeldSession().hold(turn_end)
+        c = await rt.subagents.start(h.agent, "c", "work", session=held.session)
+        await turn_end.reached.wait()  # c's only turn ended; its natural end follows the flush
+        held.hold(gate)
+        turn_end.open()
+        await gate.reached.wait()  # the natural end's teardown disposes c's handle
+        await h.dispose()  # its dispose of its root c joins the teardown running
         rt.subagents._parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
         with logged() as records:
             gate.open()
@@ -247,8 +251,8 @@ def test_drain_below_a_host_closes_admission_before_disposing_its_roots() -> Non
 def test_a_parent_disposed_by_a_listener_after_it_was_named_drains_nothing() -> None:
     """drain_below.not_live: drain_descendants names every parent first, then drains below
     each; a listener that disposes the second parent while the first one's roots are cancelled
-    leaves the second's roots running, and the call raises UNAUTHORIZED naming it, once the
-    first drain has begun."""
+    drains nothing below it (its own disposal tears its roots down, parent_disposing), and the
+    call raises UNAUTHORIZED naming it, once the first drain has begun."""
 
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         gate = Gate("h2's final flush")
@@ -272,7 +276,7 @@ def test_a_parent_disposed_by_a_listener_after_it_was_named_drains_nothing() -> 
             assert caught.value.code == "UNAUTHORIZED"
             r1, r2 = rt.subagents.get("r1"), rt.subagents.get("r2")
             assert r1 is not None and r2 is not None
-            assert (r1.stage, r2.stage) == ("joining", "active")
+            assert (r1.stage, r2.stage) == ("joining", "joining")
         finally:
             gate.open()
         await disposals[0]
@@ -282,22 +286,27 @@ def test_a_parent_disposed_by_a_listener_after_it_was_named_drains_nothing() -> 
 
 
 def test_drain_below_a_new_agent_leaves_the_roots_of_a_disposed_agent_of_that_name() -> None:
-    """drain_below.host disposes the roots the exact named agent owns: a root whose host
-    parent was disposed while it ran is no descendant of a later agent of the same name."""
+    """drain_below.host awaits the roots the exact named agent owns: a root whose host parent's
+    disposal began its teardown (here held at a flush) is no descendant of a later agent of
+    the same name, and the drain below that one does not wait for it."""
 
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        gate = Gate("old's flushes")
         for name in ("old", "new"):
             models.script(name, Wait(Gate(name), Reply("late")))
         p = await rt.create_agent("p")
-        old = await rt.subagents.start(p.agent, "old", "work")
+        old = await rt.subagents.start(
+            p.agent, "old", "work", session=HeldSession().hold(gate).session
+        )
         await p.dispose()
+        await gate.reached.wait()
+        assert old.stage not in ("active", "settled")
         p2 = await rt.create_agent("p")
         new = await rt.subagents.start(p2.agent, "new", "work")
-        drained = rt.subagents.drain_descendants([p2.agent])
-        assert new.stage != "active"
-        assert old.stage == "active", "the old agent's root was drained below the new one"
-        await drained
+        await rt.subagents.drain_descendants([p2.agent])
+        assert new.stage == "settled" and old.stage not in ("active", "settled")
         assert rt.subagents.resident == ("old",)
+        gate.open()
         await rt.subagents.dispose(old)
 
     run(test)

@@ -37,7 +37,11 @@ door`` table (specs/admission.toml), wired as ``fsm_core/runtime/_subagents.py``
 The door's other events are left out, because the tree cannot tie them to a node and they
 change nothing a node or the door's state holds: ``spawn`` runs a child that is not
 continuable (no activation), ``release`` and ``parent_disposed`` keep or forget what a cold
-resume needs (the tree resumes nothing cold: a settled slot stays settled), ``name_parent``
+resume needs (the tree resumes nothing cold: a settled slot stays settled), ``parent_disposing``
+is the host parent's own disposal (the tree never disposes it; were it fired, its row's
+``dispose_roots()`` would be ``drain_below(parent=host)``'s ``dispose(false)`` on ``a``, with
+``forget_below()`` changing nothing the tree holds, and the root's later ``root_settled``
+would find the parent gone), ``name_parent``
 only checks a parent before ``drain_below`` (which the tree names live), and ``admit`` with a
 host parent makes a second root, for which the tree has no slot. models/admission.toml proves
 their rows on their own. For the same reason the host parent is always passed as ``host``:
