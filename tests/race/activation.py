@@ -191,7 +191,8 @@ class _Delegate:
         machine = self.machine
         registry = machine.registry
         before = initiating_agent()
-        spawn = Spawn(args["id"], args["fork"], args["parent"], signal, machine.drained, before)
+        # drain() or the runtime's close: a turn the close reaches may call spawn after it began
+        spawn = Spawn(args["id"], args["fork"], args["parent"], signal, registry.draining, before)
         machine.spawns[spawn.id] = spawn
         if spawn.id in machine.held_tools:
             # Held until a rule answers it, whatever its signal does: a cancel meanwhile makes
