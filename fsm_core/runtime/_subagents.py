@@ -258,19 +258,20 @@ class Subagents:
         """Step 2: the pool slots held."""
         self._owners: dict[str, str] = {}
         """Step 4: child id -> parent agent id, held from admission until ownership release."""
-        self._roots: dict[str, dict[str, None]] = {}
-        """Host-owned parent id -> the roots it owns (ordered); no entry for a parent owning
-        none, so the map never outgrows the live roots."""
+        self._roots: dict[Agent, dict[str, None]] = {}
+        """Host-owned parent agent -> the ids of the roots it owns (ordered); no entry for a
+        parent owning none, so the map never outgrows the live roots. Keyed by the agent, not
+        its id: a later agent of the same name is another parent."""
         self._dormant: dict[str, _Dormant] = {}
         """Settled continuable children a followup resumes cold, by id. An entry goes when
         the child is resumed, or when its parent agent is disposed: nobody could resume it
         then (the parent is no live parent), so the map never outgrows the live parents."""
-        self._below: dict[str, dict[str, None]] = {}
-        """Parent agent id -> the ids of its dormant children, to forget them with it."""
+        self._below: dict[Agent, dict[str, None]] = {}
+        """Parent agent -> the ids of its dormant children, to forget them with it."""
         self._followups = 0
-        self._drained_hosts: dict[str, Agent] = {}
-        """Host-owned parent id -> the agent drain_descendants closed admission below, until
-        that agent is disposed (a later agent of the same name is another parent)."""
+        self._drained_hosts: dict[Agent, None] = {}
+        """The host-owned agents drain_descendants closed admission below, until each is
+        disposed (a later agent of the same name is another parent)."""
         self._watchers: set[asyncio.Task[None]] = set()
         self._notices = 0
         self._firing = 0
@@ -392,7 +393,7 @@ class Subagents:
             return "stale", None
         if parent.phase == "disposing":
             return "host_disposing", None
-        return ("host_drained" if self._drained_hosts.get(parent.id) is parent else "host"), None
+        return ("host_drained" if parent in self._drained_hosts else "host"), None
 
     def _live_parent(self, parent: Agent) -> _Node | None:
         """The activation whose agent is exactly ``parent``, None for a host-owned parent;
@@ -416,12 +417,12 @@ class Subagents:
         self._slots.add(child_id)
         self._owners[child_id] = parent_agent.id
         if parent is None:
-            self._roots.setdefault(parent_agent.id, {})[child_id] = None
+            self._roots.setdefault(parent_agent, {})[child_id] = None
         else:
             parent.owned[child_id] = None
         dormant = self._dormant.pop(child_id, None)
         if dormant is not None:
-            self._below.get(dormant.parent_agent.id, {}).pop(child_id, None)
+            self._below.get(dormant.parent_agent, {}).pop(child_id, None)
         return node
 
     # --- delivery ---------------------------------------------------------------------------
@@ -471,7 +472,7 @@ class Subagents:
         raised once every root's teardown began."""
         kind, _ = self._parent_kind(started.agent)
         drain = _DrainBelow(started.agent, None, [])
-        roots = self._roots.get(started.agent.id, {})
+        roots = self._roots.get(started.agent, {})
         running = {r for r in roots if self._resident[r].closing is not None}
         self._door.fire("parent_disposing", drain, parent=kind)
         for root in drain.below:  # nobody awaits the teardowns it began: each settlement tells
@@ -490,9 +491,8 @@ class Subagents:
         context = self._door.context
         assert isinstance(context, _DrainBelow)
         ended = context.parent
-        if self._drained_hosts.get(ended.id) is ended:
-            del self._drained_hosts[ended.id]
-        for child_id in self._below.pop(ended.id, {}):
+        self._drained_hosts.pop(ended, None)
+        for child_id in self._below.pop(ended, {}):
             dormant = self._dormant.get(child_id)
             if dormant is not None and dormant.parent_agent is ended:
                 del self._dormant[child_id]
@@ -868,10 +868,10 @@ class Subagents:
         if parent is None:
             # A host-owned parent has no activation: the door decides whether anyone is left
             # to tell (a disposed parent is stale).
-            roots = self._roots.get(node.parent_agent.id, {})
+            roots = self._roots.get(node.parent_agent, {})
             roots.pop(node.id, None)
             if not roots:  # the parent's last root: its entry goes too (hosts come and go)
-                self._roots.pop(node.parent_agent.id, None)
+                self._roots.pop(node.parent_agent, None)
             kind, _ = self._parent_kind(node.parent_agent)
             self._door.fire("root_settled", (node, failed), parent=kind)
         else:
@@ -918,7 +918,7 @@ class Subagents:
         assert isinstance(node, _Node)
         parent = node.parent_agent
         self._dormant[node.id] = _Dormant(parent, node.agent.session)
-        self._below.setdefault(parent.id, {})[node.id] = None
+        self._below.setdefault(parent, {})[node.id] = None
 
     def _settle(self, node: _Node, failed: bool) -> None:
         node.failed = failed
@@ -993,7 +993,7 @@ class Subagents:
     def _close_below_host(self) -> None:
         drain = self._door.context
         assert isinstance(drain, _DrainBelow)
-        self._drained_hosts[drain.parent.id] = drain.parent
+        self._drained_hosts[drain.parent] = None
 
     def _dispose_roots(self) -> None:
         """Begin the teardown of every root of the named host parent, even when one raises
@@ -1001,9 +1001,7 @@ class Subagents:
         door's row returned."""
         drain = self._door.context
         assert isinstance(drain, _DrainBelow)
-        # By id, so the roots of a disposed agent of that name are there too: not its own.
-        roots = [self._resident[root] for root in self._roots.get(drain.parent.id, ())]
-        roots = [root for root in roots if root.parent_agent is drain.parent]
+        roots = [self._resident[root] for root in self._roots.get(drain.parent, ())]
         drain.below += roots
         drain.escaped = _each(roots, lambda root: self._dispose(root, False))
 

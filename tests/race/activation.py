@@ -558,7 +558,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self._spawn(start, f"start {child_id}")
 
     def _drain_covers(self, agent: Agent) -> bool:
-        if self.registry.draining or agent.id in self.registry._drained_hosts:
+        if self.registry.draining or agent in self.registry._drained_hosts:
             return True
         node = self.registry._resident.get(agent.id)
         return node is not None and (node.value("draining") != "none" or node.stage != "active")
@@ -943,7 +943,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         watched = {t.get_name().removeprefix("watch ") for t in registry._watchers}
         assert watched <= live, f"watchers of settled activations: {watched - live}"
         for parent, roots in registry._roots.items():
-            assert roots, f"an empty entry for host parent {parent!r} outlives its last root"
+            assert roots, f"an empty entry for host parent {parent.id!r} outlives its last root"
             assert set(roots) <= live, f"settled roots: {roots}"
         if not live:
             assert not registry._owners and not registry._slots, registry
@@ -967,7 +967,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 if node.parent_agent.phase in ("disposing", "disposed"):
                     phase = node.parent_agent.phase
                     assert node.stage != "active", (
-                        f"root {root_id} runs on below its {phase} parent {parent!r}"
+                        f"root {root_id} runs on below its {phase} parent {parent.id!r}"
                     )
 
     @invariant()

@@ -197,14 +197,14 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_close_below_host",
-                "self._drained_hosts[drain.parent.id] = drain.parent",
+                "self._drained_hosts[drain.parent] = None",
                 "pass",
             ),
             _edit(
                 "_dispose_roots",
                 "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n",
                 "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n"
-                "    self._drained_hosts[drain.parent.id] = drain.parent\n",
+                "    self._drained_hosts[drain.parent] = None\n",
             ),
         ),
     ),
