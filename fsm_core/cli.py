@@ -390,6 +390,12 @@ def _write_whole(path: Path, text: str) -> None:
         raise
 
 
+def _surprises(report: Report) -> tuple[str, ...]:
+    """The rows ``report``'s model never took that its ``[expect] untaken`` does not name."""
+    known = report.model.expect.untaken if report.model.expect is not None else ()
+    return tuple(r for r in report.dead_rows if r not in known)
+
+
 def _check(args: argparse.Namespace) -> int:
     if args.json and args.trace_format is not None and args.trace_out is None:
         raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
@@ -456,14 +462,15 @@ def _check(args: argparse.Namespace) -> int:
     if written:
         print()
         print("\n".join(written))
-    findings = [r for r in reports if r.dead_rows and r.result.complete]
+    findings = [(r, _surprises(r)) for r in reports if r.result.complete]
+    findings = [(r, dead) for r, dead in findings if dead]
     if findings:
         print()
-    for r in findings:
-        count = len(r.dead_rows)
+    for r, dead in findings:
+        count = len(dead)
         print(
             f"finding: {r.model.name}: {count} row{'s' if count != 1 else ''} never taken: "
-            f"{', '.join(r.dead_rows)}"
+            f"{', '.join(dead)}"
         )
     print(done_line(reports, time.perf_counter() - start))
     return 1 if failed else 0

@@ -295,7 +295,7 @@ def test_driver_events_outside_a_driver_are_refused() -> None:
     assert s.refusal(1) == (
         "not-enabled",
         "agent: no row of start() is enabled in idle{holder=none, reason=none, turn=false, "
-        "pending=false, latch=false, marker=false, scheduled=false, closing=false}",
+        "pending=false, latch=false, marker=false, scheduled=false, closing=false, shut=false}",
     )
 
 

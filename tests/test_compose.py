@@ -66,6 +66,7 @@ kind = "activation-tree"
 depth = 1
 width = 1
 door = "../specs/admission.toml"
+wiring = "../specs/wiring.toml"
 
 [environment]
 budgets = { admit = 1, dispose = 1, drain = 0, drain_child = 0 }

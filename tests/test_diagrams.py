@@ -107,8 +107,8 @@ def test_a_changed_guard_stales_only_its_machines_files(
     after_specs = copy_specs(tmp_path / "after")
     edit(
         after_specs / "agent.toml",
-        'guard = "wake and not scheduled"',
-        'guard = "not scheduled and wake"',
+        'guard = "wake and not scheduled and not shut"',
+        'guard = "not scheduled and wake and not shut"',
     )
     after = load_spec(after_specs)
     out = tmp_path / "diagrams"

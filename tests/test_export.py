@@ -461,7 +461,7 @@ def test_listing_shows_a_row_with_its_numbered_effects_and_clauses() -> None:
 
 def test_listing_shows_stays_rejects_pairs_and_invariants() -> None:
     text = spec_to_text(SPEC, ["agent"])
-    assert "  send.idle.quiet  idle --send(wake, lane) [not wake]--> (stays)\n" in text
+    assert "  send.idle.quiet  idle --send(wake, lane) [not wake and not shut]--> (stays)\n" in text
     assert (
         '  maintenance.busy  idle --maintenance_start [scheduled]--> rejected: "a driver is '
         'scheduled; maintenance needs an idle agent with no driver pending"\n'

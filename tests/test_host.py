@@ -119,12 +119,12 @@ def test_state_values_and_snapshot_read_the_live_store() -> None:
     assert hosted.state == "running"
     assert hosted.values == {
         "phase": "running", "holder": "live", "reason": "none", "turn": False, "pending": True,
-        "latch": False, "marker": False, "scheduled": False, "closing": False,
+        "latch": False, "marker": False, "scheduled": False, "closing": False, "shut": False,
     }  # fmt: skip
     assert hosted.snapshot() == tuple(hosted.values.values())
     assert repr(hosted) == (
         "<HostedMachine agent running{holder=live, reason=none, turn=false, pending=true, "
-        "latch=false, marker=false, scheduled=false, closing=false}>"
+        "latch=false, marker=false, scheduled=false, closing=false, shut=false}>"
     )
 
 
@@ -134,7 +134,7 @@ def test_get_triggers_lists_handled_events_and_omits_rejected_ones() -> None:
     assert hosted.get_triggers() == hosted.get_triggers("idle")
     disposed = hosted.get_triggers("disposed")
     assert "send" not in disposed  # rejected: the agent is disposed
-    assert set(disposed) == {"cancel", "dispose"}  # ignored on purpose: harmless no-ops
+    assert set(disposed) == {"cancel", "dispose", "shut"}  # ignored on purpose: harmless no-ops
 
 
 def test_may_trigger_says_whether_fire_would_succeed() -> None:
@@ -179,7 +179,7 @@ def test_no_enabled_row_raises_the_interpreters_message() -> None:
         match=(
             r"^agent: no row of dispose_finish\(\) is enabled in disposing\{holder=none, "
             r"reason=none, turn=false, pending=false, latch=false, marker=false, scheduled=true, "
-            r"closing=true\}$"
+            r"closing=true, shut=false\}$"
         ),
     ):
         hosted.fire("dispose_finish")

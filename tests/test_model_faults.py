@@ -46,7 +46,8 @@ def test_a_row_id_that_is_code_is_refused_at_load_and_never_runs(tmp_path: Path)
 
 AGENT_ENV = "[environment]\nbudgets = { send = 1 }\n"
 TREE = (
-    '[tree]\ndepth = 1\nwidth = 2\ndoor = "../specs/admission.toml"\n\n'
+    '[tree]\ndepth = 1\nwidth = 2\ndoor = "../specs/admission.toml"\n'
+    'wiring = "../specs/wiring.toml"\n\n'
     "[environment]\nbudgets = { admit = 1, dispose = 1 }\n"
 )
 INVARIANT = "reason_iff_aborted"
@@ -103,7 +104,7 @@ MODEL_FAULTS = [
         _model("agent.toml", "agent", "[environment]\nbudgets = { send = 1, start = 1 }\n"),
         "models/m.toml: [environment] budgets: 'start' is an internal event the runtime fires "
         "itself; a budget bounds what the user calls "
-        "(send, cancel, dispose, maintenance_start, remove)",
+        "(send, cancel, dispose, shut, maintenance_start, remove)",
         id="budget-on-an-internal-event",
     ),
     pytest.param(
@@ -120,7 +121,7 @@ MODEL_FAULTS = [
     pytest.param(
         _model("agent.toml", "agent", AGENT_ENV + _expect("ok").replace("states", "stats")),
         "models/m.toml: [expect]: unknown key 'stats' "
-        "(expected one of: depth, property, states, transitions, verdict)",
+        "(expected one of: depth, property, states, transitions, untaken, verdict)",
         id="expect-key-typo",
     ),
     pytest.param(
@@ -150,7 +151,8 @@ MODEL_FAULTS = [
         f"models/m.toml: [expect]: a model of kind 'activation-tree' has no property "
         f"'{TREE_INVARIANT}@a.3' (it checks INVARIANT@NODE and EFFECT.requires@NODE for a node of "
         "its tree, parent_leaves_after_children, settlement_notice_delivered, "
-        "teardown_runs_once, notice_sent_once, drained_door_leaves_no_active_node, deadlock, "
+        "wired_call_accepted, teardown_runs_once, notice_sent_once, notice_after_children, "
+        "drained_door_leaves_no_active_node, teardown_cancels_subtree, deadlock, "
         "quiescence_reachable)",
         id="property-at-a-node-outside-the-tree",
     ),
@@ -168,9 +170,19 @@ MODEL_FAULTS = [
             "activation-tree",
             TREE.replace('door = "../specs/admission.toml"\n', ""),
         ),
-        "models/m.toml: [tree]: missing key 'door': a tree composes the registry's door beside "
-        'its nodes (door = "../specs/admission.toml")',
+        "models/m.toml: [tree]: missing key 'door': a tree composes the registry's door and "
+        'the wiring that connects it to its nodes (door = "../specs/admission.toml")',
         id="a-tree-from-before-the-door",
+    ),
+    pytest.param(
+        _model(
+            "activation.toml",
+            "activation-tree",
+            TREE.replace('wiring = "../specs/wiring.toml"\n', ""),
+        ),
+        "models/m.toml: [tree]: missing key 'wiring': a tree composes the registry's door and "
+        'the wiring that connects it to its nodes (wiring = "../specs/wiring.toml")',
+        id="a-tree-from-before-the-wiring",
     ),
     pytest.param(
         _model("activation.toml", "activation-tree", TREE.replace("admission.toml", "gone.toml")),

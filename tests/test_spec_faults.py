@@ -972,7 +972,7 @@ def test_one_unused_variable_that_multiplies_the_domain_is_refused_at_once(
         SpecError,
         match=exactly(
             "specs/agent.toml: var 'spare': int[0..100] has 101 values, so the loader would "
-            "check 20,477,952 cases, over the limit of 1,000,000 "
+            "check 44,989,440 cases, over the limit of 1,000,000 "
             "(a model may raise it: [model] limits = { domain = N })"
         ),
     ):
@@ -1092,6 +1092,7 @@ def test_a_runtime_needs_the_tables_its_subagent_registry_runs(
 
     specs = copy_specs(tmp_path)
     (specs / f"{table}.toml").unlink()
+    (specs / "wiring.toml").unlink()  # else the wiring refuses first (see the next test)
     left = ", ".join(sorted({"activation", "admission", "agent"} - {table}))
     with pytest.raises(
         SpecError,
@@ -1100,3 +1101,30 @@ def test_a_runtime_needs_the_tables_its_subagent_registry_runs(
         ),
     ):
         Runtime(ScriptedModel([]), specs=specs)
+
+
+@pytest.mark.parametrize("table", ["activation", "admission", "agent"])
+def test_a_wiring_needs_every_machine_it_connects(tmp_path: Path, table: str) -> None:
+    specs = copy_specs(tmp_path)
+    (specs / f"{table}.toml").unlink()
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            f"specs/wiring.toml: [wiring]: the wiring connects a machine {table!r}; "
+            "no table names it"
+        ),
+    ):
+        load_spec(specs)
+
+
+def test_a_runtime_needs_the_wiring_of_its_tables(tmp_path: Path) -> None:
+    from fsm_core import Runtime
+    from fsm_core.testing import ScriptedModel
+
+    specs = copy_specs(tmp_path)
+    (specs / "wiring.toml").unlink()
+    with pytest.raises(
+        SpecError,
+        match=exactly(f"{specs}: no wiring.toml connects the tables that rt.subagents runs"),
+    ):
+        Runtime(ScriptedModel(), specs=specs)

@@ -139,7 +139,12 @@ def test_the_catalogue_is_large_and_mostly_killed_by_the_checker() -> None:
     assert len(KILLED_BY) > 2 * len(LOAD_KILLED_BY)
     # Some kills need a listener re-entering mid-row: a contract the loader cannot see broken.
     assert {"clear_inbox.requires", "settle_idle.requires"} <= set(KILLED_BY.values())
-    assert {m.table for m in MUTANTS} == {"agent.toml", "activation.toml", "admission.toml"}
+    assert {m.table for m in MUTANTS} == {
+        "agent.toml",
+        "activation.toml",
+        "admission.toml",
+        "wiring.toml",
+    }
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
@@ -160,7 +165,7 @@ def test_each_edit_applies_to_the_current_tables_and_writes_back(
 
 
 @pytest.mark.parametrize(
-    "table", ["agent.toml", "activation.toml", "admission.toml", "clauses.toml"]
+    "table", ["agent.toml", "activation.toml", "admission.toml", "clauses.toml", "wiring.toml"]
 )
 def test_a_table_written_back_reads_as_the_same_data(table: str) -> None:
     data = read_toml(specs_dir() / table, table)

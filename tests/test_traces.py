@@ -393,7 +393,7 @@ def test_a_plain_counterexample_replays_to_the_same_violation(refute: Refute) ->
     text = format_trace(report)
     assert text.splitlines()[:3] == [
         "0. initial: phase=idle holder=none reason=none turn=false pending=false latch=false "
-        "marker=false scheduled=false closing=false budget.send=2 budget.cancel=2 "
+        "marker=false scheduled=false closing=false shut=false budget.send=2 budget.cancel=2 "
         "budget.dispose=1 budget.maintenance_start=1 budget.remove=1 ghost.owed=false "
         "ghost.prerun=false ghost.broken=",
         "1. maintenance_start() -> maintenance.start   changed: phase idle->maintenance, "
@@ -660,7 +660,8 @@ def test_a_tree_trace_names_each_node_and_its_slot(tmp_path: Path) -> None:
         tmp_path,
         "tree",
         '[model]\ntable = "../specs/activation.toml"\nkind = "activation-tree"\n\n'
-        '[tree]\ndepth = 1\nwidth = 1\ndoor = "../specs/admission.toml"\n\n'
+        '[tree]\ndepth = 1\nwidth = 1\ndoor = "../specs/admission.toml"\n'
+        'wiring = "../specs/wiring.toml"\n\n'
         "[environment]\nbudgets = { admit = 1, dispose = 1 }\n",
     )
     report = check(load_model(path))

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fsm_core.table import Machine
+from fsm_core.table import Machine, Wiring
 
 __all__ = ["Expectation", "Kind", "Model", "Verdict"]
 
@@ -28,6 +28,9 @@ class Expectation:
     depth: int
     verdict: Verdict
     property: str | None = None
+    untaken: tuple[str, ...] = ()
+    """Rows the model is known not to take, each said why in the model's doc (a composition
+    that cannot reach them by construction); any other untaken row is a finding."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,4 +50,8 @@ class Model:
     failures: int = 0
     door: Machine | None = None
     """An ``activation-tree`` model's registry door (its ``[tree] door`` table)."""
+    wiring: Wiring | None = None
+    """An ``activation-tree`` model's connections (its ``[tree] wiring``)."""
+    agent: Machine | None = None
+    """The agent table each node of an ``activation-tree`` carries (``[tree] agents``)."""
     expect: Expectation | None = None

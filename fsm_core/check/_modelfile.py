@@ -24,17 +24,22 @@ changed number::
 own variables bound the run (the benchmark model counts its budgets down itself).
 
 ``kind = "activation-tree"`` composes a tree of activations with the registry's door; its
-``[tree]`` section says how deep and wide, and which table the door runs (a path resolved like
-``table``)::
+``[tree]`` section says how deep and wide, which table the door runs and which wiring connects
+them (paths resolved like ``table``; the wiring is validated against the node table, the door
+and the ``agent.toml`` beside it), and whether each node carries its own agent::
 
     [tree]
     depth = 1
     width = 2
     door = "../specs/admission.toml"
+    wiring = "../specs/wiring.toml"
+    agents = true
 
 Its budgets name the input events of either table the environment calls (``admit``, ``drain``
-and ``drain_below`` are the door's). A tree model written before the door existed (no ``door``)
-is refused, naming the key to add.
+and ``drain_below`` are the door's), and with agents ``agent.EVENT`` for a node's agent
+(``agent.send``: a followup straight to it); ``reactions`` then name the agent's notifying
+effects inside which listeners call it. A tree model written before the door or the wiring
+existed is refused, naming the key to add.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from fsm_core.check._system import declared
 from fsm_core.table._limits import DEFAULT_LIMITS
 from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
 from fsm_core.table._machine import Machine
+from fsm_core.table._wiring import Wiring, load_wiring
 
 _KINDS: tuple[Kind, ...] = ("table", "agent", "activation-tree")
 _NEEDS: dict[Kind, Needs] = {"agent": _agent.NEEDS, "activation-tree": _tree.NEEDS}
@@ -106,14 +112,18 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     machine = load_table(table_path, clauses, constants=constants or None, limits=limits)
     t = machine.table
     door: Machine | None = None
+    wiring: Wiring | None = None
+    agent: Machine | None = None
     if kind == "activation-tree" and isinstance(data.get("tree"), dict):
-        if "door" not in data["tree"]:
-            f.fail(
-                "[tree]",
-                "missing key 'door': a tree composes the registry's door beside its nodes "
-                '(door = "../specs/admission.toml")',
-            )
-        door_path = _table_path(f, "[tree]", "door", data["tree"]["door"], path, specs)
+        tree = data["tree"]
+        for key, example in (("door", "admission.toml"), ("wiring", "wiring.toml")):
+            if key not in tree:
+                f.fail(
+                    "[tree]",
+                    f"missing key {key!r}: a tree composes the registry's door and the wiring "
+                    f'that connects it to its nodes ({key} = "../specs/{example}")',
+                )
+        door_path = _table_path(f, "[tree]", "door", tree["door"], path, specs)
         door = load_table(door_path, load_clauses(door_path.parent / "clauses.toml"))
     if kind in _NEEDS:
         lacking = _NEEDS[kind].lacking(t)
@@ -123,6 +133,20 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         lacking = _tree.door_lacking(door.table, t)
         if lacking is not None:
             f.fail("[tree]", f"the tree's wiring needs {lacking}; {door.table.file} has none")
+        tree = data["tree"]
+        wiring_path = _table_path(f, "[tree]", "wiring", tree["wiring"], path, specs)
+        beside = wiring_path.parent
+        agent_path = beside / "agent.toml"
+        if not _exists(agent_path, Path.is_file):
+            f.fail("[tree]", f"the wiring reads agent.toml beside it; {beside} has none")
+        wired = {"activation": machine, "admission": door}
+        catalogue = load_clauses(beside / "clauses.toml")
+        wired["agent"] = load_table(agent_path, catalogue)
+        wiring = load_wiring(wiring_path, wired, catalogue, f"{beside.name}/{wiring_path.name}")
+        agents = tree.get("agents", False)
+        if not isinstance(agents, bool):
+            f.fail("[tree]", f"agents must be true or false, not {echo(agents)}")
+        agent = wired["agent"] if agents else None
 
     budgets: dict[str, int] = {}
     reactions: tuple[str, ...] = ()
@@ -138,11 +162,20 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         events = dict(t.events)
         if door is not None:  # the door's calls the environment makes (admit is the door's)
             events |= {e: door.table.events[e] for e in _tree.DOOR_CALLS}
+        if agent is not None:  # a node's agent's calls, named apart
+            for call, spec in agent.table.events.items():
+                if spec.kind == "input" or call in ("halt", "remove"):
+                    events[f"agent.{call}"] = spec
         for event in budgets:
+            if event == "agent.shut" and agent is not None:
+                f.fail(
+                    "[environment] budgets",
+                    "'agent.shut' is the wiring's call (an activation's close), not the user's",
+                )
             if event not in events:
                 names = known(events)
                 f.fail("[environment] budgets", f"unknown event {echo(event)} (events: {names})")
-            user = _USER_INTERNAL.get(kind, frozenset())
+            user = _USER_INTERNAL.get(kind, frozenset()) | {"agent.halt", "agent.remove"}
             if events[event].kind != "input" and event not in user:
                 calls = known(e for e, x in events.items() if x.kind == "input" or e in user)
                 f.fail(
@@ -153,10 +186,11 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         reactions = f.names("[environment]", env.get("reactions", ["-"]), "reactions")
         if reactions == ("-",):
             reactions = ()
+        notifiers = agent.table if agent is not None else t
         for effect in reactions:
-            spec = t.effects.get(effect)
-            if spec is None or not spec.notifies:
-                notifying = known(n for n, e in t.effects.items() if e.notifies)
+            notifier = notifiers.effects.get(effect)
+            if notifier is None or not notifier.notifies:
+                notifying = known(n for n, e in notifiers.effects.items() if e.notifies)
                 f.fail(
                     "[environment] reactions",
                     f"{echo(effect)} is not a notifying effect (notifying: {notifying})",
@@ -169,13 +203,17 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         f.fail(
             "[environment]", "failures budgets failing child teardown, in activation-tree models"
         )
-    if reactions and kind == "activation-tree":
-        f.fail("[environment] reactions", "activation-tree models take no reactions")
+    if reactions and kind == "activation-tree" and agent is None:
+        f.fail(
+            "[environment] reactions",
+            "an activation-tree model takes reactions only with agents = true (listeners "
+            "re-enter a node's agent)",
+        )
     depth = width = 0
     if kind == "activation-tree":
         if "tree" not in data:
             f.fail("[model]", "an activation-tree model needs a [tree] section")
-        shape = f.keys("[tree]", data["tree"], ["depth", "width", "door"])
+        shape = f.keys("[tree]", data["tree"], ["depth", "width", "door", "wiring"], ["agents"])
         tree = _ints(f, "[tree]", {k: shape[k] for k in ("depth", "width")})
         depth, width = tree["depth"], tree["width"]
         if _tree.tree_size(depth, width, limits.tree) > limits.tree:
@@ -200,12 +238,23 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         width=width,
         failures=failures,
         door=door,
+        wiring=wiring,
+        agent=agent,
     )
     if "expect" not in data:
         return model
     e = f.keys(
-        "[expect]", data["expect"], ["states", "transitions", "depth", "verdict"], ["property"]
+        "[expect]",
+        data["expect"],
+        ["states", "transitions", "depth", "verdict"],
+        ["property", "untaken"],
     )
+    untaken = f.names("[expect]", e.get("untaken", ["-"]), "untaken")
+    untaken = () if untaken == ("-",) else untaken
+    rows = {r.id for r in t.rows}
+    for row in untaken:
+        if row not in rows:
+            f.fail("[expect]", f"untaken names {echo(row)}, which is no row of {t.file}")
     nums = _ints(f, "[expect]", {k: e[k] for k in ("states", "transitions", "depth")})
     verdict = e["verdict"]
     if verdict not in ("ok", "violation"):
@@ -224,7 +273,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
                 f"a model of kind {echo(kind)} has no property {echo(prop)} (it checks "
                 f"{_property_forms(kind, records)})",
             )
-    expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop)
+    expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop, untaken)
     return replace(model, expect=expect)
 
 

@@ -24,6 +24,7 @@ PropertyKind = Literal[
     "step",
     "requires",
     "always",
+    "between",
     "notified",
     "delivered",
     "eventually",
@@ -52,6 +53,8 @@ class Property:
       contract as it runs) and reports the broken one by this record's name;
     - ``always``: in every state between steps (``at`` None) and at every notification
       (``at`` the notifying effect);
+    - ``between``: in every state between steps only: a step in progress may pass through
+      states it forbids (a teardown spreading down a tree inside one call);
     - ``notified``: at every notification only, before the ``always`` properties;
     - ``delivered``: when an event the wiring fires is refused, ``at`` being that event; a
       refusal the property allows is skipped;

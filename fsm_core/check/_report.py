@@ -23,7 +23,7 @@ from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 from fsm_core.check import Report
-from fsm_core.check._composed._tree import DOOR
+from fsm_core.check._composed._tree import AGENT, DOOR
 from fsm_core.check._explore import Violation
 from fsm_core.check._moves import Move
 from fsm_core.table._expr import show
@@ -105,9 +105,14 @@ def _property(report: Report, name: str) -> str:
 
 
 def _machine(report: Report, slot: str) -> Machine:
-    """The table whose state a tree's slot holds: the door's in the door's slot."""
-    door = report.model.door
-    return door if door is not None and slot == DOOR else report.model.machine
+    """The table whose state a tree's slot holds: the door's in the door's slot, the agent's
+    in a node's agent slot (``a.1:agent``)."""
+    model = report.model
+    if model.door is not None and slot == DOOR:
+        return model.door
+    if model.agent is not None and slot.endswith(AGENT):
+        return model.agent
+    return model.machine
 
 
 def _flat(report: Report, state: Sequence[object]) -> list[tuple[str, str]]:

@@ -49,6 +49,9 @@ USER = UserCause()
 PARENT = ParentCause()
 DISPOSED = Disposed()
 
+CAUSES: dict[str, AgentCancelCause] = {"user": USER, "parent": PARENT}
+"""The cause each value of the tables' ``cause`` type stands for (a wiring call's cancel)."""
+
 
 def detach(reason: Interruption) -> Interruption:
     """A fresh frozen copy: equal to ``reason``, never the caller's object.

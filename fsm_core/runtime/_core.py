@@ -305,6 +305,12 @@ class AgentCore:
         """Fire ``cancel``; the cause is the fire's context, for ``notify_cancel_requested``."""
         self._fire("cancel", cause, cause=cause.kind, keep_inbox=keep_inbox)
 
+    def fire_wired(self, event: str, context: object, args: Mapping[str, Value]) -> None:
+        """Fire ``event`` as a call of specs/wiring.toml makes it (the hosting activation's
+        close shutting the agent, its cancel, a child's notice), with the fire's
+        ``context`` (the cause, the message) for the effects that need it."""
+        self._fire(event, context, **args)
+
     def when_idle(self) -> Pending:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.control.holds("quiescent"):

@@ -69,9 +69,14 @@ class Runtime:
         """The live agents by id, the initiator scope and boundaries (``AgentRegistry``)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing: asyncio.Future[None] | None = None
+        if spec.wiring is None:
+            raise SpecError(
+                str(spec.root), "", "no wiring.toml connects the tables that rt.subagents runs"
+            )
         self.subagents = Subagents(
             spec.machines["activation"],
             spec.machines["admission"],
+            spec.wiring,
             events=self.events,
             create=self._new_agent,
             host_agent=self._host_agent,

@@ -55,7 +55,7 @@ from fsm_core.runtime._activation import (
     Terminal,
 )
 from fsm_core.runtime._agent import Agent
-from fsm_core.runtime._causes import PARENT
+from fsm_core.runtime._causes import CAUSES, PARENT
 from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
@@ -69,7 +69,7 @@ from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
 from fsm_core.runtime._teardown import Pending, persist
-from fsm_core.table import Effect, Machine
+from fsm_core.table import Effect, Machine, Wiring
 from fsm_core.table._expr import Value
 
 __all__ = ["Subagents"]
@@ -229,6 +229,7 @@ class Subagents:
         self,
         table: Machine,
         door: Machine,
+        wiring: Wiring,
         *,
         events: EventBus,
         create: Callable[[str, Session], AgentHandle],
@@ -246,6 +247,9 @@ class Subagents:
             raise FsmError(
                 f"the runtime and {door.table.file} disagree on effects: {sorted(missing)}"
             )
+        self._wiring = wiring
+        """specs/wiring.toml: the calls an activation's effects make on its own agent are
+        made as it declares them (:meth:`_to_agent`)."""
         self._door = HostedMachine(door, perform=self._perform_door)
         """The registry's door (specs/admission.toml): registry-wide drains, live parents."""
         self._events = events
@@ -831,10 +835,24 @@ class Subagents:
     def _close_inbox(self, node: _Node) -> None:
         node.closing = persist(lambda: self._finish(node), f"teardown {node.id}")
         node.poked.set()  # the watcher finds the inbox closing
+        self._to_agent(node, "close_inbox", ())  # the wiring shuts the agent's waking
 
     def _cancel_agent(self, node: _Node, cause: str) -> None:
-        assert cause == "parent"
-        node.agent.cancel(PARENT, keep_inbox=True)
+        self._to_agent(node, "cancel_agent", (cause,), lambda args: CAUSES[str(args["cause"])])
+
+    def _to_agent(
+        self,
+        node: _Node,
+        effect: str,
+        values: tuple[Value, ...],
+        context: Callable[[Mapping[str, Value]], object] = lambda _: None,
+    ) -> None:
+        """Make the calls specs/wiring.toml declares for the activation's ``effect`` on its
+        own agent, with the arguments it gives and the fire's ``context`` built from them."""
+        for call in self._wiring.fired_by("activation", effect):
+            if call.target == "agent":
+                args = call.keywords(values, {})
+                node.handle._core.fire_wired(call.event, context(args), args)
 
     def _dispose_children(self, node: _Node, join: bool) -> None:
         for child_id in node.owned:
@@ -882,13 +900,15 @@ class Subagents:
 
     def _notice_agent(self, node: _Node, wake: bool) -> None:
         child, failed = cast(tuple[_Node, bool], node.control.context)
-        self._send_notice(child, failed, wake=wake)
+        self._send_notice(child, failed, lambda message: self._to_agent(
+            node, "notice_agent", (wake,), lambda _: message
+        ))  # fmt: skip
 
     def _notice_host(self) -> None:
         child, failed = cast(tuple[_Node, bool], self._door.context)
-        self._send_notice(child, failed, wake=True)
+        self._send_notice(child, failed, lambda m: child.parent_agent.send(m, "next_turn", True))
 
-    def _send_notice(self, child: _Node, failed: bool, *, wake: bool) -> None:
+    def _send_notice(self, child: _Node, failed: bool, send: Callable[[UserMessage], None]) -> None:
         """Send ``child``'s settlement notice to its parent agent, which a table found live or
         disposing (whose agent table parks it): a parent activation's agent is disposed only
         by its own teardown, after its children settled, and the door finds a disposed host
@@ -899,7 +919,7 @@ class Subagents:
         text = f"subagent {child.id} {'failed' if failed else 'settled'}"
         notice = UserMessage(f"{child.id}:settled:{self._notices}", text)
         try:
-            child.parent_agent.send(notice, "next_turn", wakeup=wake)
+            send(notice)
         except Rejected as refused:
             bug = FsmError(
                 f"activation {child.id}: a table allowed its settlement notice, but its parent "

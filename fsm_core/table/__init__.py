@@ -18,6 +18,7 @@ from fsm_core._paths import specs_dir
 from fsm_core.table._load import _exists, load_clauses, load_table
 from fsm_core.table._machine import Effect, Machine, State, Step
 from fsm_core.table._table import Clause
+from fsm_core.table._wiring import WiredAwait, WiredCall, Wiring, load_wiring
 
 __all__ = [
     "Clause",
@@ -26,25 +27,36 @@ __all__ = [
     "Spec",
     "State",
     "Step",
+    "WiredAwait",
+    "WiredCall",
+    "Wiring",
     "load_clauses",
     "load_spec",
     "load_table",
+    "load_wiring",
 ]
 
 _CLAUSES_FILE = "clauses.toml"
+_WIRING_FILE = "wiring.toml"
+"""The file of a specs directory that connects its tables (not a table itself)."""
+_NOT_TABLES = frozenset({_CLAUSES_FILE, _WIRING_FILE})
+"""The files of a specs directory that are no table."""
 
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """Every table of a specs directory, compiled, with the clause catalogue they cite."""
+    """Every table of a specs directory, compiled, with the clause catalogue they cite and
+    the wiring that connects them (None for a directory without ``wiring.toml``)."""
 
     root: Path
     clauses: dict[str, Clause]
     machines: dict[str, Machine]
+    wiring: Wiring | None = None
 
 
 def load_spec(root: Path | None = None) -> Spec:
-    """Load ``specs/``: the clause catalogue, then every other ``*.toml`` as a machine.
+    """Load ``specs/``: the clause catalogue, every other ``*.toml`` as a machine, then
+    ``wiring.toml`` (if present) against those machines.
 
     Raises :class:`SpecError` for the first fault found, naming file and row; a ``root``
     that is not a directory is a fault too. A failed load keeps nothing: only a whole
@@ -68,7 +80,7 @@ def _load(root: Path) -> Spec:
     clauses = load_clauses(root / _CLAUSES_FILE, f"{root.name}/{_CLAUSES_FILE}")
     machines: dict[str, Machine] = {}
     for path in sorted(root.glob("*.toml")):
-        if path.name == _CLAUSES_FILE:
+        if path.name in _NOT_TABLES:
             continue
         display = f"{root.name}/{path.name}"
         machine = load_table(path, clauses, display)
@@ -77,4 +89,8 @@ def _load(root: Path) -> Spec:
                 display, "[machine]", f"machine name {echo(machine.name)} is used twice"
             )
         machines[machine.name] = machine
-    return Spec(root, clauses, machines)
+    wiring_path = root / _WIRING_FILE
+    wiring = None
+    if _exists(wiring_path, Path.is_file):
+        wiring = load_wiring(wiring_path, machines, clauses, f"{root.name}/{_WIRING_FILE}")
+    return Spec(root, clauses, machines, wiring)

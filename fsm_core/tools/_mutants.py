@@ -67,7 +67,7 @@ from fsm_core.table._load import read_toml
 from fsm_core.tools._row_edits import (
     AddRow,
     Block,
-    DropEffect,
+    DropCall,
     Edit,
     Insert,
     Move,
@@ -388,11 +388,11 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- admission.toml (the registry's door, composed with the trees) --------------------------
     Mutant(
         "drain_closes_door_only",
-        "admission.toml",
-        (Remove("drain", "drain_roots()"), DropEffect("drain_roots")),
-        "drain() closes admission registry-wide but tears no root down (its effect deleted as "
-        "unused): the activations stay active behind a drained door, and a delivery reaches "
-        "one with drained=true.",
+        "wiring.toml",
+        (DropCall("door.drains_roots"),),
+        "drain() closes admission registry-wide but its drain_roots() reaches no root (the "
+        "connection lost): the activations stay active behind a drained door, and a delivery "
+        "reaches one with drained=true.",
         TREE,
     ),
     Mutant(

@@ -15,7 +15,9 @@ The vocabulary is the smallest that expresses the catalogue: :class:`Set` a row'
 ``to``; :class:`Insert`, :class:`Remove`, :class:`Replace` or :class:`Move` entries of its
 ``do``; :class:`AddRow` a new row, :class:`Unignore` an event an ``[[ignored]]`` (or
 ``[[rejected]]``) entry lists, so the new row may take it, and :class:`DropEffect` an effect
-no row performs any more, as someone deleting what looks unused would.
+no row performs any more, as someone deleting what looks unused would. specs/wiring.toml's
+connections are edited the same way, by call ``id``: :class:`DropCall`, :class:`SetCall` (its
+target, event, refusal or an argument) and :class:`MoveCall`.
 """
 
 from __future__ import annotations
@@ -191,7 +193,67 @@ class DropEffect:
         del effects[self.effect]
 
 
-Edit = Set | Insert | Remove | Replace | Move | AddRow | Unignore | DropEffect
+@dataclass(frozen=True, slots=True)
+class DropCall:
+    """Delete the wiring's ``[[calls]]`` entry ``call`` (specs/wiring.toml): a connection lost."""
+
+    call: str
+
+    def apply(self, data: dict[str, Any]) -> None:
+        calls = data.get("calls", [])
+        kept = [c for c in calls if c.get("id") != self.call]
+        if len(kept) != len(calls) - 1:
+            raise StaleEdit(f"no call {echo(self.call)}")
+        data["calls"] = kept
+
+
+@dataclass(frozen=True, slots=True)
+class SetCall:
+    """Set the wiring call's ``key`` (``target``, ``event``, ``refused``, ``only``, or
+    ``args.PARAM``) from ``old`` to ``new``; None removes it."""
+
+    call: str
+    key: str
+    old: str | None
+    new: str | None
+
+    def apply(self, data: dict[str, Any]) -> None:
+        found = [c for c in data.get("calls", []) if c.get("id") == self.call]
+        if len(found) != 1:
+            raise StaleEdit(f"no call {echo(self.call)}")
+        where, key = found[0], self.key
+        if key.startswith("args."):
+            where, key = where.setdefault("args", {}), key[len("args.") :]
+        if where.get(key) != self.old:
+            raise StaleEdit(f"call {echo(self.call)} has no {self.key} {echo(self.old)}")
+        if self.new is None:
+            del where[key]
+        else:
+            where[key] = self.new
+
+
+@dataclass(frozen=True, slots=True)
+class MoveCall:
+    """Move the wiring's ``[[calls]]`` entry ``call`` just before ``before``: two calls of one
+    effect made in the other order."""
+
+    call: str
+    before: str
+
+    def apply(self, data: dict[str, Any]) -> None:
+        calls = data.get("calls", [])
+        ids = [c.get("id") for c in calls]
+        for name in (self.call, self.before):
+            if ids.count(name) != 1:
+                raise StaleEdit(f"no call {echo(name)}")
+        moved = calls.pop(ids.index(self.call))
+        calls.insert([c.get("id") for c in calls].index(self.before), moved)
+
+
+Edit = (
+    Set | Insert | Remove | Replace | Move | AddRow | Unignore | DropEffect
+    | DropCall | SetCall | MoveCall
+)  # fmt: skip
 
 
 def apply_edits(edits: Iterable[Edit], data: dict[str, Any]) -> None:
@@ -277,14 +339,17 @@ def _value(value: object) -> str:
 __all__ = [
     "AddRow",
     "Block",
+    "DropCall",
     "DropEffect",
     "Edit",
     "Entry",
     "Insert",
     "Move",
+    "MoveCall",
     "Remove",
     "Replace",
     "Set",
+    "SetCall",
     "StaleEdit",
     "Unignore",
     "apply_edits",

@@ -108,18 +108,16 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         ),
     ),
     RuntimeMutant(
-        "notice_wakes_a_parent_tearing_down",
-        "the settlement notice always wakes the parent, even one that is tearing down.",
-        (_edit("_notice_agent", "wake=wake", "wake=True"),),
-    ),
-    RuntimeMutant(
         "teardown_clears_the_inbox",
-        "the teardown's cancel clears the inbox: queued work never reaches the capture.",
+        "the teardown's cancel clears the inbox (the registry overrides the wiring's keep_inbox): "
+        "queued work never reaches the capture.",
         (
             _edit(
-                "_cancel_agent",
-                "node.agent.cancel(PARENT, keep_inbox=True)",
-                "node.agent.cancel(PARENT, keep_inbox=False)",
+                "_to_agent",
+                "            args = call.keywords(values, {})\n",
+                "            args = call.keywords(values, {})\n"
+                "            if 'keep_inbox' in args:\n"
+                "                args['keep_inbox'] = False\n",
             ),
         ),
     ),

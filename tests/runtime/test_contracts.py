@@ -84,10 +84,12 @@ def test_a_table_whose_states_are_not_the_runtimes_phases_is_refused(tmp_path: P
     table = specs / "agent.toml"
     # Rename the state everywhere it names the state (not in the event names maintenance_start
     # and maintenance_finish, a row id like cancel.maintenance, or a clause id).
-    table.write_text(
-        re.sub(r"(?<![\w.-])maintenance(?![\w.-])", "upkeep", table.read_text(encoding="utf-8")),
-        encoding="utf-8",
-    )
+    # The wiring names the state too (an await reads the agent's phase).
+    for path in (table, specs / "wiring.toml"):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(
+            re.sub(r"(?<![\w.-])maintenance(?![\w.-])", "upkeep", text), encoding="utf-8"
+        )
     with pytest.raises(
         FsmError,
         match=exactly(

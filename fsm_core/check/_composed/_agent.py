@@ -28,7 +28,9 @@ accepted before disposal, and cleared when the last of the work is claimed (a ``
 that leaves nothing pending, the last ``take_steering``: a claim takes one next-turn message,
 and what it leaves stays owed until a later turn of the same driver claims it), discarded
 (``clear_inbox``, removal of the last message), parked by a ``keep_inbox`` cancel, or when
-disposal begins or the driver halts on an escape (``halt``).
+disposal begins or the driver halts on an escape (``halt``). A send to an agent whose hosting
+activation shut it (``shut``, when the table has it) owes nothing: it is parked, as under
+disposal.
 ``no_parked_wake`` says an idle agent with no driver scheduled never owes a wake.
 """
 
@@ -87,7 +89,7 @@ class AgentWiring:
     flat = True
     instances: tuple[str, ...] = ("",)
     hooked_events = frozenset(
-        {"send", "cancel", "halt", "start", "dispose", "remove", "take_steering"}
+        {"send", "cancel", "halt", "start", "dispose", "shut", "remove", "take_steering"}
     )
     hooked_effects = frozenset({"clear_inbox", "claim_inbox"})
     binding: frozenset[str] = frozenset()
@@ -116,6 +118,7 @@ class AgentWiring:
         # position: send's wake, cancel's keep_inbox and the rest of remove and take_steering.
         self._phase = layout[m.names[0]]
         self._closing, self._scheduled = layout["closing"], layout["scheduled"]
+        self._shut = layout.get("shut")  # a table without it has no hosting activation
         self._pending = layout["pending"]
         params = {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
         self._wake = params["send"].index("wake")
@@ -165,7 +168,7 @@ class AgentWiring:
 
     # --- environment -----------------------------------------------------------------------------
 
-    def charges(self, event: str, args: Args) -> tuple[int, ...]:
+    def charges(self, event: str, args: Args, on: int | None) -> tuple[int, ...]:
         return self._budget.get(event, ())
 
     def offers(self, state: Sequence[Any], instance: int, event: str, args: Args) -> bool:
@@ -179,7 +182,7 @@ class AgentWiring:
         driver excuses what was owed as it *starts*: its own idle notification is checked."""
         if event == "send" and args[self._wake]:
             store[self._prerun] = False
-            if not store[self._closing]:
+            if not store[self._closing] and not (self._shut is not None and store[self._shut]):
                 store[self._owed] = True
         elif event == "cancel" and store[self._phase] == "idle" and store[self._scheduled]:
             store[self._prerun] = True
@@ -188,14 +191,14 @@ class AgentWiring:
 
     def after(self, store: list[Any], instance: int, event: str, args: Args) -> None:
         """The driver's start ends a pre-run cancel's window. A ``keep_inbox`` cancel parks,
-        and disposal or removing the last message excuses, whatever was owed when it
-        *finishes*, so work a cancel-requested observer queues inside that cancel is parked
-        with the rest (pre-abort, D4)."""
+        and disposal, the hosting activation's shut or removing the last message excuses,
+        whatever was owed when it *finishes*, so work a cancel-requested observer queues
+        inside that cancel is parked with the rest (pre-abort, D4)."""
         if event == "start":
             store[self._prerun] = False
         if (
             (event == "cancel" and args[self._keep_inbox])
-            or event == "dispose"
+            or event in ("dispose", "shut")
             or (event in self._rest and not args[self._rest[event]])
         ):
             store[self._owed] = False

@@ -311,9 +311,9 @@ class CompiledEngine(Engine):
         self._pruned: list[_Branch] = []
         """The listener calls the search in progress left out for its bound."""
 
-        def spending(event: str, args: Args) -> tuple[int, ...]:
+        def spending(event: str, args: Args, on: int | None) -> tuple[int, ...]:
             spent = [0] * len(budgets)
-            for slot in w.charges(event, args):
+            for slot in w.charges(event, args, on):
                 spent[slot - lo] += 1
             return tuple(spent)
 
@@ -328,7 +328,9 @@ class CompiledEngine(Engine):
                 (
                     event,
                     SELF if on == i else on,
-                    tuple((args, spending(event, args)) for args in arguments),
+                    tuple(
+                        (args, spending(event, args, i if on == i else on)) for args in arguments
+                    ),
                 )
                 for event, arguments, on in offers
             )
@@ -338,7 +340,7 @@ class CompiledEngine(Engine):
             self._group.append(groups[calls])
         # A reaction point tries the listener calls last one first (the plan stack's order).
         self._options = tuple(
-            (event, args, spending(event, args)) for event, args in reversed(w.listener_calls)
+            (event, args, spending(event, args, None)) for event, args in reversed(w.listener_calls)
         )
         self._branching = bool(self._options) and w.max_reactions > 0
         self._hooked_events = w.hooked_events
@@ -440,7 +442,9 @@ class CompiledEngine(Engine):
             found = self._budgets[code] = tuple(reversed(digits))
         return found
 
-    def first_violated(self, state: Any) -> str | None:
+    def first_violated(self, state: Any, *, between: bool = True) -> str | None:
+        """Between steps only: a state a listener observes mid-step is never packed."""
+        assert between, "a packed state is one between steps"
         return self._verdict(state)[0]
 
     def quiescent(self, state: Any) -> bool:
@@ -917,6 +921,8 @@ class CompiledEngine(Engine):
             if before is None:
                 before = path.start if self._flat else path.start[i]
             now = path.observed[i] = tuple(node)
+            if before is None:  # created inside this step: nothing observed it before
+                before = now
             where = (i, before, now if self._flat else tuple(store), f.effect)
             verdict = self._noticed.get(where)
             if verdict is None:
@@ -950,7 +956,7 @@ class CompiledEngine(Engine):
         for prop, holds_at in self.notified:
             if not holds_at(store, at):
                 return (prop,)
-        if Engine.first_violated(self, store) is not None:
+        if Engine.first_violated(self, store, between=False) is not None:
             return (None,)
         return ()
 
@@ -988,7 +994,8 @@ class CompiledEngine(Engine):
             if before is None:
                 before = path.start if self._flat else path.start[i]
             code = self._tables[i]
-            k = code.first_unstable(before, store if self._flat else path.live(i))
+            now = store if self._flat else path.live(i)
+            k = code.first_unstable(now if before is None else before, now)
             if k >= 0:
                 store[self.broken] = self._named(code.stable[k], i)
         path.flush()

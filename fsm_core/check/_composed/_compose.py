@@ -163,8 +163,10 @@ class Wiring(Protocol):
 
     def initial(self) -> tuple[Any, ...]: ...
 
-    def charges(self, event: str, args: Args) -> tuple[int, ...]:
-        """The budget slots one call of ``event(args)`` spends; a call needs each above 0."""
+    def charges(self, event: str, args: Args, on: int | None) -> tuple[int, ...]:
+        """The budget slots one call of ``event(args)`` fired on instance ``on`` spends (None:
+        a listener's call, on the instance whose notification it is in); a call needs each
+        above 0."""
         ...
 
     def offers(self, state: Sequence[Any], instance: int, event: str, args: Args) -> bool:
@@ -235,6 +237,7 @@ class Engine:
             for m in w.machines
         )
         self._always = predicates(w.own, "always")
+        self._between = predicates(w.own, "between")
         self.notified = predicates(w.own, "notified")
         self.delivered = predicates(w.own, "delivered")
         self._labels = Labels()
@@ -259,7 +262,9 @@ class Engine:
     def quiescent(self, state: Any) -> bool:
         return self.wiring.quiescent(state)
 
-    def first_violated(self, state: Any) -> str | None:
+    def first_violated(self, state: Any, *, between: bool = True) -> str | None:
+        """The first property ``state`` breaks; ``between`` (a state between steps, not one
+        a listener observes mid-step) adds the ``between`` properties."""
         broken = state[self.broken]
         if broken:
             return str(broken)
@@ -269,6 +274,10 @@ class Engine:
         for prop, holds in self._always:
             if not holds(state, None):
                 return prop
+        if between:
+            for prop, holds in self._between:
+                if not holds(state, None):
+                    return prop
         return None
 
     def steps(self, state: Any) -> list[tuple[int, Any]]:
@@ -281,7 +290,7 @@ class Engine:
                 for args in arguments:
                     if not w.offers(state, i, event, args):
                         continue
-                    if any(state[slot] == 0 for slot in w.charges(event, args)):
+                    if any(state[slot] == 0 for slot in w.charges(event, args, on)):
                         continue
                     for move, nxt in self._runs(state, on, event, args, target):
                         out.append((self._labels.index(move), nxt))
@@ -355,7 +364,7 @@ class _Run:
     def step(self, instance: int, event: str, args: Args) -> Move:
         """Run ``event`` and everything inside it; raises :class:`_Refused` if not enabled."""
         store = self.store
-        for slot in self.w.charges(event, args):
+        for slot in self.w.charges(event, args, instance):
             store[slot] -= 1
         try:
             move = self.fire(instance, event, args)
@@ -384,10 +393,13 @@ class _Run:
             self.store[i] = tuple(values)
 
     def before(self, i: int) -> Sequence[Any]:
+        """What a listener last observed of instance ``i``: the step's start until then (an
+        instance created inside the step, as it is now: nothing observed it before)."""
         observed = self.observed.get(i)
         if observed is not None:
             return observed
-        return self.start if self.w.flat else self.start[i]
+        start = self.start if self.w.flat else self.start[i]
+        return self.live(i) if start is None else start
 
     def named(self, prop: str, i: int) -> str:
         """The table property ``prop`` as broken on instance ``i``."""
@@ -427,7 +439,7 @@ class _Run:
             for prop, holds in e.notified:
                 if not holds(store, (name, values)):
                     self.stop(prop, name, values)
-            if e.first_violated(store) is not None:
+            if e.first_violated(store, between=False) is not None:
                 raise _Stop(_notice(name, values))
         for target, event, args in w.wire(store, i, name, values, self.target):
             try:
@@ -445,7 +457,7 @@ class _Run:
         if choice is None:
             return
         event, args = choice
-        for slot in w.charges(event, args):
+        for slot in w.charges(event, args, None):
             if store[slot] == 0:
                 raise _Invalid
             store[slot] -= 1

@@ -1,76 +1,76 @@
-"""The activation-tree protocol: a tree of activations, wired as seed 004 wires them.
+"""The activation-tree protocol: a tree of activations, connected as specs/wiring.toml says.
 
-Everything this composition adds to the table is declared here, and :mod:`._compose` runs
-it: the layout of node slots, budgets and ghosts, which effects fire which events on which
-node, and the tree's properties with their meanings.
+Everything this composition adds to the tables is declared here, and :mod:`._compose` runs
+it: the layout of node slots, budgets and ghosts, which instance each target of the wiring
+names, and the tree's properties with their meanings. *Which event an effect fires on which
+instance, with which arguments, and what a refusal there means* is not here: it is read from
+the model's wiring (``[tree] wiring``, specs/wiring.toml), the declaration the runtime's
+registry reads too. This module only resolves each target to instances.
 
 Nodes are named by path: ``a`` is the root, ``a.1`` .. ``a.W`` its children, ``a.1.1`` a
 grandchild, down to the model's ``depth``. A child slot is empty until its parent admits it.
-Every node runs the activation table; the composition wires the effects that reach another
-node, synchronously, as the runtime calls them:
-
-- ``dispose_children()`` on p fires ``dispose(final_state_flushed=false)`` on each admitted
-  child of p, in order, inside p's row (children are disposed before p awaits its own idle);
-- ``request_dispose()`` on n fires ``dispose(false)`` on n; ``dispose_in_maintenance()`` fires
-  ``dispose(true)`` (the natural end: the watcher's ``ready``);
-- ``notify_parent(failed)`` on n fires ``child_settled(failed, last)`` on n's parent, where
-  ``last`` says no other admitted child of the parent is still unsettled;
-- ``admit_child()`` on p fills p's next empty child slot with a fresh activation.
+Every node runs the activation table. With ``[tree] agent`` each node also carries its own
+agent (``a:agent``, specs/agent.toml), created with it: the wiring's calls aimed at ``agent``
+and ``new_agent`` fire on it, and the wiring's ``[[awaits]]`` gate the activation's internal
+events on its state (``agent_idle`` waits for the agent's ``quiescent``, ``handle_disposed``
+for ``disposed``, the watcher reads its inbox). Without it the agent is abstracted: those
+calls go nowhere and the awaited events fire whenever the activation's table enables them.
 
 Beside the nodes runs the registry's door, one instance ``door`` of the model's ``[tree]
-door`` table (specs/admission.toml), wired as ``fsm_core/runtime/_subagents.py`` wires it:
+door`` table. The targets resolve so:
 
-- ``drain()`` is the door's (the registry-wide drain): its ``drain_roots()`` fires
-  ``drain(scope=registry)`` on the root ``a``. No node is offered ``drain(registry)`` directly;
-- ``drain_below(parent=activation)``, naming node n (the step's target), is ``drain_descendants``
-  with n's agent as the parent: its ``drain_activation()`` fires ``drain(scope=descendants)``
-  on n. The root's parent is a host-owned agent: ``drain_below(parent=host)`` closes admission
-  below it and its ``dispose_roots()`` fires ``dispose(false)`` on ``a``;
-- an admission below node n is the door's ``admit(parent=activation)`` naming n; its
-  ``admit_below()`` fires ``admit`` on n. A refusal there is the caller's (the door's effects
-  that fire on a node are *binding*): the step is refused as a whole, as the runtime raises it
-  with nothing changed;
-- ``deliver(drained)`` is offered with ``drained`` true iff the door is drained;
-- ``notify_parent(failed)`` on ``a`` fires the door's ``root_settled(parent=host)``: the host
-  parent is live throughout (nothing in the tree disposes it).
+- ``self``: the node; ``children``: its admitted children, in order; ``parent``: its parent
+  node (the fact ``last`` says no other admitted sibling is unsettled); ``door``: the door
+  (the fact ``parent`` is ``host`` for a root's settlement: the root's host parent is live
+  throughout, nothing in the tree disposes it; for an agent's disposal, ``activation``);
+  ``agent``: the node's agent; ``new_agent``: the agent of the child an ``admit_child()``
+  created, in the slot it filled;
+- from the door: ``roots`` and ``host_roots`` are the root ``a`` (the tree has one root, owned
+  by the host parent); ``named`` is the node the step's call named (the step's *target*):
+  ``admit`` and ``drain_below`` naming node n are the door's ``admit(parent=activation)`` and
+  ``drain_below(parent=activation)``; ``host`` and ``new_agent`` (a host agent, a root or
+  spawned child the door creates) are not in the tree, so those calls go nowhere.
 
-The door's other events are left out, because the tree cannot tie them to a node and they
-change nothing a node or the door's state holds: ``spawn`` runs a child that is not
-continuable (no activation), ``release`` and ``parent_disposed`` keep or forget what a cold
-resume needs (the tree resumes nothing cold: a settled slot stays settled), ``parent_disposing``
-is the host parent's own disposal (the tree never disposes it; were it fired, its row's
-``dispose_roots()`` would be ``drain_below(parent=host)``'s ``dispose(false)`` on ``a``, with
-``forget_below()`` changing nothing the tree holds, and the root's later ``root_settled``
-would find the parent gone), ``name_parent``
-only checks a parent before ``drain_below`` (which the tree names live), and ``admit`` with a
-host parent makes a second root, for which the tree has no slot. models/admission.toml proves
-their rows on their own. For the same reason the host parent is always passed as ``host``:
-``host_drained`` takes the same rows, and with a single root nothing tells them apart.
+A call the wiring marks ``refused = "caller"`` hands the step's call on (*binding*): a refusal
+there refuses the step as a whole, as the runtime raises it with nothing changed. Any other
+refused call breaks ``wired_call_accepted`` (or ``settlement_notice_delivered`` for a
+settlement notice).
+
+The door's events the tree cannot tie to a node are not offered: ``spawn`` (no activation),
+``release`` and ``parent_disposed`` (what a cold resume needs: the tree resumes nothing cold),
+``parent_disposing`` of a host agent (the tree never disposes it), ``name_parent`` (it only
+checks a parent ``drain_below`` names live) and ``admit`` with a host parent (a second root,
+for which the tree has no slot). models/admission.toml proves their rows on their own.
 
 The environment calls the budgeted events (``admit``, ``dispose``, ``drain``, ``drain_below``,
-``drain_child``); ``failures`` budgets ``handle_disposed(failed=true)``. A drain below a parent
-spends the ``drain_below`` budget when the model gives one, else the ``drain`` budget: then
-``drain`` bounds every drain, registry-wide or below a parent, as it bounded
-``drain(scope)`` on the nodes before the door. The other events
-(``deliver``, ``children_joined``, ``agent_idle``, ``final_flushed``, ``handle_disposed``,
-``watch`` with every verdict's inputs) fire whenever enabled; ``child_settled`` only ever
-arrives through the wiring.
+``drain_child``, and the agents' ``agent.EVENT``: ``agent.send`` is a user's followup straight
+to a node's agent); ``failures`` budgets ``handle_disposed(failed=true)``. A drain below a
+parent spends the ``drain_below`` budget when the model gives one, else the ``drain`` budget.
+The activation's other events fire whenever enabled (and, with agents, the wiring's awaits
+allow); ``child_settled`` only ever arrives through the wiring. An agent's driver events fire
+whenever its table enables them; ``halt`` and ``remove`` (an escape, a user's removal) and every
+input event only within an ``agent.EVENT`` budget; ``shut`` only through the wiring. With
+``reactions``, listeners re-enter a node's agent inside those notifying effects (``agent.EVENT``
+budgets bound them), up to two calls per step.
 
-Every effect's ``requires`` contract is checked as it runs; every node's invariants and step
-invariants at each notifying effect and between steps. Tree properties besides:
+Every effect's ``requires`` contract is checked as it runs; every instance's invariants and
+step invariants at each notifying effect and between steps. Tree properties besides:
 
 - ``parent_leaves_after_children``: a node out of the registry has every admitted child out;
-- ``settlement_notice_delivered``: a parent always accepts its child's settlement notice (the
-  root's host parent through the door's ``root_settled``);
+- ``settlement_notice_delivered``: a parent always accepts its child's settlement notice;
+- ``wired_call_accepted``: no other call the wiring promises is ever refused;
 - ``teardown_runs_once``: a node's memoized close (``close_inbox``) runs at most once;
 - ``notice_sent_once``: a node notifies its parent at most once;
+- ``notice_after_children``: a node notifies its parent only after every admitted child did;
 - ``drained_door_leaves_no_active_node``: once the door is drained no admitted node is
-  ``active``, so no ``deliver(drained=true)`` reaches an active activation (whose ``deliver``
-  row ignores ``drained``: the property proves that row never needs it).
-
-That no node admits after the door drained needs no property of its own: the door refuses
-every admission once drained (its ``admit_below()`` contract, ``registry == admitting``, is
-proven at load and at every step), and an activation that is not ``active`` refuses one too.
+  ``active``, so no ``deliver(drained=true)`` reaches an active activation;
+- ``teardown_cancels_subtree``: between steps, every admitted child of a node that is tearing
+  down is tearing down too: a teardown's cancel reaches the whole subtree inside the call that
+  began it;
+- with agents, ``no_turn_after_close``: no agent publishes ``turn/start`` while its activation
+  is tearing down (seed 004: "disposal never latches, so teardown waits on no model turn");
+- with agents, ``no_parked_wake``: an agent of an active activation that is idle with no driver
+  scheduled owes no waking send its turn (the agent model's ghost, per node).
 """
 
 from __future__ import annotations
@@ -84,34 +84,37 @@ from fsm_core.check._composed._compose import BROKEN, Args, Engine, Layout, Offe
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Notice, Property, at_node
+from fsm_core.table import Machine, WiredCall, Wiring
 from fsm_core.table._codegen import compile_predicates
 from fsm_core.table._table import Table
 
 PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
 NOTICE_DELIVERED = "settlement_notice_delivered"
+CALL_ACCEPTED = "wired_call_accepted"
 TEARDOWN_ONCE = "teardown_runs_once"
 NOTICE_ONCE = "notice_sent_once"
+NOTICE_AFTER_CHILDREN = "notice_after_children"
 NO_ACTIVE_AFTER_DRAIN = "drained_door_leaves_no_active_node"
+CANCELS_SUBTREE = "teardown_cancels_subtree"
+NO_TURN_AFTER_CLOSE = "no_turn_after_close"
+NO_PARKED_WAKE = "no_parked_wake"
 DOOR = "door"
 """The door's instance name, and the name of its slot in the layout."""
 DRAINED = "drained"
 """The door's state once ``drain()`` closed admission registry-wide (the runtime reads it so)."""
+AGENT = ":agent"
+"""A node's agent is named by the node's path and this suffix (``a.1:agent``)."""
 
-NEEDS = Needs(
-    variables=("resident",),
-    events={
-        "admit": (),
-        "dispose": ("final_state_flushed",),
-        "child_settled": ("failed", "last"),
-        "handle_disposed": ("failed",),
-    },
-    effects={"notify_parent": ("failed",)},
-    by_position=True,
-)
-"""What the wiring fires, passes and reads (the wired effects without parameters are only
-matched by name: a table without them wires nothing there)."""
+NEEDS = Needs(variables=("resident", "children"), events={"dispose": ("final_state_flushed",)})
+"""What the tree reads of the node table by name (the rest is the wiring's, validated when
+the wiring loaded against the same tables)."""
 
 _WIRED_ONLY = frozenset({"child_settled"})
+_AGENT_WIRED = frozenset({"shut"})
+"""Agent events only the wiring fires."""
+_AGENT_BUDGETED = frozenset({"halt", "remove"})
+"""Agent internal events the environment causes (an escape, a user's removal): offered only
+within an ``agent.EVENT`` budget."""
 
 _THROUGH_DOOR = {"admit": "admit", "drain": "drain_below"}
 """Node events the environment reaches only through the door: a call naming a node is the
@@ -120,27 +123,20 @@ door's event (the value) with ``parent=activation``, which the door hands on to 
 _DOOR_EVENTS = {"drain": (), "admit": ("parent",), "drain_below": ("parent",)}
 DOOR_CALLS = tuple(_DOOR_EVENTS)
 """The door's events the environment calls, which a model may budget."""
-_DOOR_VALUES = {("admit", "parent"), ("drain_below", "parent"), ("root_settled", "parent")}
-"""What the wiring fires on the door, and the parent values it passes: :func:`door_lacking`
-checks these. The door's effects it wires (``drain_roots``, ``dispose_roots``,
-``admit_below``, ``drain_activation``) take no parameter and are matched by name only: a door
-without one wires nothing there."""
 _NODE_VALUES = {("drain", "scope"): ("registry", "descendants")}
 
 
 def door_lacking(door: Table, node: Table) -> str | None:
-    """What the door table ``door`` or the node table ``node`` lacks for the wiring, as
-    ``an event root_settled(parent) whose parent takes host``; else None."""
+    """What the door table ``door`` or the node table ``node`` lacks for the tree, as
+    ``an event drain_below(parent) in the door``; else None."""
     for event, params in _DOOR_EVENTS.items():
         spec = door.events.get(event)
         if spec is None or tuple(p for p, _ in spec.params) != params:
             return f"an event {event}({', '.join(params)}) in the door"
-    for event, param in sorted(_DOOR_VALUES):
-        spec = door.events.get(event)
-        kinds = dict(spec.params) if spec is not None else {}
-        values = kinds[param].values if param in kinds else ()
-        if spec is None or tuple(kinds) != (param,) or not {"activation", "host"} <= set(values):
-            return f"an event {event}({param}) in the door whose {param} takes activation and host"
+    for event in ("admit", "drain_below"):
+        kinds = dict(door.events[event].params)
+        if not {"activation", "host"} <= set(kinds["parent"].values):
+            return f"an event {event}(parent) in the door whose parent takes activation and host"
     for (event, param), wanted in _NODE_VALUES.items():
         spec = node.events.get(event)
         kinds = dict(spec.params) if spec is not None else {}
@@ -201,41 +197,33 @@ def tree_size(depth: int, width: int, limit: int) -> int:
 class TreeWiring:
     """The activation-tree protocol as a :class:`~fsm_core.check._composed._compose.Wiring`.
 
-    The state is one slot per node (its activation's state, None until admitted) and the
-    door's slot, then ``budget.EVENT`` for each budgeted event and ``budget.failures``, then
-    the ghosts ``ghost.closes.NODE`` and ``ghost.notices.NODE`` (how often each node closed
-    and notified its parent) and ``ghost.broken``.
+    The state is one slot per node (its activation's state, None until admitted), then, with
+    agents, one per node's agent, then the door's slot; then ``budget.EVENT`` for each
+    budgeted event and ``budget.failures``; then the ghosts ``ghost.closes.NODE`` and
+    ``ghost.notices.NODE`` (how often each node closed and notified its parent), with agents
+    ``ghost.owed.NODE`` (the node's agent owes a waking send its turn) and ``ghost.late_turn``
+    (an agent opened a turn while its activation tore down), and ``ghost.broken``.
     """
 
     flat = False
-    reactions: frozenset[str] = frozenset()
-    hooked_events: frozenset[str] = frozenset()
-    hooked_effects = frozenset(
-        {
-            "close_inbox",
-            "dispose_children",
-            "request_dispose",
-            "dispose_in_maintenance",
-            "admit_child",
-            "notify_parent",
-            "drain_roots",
-            "dispose_roots",
-            "admit_below",
-            "drain_activation",
-        }
-    )
-    binding = frozenset({"admit_below", "drain_activation", "drain_roots", "dispose_roots"})
-    listener_calls: tuple[tuple[str, Args], ...] = ()
-    max_reactions = 0
+    max_reactions = 2
 
     def __init__(self, model: Model) -> None:
         assert model.door is not None, "the model loader gives every tree its door"
+        assert model.wiring is not None, "the model loader gives every tree its wiring"
         self.model = model
         self.machine = m = model.machine
         self.door = door = model.door
+        self.agent: Machine | None = model.agent
+        self.wiring: Wiring = model.wiring
         self.shape = shape = _shape(model.depth, model.width)
-        self.instances = (*shape.names, DOOR)
-        self.machines = (*(m for _ in shape.names), door)
+        n = len(shape.names)
+        agents = () if self.agent is None else tuple(x + AGENT for x in shape.names)
+        self.instances = (*shape.names, *agents, DOOR)
+        a = self.agent
+        self.machines: tuple[Machine, ...] = (
+            *(m for _ in shape.names), *(a for _ in agents if a is not None), door,
+        )  # fmt: skip
         self.layout = layout = Layout(
             (
                 *self.instances,
@@ -243,10 +231,14 @@ class TreeWiring:
                 "budget.failures",
                 *(f"ghost.closes.{x}" for x in shape.names),
                 *(f"ghost.notices.{x}" for x in shape.names),
+                *(f"ghost.owed.{x}" for x in (shape.names if agents else ())),
+                *(("ghost.late_turn",) if agents else ()),
                 BROKEN,
             )
         )
-        self._slots = range(len(shape.names))  # first in the layout: instance i is slot i
+        self._slots = range(n)  # first in the layout: instance i is slot i
+        self._agents = range(n, n + len(agents))  # node i's agent is instance n + i
+        self._n = n
         self._door = layout[DOOR]
         self._budget = {e: layout[f"budget.{e}"] for e in model.budgets}
         if "drain_below" not in self._budget and "drain" in self._budget:
@@ -254,19 +246,58 @@ class TreeWiring:
         self._failures = layout["budget.failures"]
         self._closes = tuple(layout[f"ghost.closes.{x}"] for x in shape.names)
         self._notices = tuple(layout[f"ghost.notices.{x}"] for x in shape.names)
+        self._owed = tuple(layout[f"ghost.owed.{x}"] for x in shape.names) if agents else ()
+        self._late = layout.get("ghost.late_turn")
         self._resident = m.names.index("resident")
+        self._children = m.names.index("children")
         self._stage = m.names.index(m.table.state_var)
         self._active = m.table.initial  # an activation begins active: resident and admitting
         self._registry = door.names.index(door.table.state_var)
-        # Compiled once: evaluated on every node of every state and notification.
+        # Compiled once: evaluated on every instance of every state and notification.
+        tables = (m, door) if a is None else (m, door, a)
         self._violated = tuple(
             cast(_Predicates, compile_predicates(t, {i.id: i.expr for i in t.table.invariants}))
-            for t in (m, door)
+            for t in tables
         )
         self._unsettled = tuple(
             cast(_Predicates, compile_predicates(t, {"quiescent": t.table.defs["quiescent"].expr}))
-            for t in (m, door)
+            for t in tables
         )
+        # The wiring, per machine and effect: what the hooks resolve.
+        self._calls = {
+            (c.machine, c.effect): self.wiring.fired_by(c.machine, c.effect)
+            for c in self.wiring.calls
+        }
+        self.binding = frozenset(
+            c.effect
+            for c in self.wiring.calls
+            if c.machine in ("activation", "admission")
+            and all(x.refused == "caller" for x in self._calls[(c.machine, c.effect)])
+        )
+        self._awaits = {
+            w.event: w for w in self.wiring.awaits if w.machine == "activation" and a is not None
+        }
+        ghosts_node = {"close_inbox", "notify_parent", "admit_child"}
+        ghosts_agent = {"publish_turn_start", "clear_inbox", "claim_inbox"} if a else set()
+        self.hooked_effects = frozenset({e for (_, e) in self._calls} | ghosts_node | ghosts_agent)
+        self.hooked_events: frozenset[str] = (
+            frozenset({"send", "cancel", "halt", "dispose", "shut", "remove", "take_steering"})
+            if a is not None
+            else frozenset()
+        )
+        self.reactions: frozenset[str] = frozenset(model.reactions)
+        self.listener_calls: tuple[tuple[str, Args], ...] = ()
+        self._agent_budget: dict[str, int] = {}
+        if a is not None:
+            self.listener_calls = tuple(
+                (e[len("agent.") :], args)
+                for e in model.budgets
+                if e.startswith("agent.") and a.table.events[e[len("agent.") :]].kind == "input"
+                for args in a.all_arguments(e[len("agent.") :])
+            )
+            self._agent_budget = {
+                e[len("agent.") :]: self._budget[e] for e in model.budgets if e.startswith("agent.")
+            }
         node_offers: list[Offer] = []
         for e in m.table.events:
             if e in _THROUGH_DOOR:
@@ -274,17 +305,29 @@ class TreeWiring:
                 node_offers.append((via, (door.arguments(via, parent="activation"),), self._door))
             elif e not in _WIRED_ONLY:
                 node_offers.append((e, tuple(m.all_arguments(e)), -1))
+        agent_offers: list[Offer] = []
+        if a is not None:
+            for e, spec in a.table.events.items():
+                user = spec.kind == "input" or e in _AGENT_BUDGETED
+                if e in _AGENT_WIRED or (user and f"agent.{e}" not in model.budgets):
+                    continue
+                agent_offers.append((e, tuple(a.all_arguments(e)), -1))
         self.offered = (
-            *(tuple((e, a, i if on < 0 else on) for e, a, on in node_offers) for i in self._slots),
+            *(tuple((e, x, i if on < 0 else on) for e, x, on in node_offers) for i in self._slots),
+            *(tuple((e, x, j) for e, x, _ in agent_offers) for j in self._agents),
             (
                 ("drain", tuple(door.all_arguments("drain")), self._door),
                 ("drain_below", (door.arguments("drain_below", parent="host"),), self._door),
             ),
         )
-        self._registry_scope = m.arguments("drain", scope="registry")
-        self._descendants = m.arguments("drain", scope="descendants")
-        self._host = door.arguments("root_settled", parent="host")
-        self.own: tuple[Property, ...] = (
+        self._wake = 0 if a is None else [p for p, _ in a.table.events["send"].params].index("wake")
+        self._keep = (
+            0 if a is None else [p for p, _ in a.table.events["cancel"].params].index("keep_inbox")
+        )
+        self.own: tuple[Property, ...] = self._properties()
+
+    def _properties(self) -> tuple[Property, ...]:
+        own = [
             Property(
                 PARENT_LEAVES_AFTER_CHILDREN,
                 "always",
@@ -296,6 +339,12 @@ class TreeWiring:
                 "delivered",
                 "a parent refused its child's settlement notice",
                 lambda _, at: at is None or at[0] not in ("child_settled", "root_settled"),
+            ),
+            Property(
+                CALL_ACCEPTED,
+                "delivered",
+                "an instance refused a call the wiring says is never refused",
+                lambda _, at: at is not None and at[0] in ("child_settled", "root_settled"),
             ),
             Property(
                 TEARDOWN_ONCE,
@@ -310,30 +359,67 @@ class TreeWiring:
                 lambda s, _: all(s[c] <= 1 for c in self._notices),
             ),
             Property(
-                NO_ACTIVE_AFTER_DRAIN,
+                NOTICE_AFTER_CHILDREN,
                 "always",
+                "a node notified its parent before an admitted child notified it",
+                self._notice_after_children,
+            ),
+            Property(
+                NO_ACTIVE_AFTER_DRAIN,
+                "between",
                 "the door is drained while an admitted node is still active (a delivery "
                 "would reach it with drained=true)",
                 self._no_active_after_drain,
             ),
-        )
+            Property(
+                CANCELS_SUBTREE,
+                "between",
+                "a node tears down while an admitted child is still active",
+                self._cancels_subtree,
+            ),
+        ]
+        if self.agent is not None:
+            late = cast(int, self._late)
+            own += [
+                Property(
+                    NO_TURN_AFTER_CLOSE,
+                    "always",
+                    "an agent opened a model turn while its activation was tearing down",
+                    lambda s, _: not s[late],
+                ),
+                Property(
+                    NO_PARKED_WAKE,
+                    "always",
+                    "an active activation's agent is idle with no driver scheduled and still "
+                    "owes a waking send its turn",
+                    self._no_parked_wake,
+                ),
+            ]
+        return tuple(own)
 
     def initial(self) -> tuple[Any, ...]:
         n = len(self._slots)
         budgets = (self.model.budgets[e] for e in self.model.budgets)
-        root: list[object] = [tuple(self.machine.initial)]
+        agents: list[object] = []
+        if self.agent is not None:
+            agents = [tuple(self.agent.initial), *([None] * (n - 1))]
+        ghosts = [0] * (2 * n) + ([False] * (n + 1) if self.agent is not None else [])
         return (
-            *root, *([None] * (n - 1)), tuple(self.door.initial), *budgets, self.model.failures,
-            *([0] * (2 * n)), "",
+            tuple(self.machine.initial), *([None] * (n - 1)), *agents, tuple(self.door.initial),
+            *budgets, self.model.failures, *ghosts, "",
         )  # fmt: skip
 
     # --- properties ------------------------------------------------------------------------------
 
+    def _table(self, i: int) -> int:
+        """Which compiled table instance ``i`` runs: 0 a node, 1 the door, 2 an agent."""
+        return 0 if i < self._n else 1 if i == self._door else 2
+
     def table_violated(self, state: Sequence[Any]) -> str | None:
-        for i in (*self._slots, self._door):
+        for i in range(len(self.instances)):
             node = state[i]
             if node is not None:
-                bad = self._violated[i == self._door](node)
+                bad = self._violated[self._table(i)](node)
                 if bad is not None:
                     return at_node(bad, self.instances[i])
         return None
@@ -349,19 +435,73 @@ class TreeWiring:
                         return False
         return True
 
+    def _notice_after_children(self, s: Sequence[Any], _: Notice | None) -> bool:
+        notices = self._notices
+        return all(
+            not s[notices[i]] or all(s[c] is None or s[notices[c]] for c in self.shape.children[i])
+            for i in self._slots
+        )
+
     def _no_active_after_drain(self, s: Sequence[Any], _: Notice | None) -> bool:
         if not self._is_drained(s):
             return True
         stage, active = self._stage, self._active
         return all(s[i] is None or s[i][stage] != active for i in self._slots)
 
+    def _cancels_subtree(self, s: Sequence[Any], _: Notice | None) -> bool:
+        """A node past ``active`` has no active admitted child (checked between steps: inside
+        the step that begins a teardown it spreads). That the node's agent is shut too is
+        ``no_turn_after_close``'s to prove, where it matters: at a turn."""
+        stage, active = self._stage, self._active
+        for i in self._slots:
+            node = s[i]
+            if node is None or node[stage] == active:
+                continue
+            if any(s[c] is not None and s[c][stage] == active for c in self.shape.children[i]):
+                return False
+        return True
+
+    def _shut(self, agent: Sequence[Any]) -> bool:
+        """True iff no send wakes ``agent`` any more: disposing, or shut by its activation (an
+        agent table without ``shut``, as before the wiring shut it, has only disposal)."""
+        a = self.agent
+        assert a is not None
+        shut = "shut" in a.names and a.get(agent, "shut")
+        return bool(shut or a.get(agent, "closing"))
+
+    def _no_parked_wake(self, s: Sequence[Any], _: Notice | None) -> bool:
+        a = self.agent
+        assert a is not None
+        for i in self._slots:
+            agent = s[self._n + i]
+            if agent is None or not s[self._owed[i]] or s[i][self._stage] != self._active:
+                continue
+            if agent[0] == "idle" and self._unsettled[2](agent) is None:
+                return False
+        return True
+
     def _is_drained(self, s: Sequence[Any]) -> bool:
         return bool(s[self._door][self._registry] == DRAINED)
 
     def quiescent(self, state: Sequence[Any]) -> bool:
-        return self._unsettled[1](state[self._door]) is None and all(
-            self._settled(state[i]) for i in self._slots if state[i] is not None
-        )
+        """The door quiet and every admitted node settled (its agent is disposed by its
+        teardown, so quiet too); with agents, a node may also rest active while its agent is
+        quiescent and its watcher waits on work parked unwoken (a user's inject) or on
+        children: nothing runs until someone wakes or disposes it."""
+        if self._unsettled[1](state[self._door]) is not None:
+            return False
+        for i in self._slots:
+            node = state[i]
+            if node is None or self._settled(node):
+                continue
+            if self.agent is None or node[self._stage] != self._active:
+                return False
+            agent = state[self._n + i]
+            if self._unsettled[2](agent) is not None:
+                return False
+            if not (agent[self._pending_index] or node[self._children]):
+                return False
+        return True
 
     def _settled(self, node: tuple[Any, ...]) -> bool:
         # The table's ``quiescent``: the activation reached ``settled``.
@@ -369,7 +509,12 @@ class TreeWiring:
 
     # --- environment -----------------------------------------------------------------------------
 
-    def charges(self, event: str, args: Args) -> tuple[int, ...]:
+    def charges(self, event: str, args: Args, on: int | None) -> tuple[int, ...]:
+        """A call on a node's agent, or a listener's (listeners re-enter agents only), spends
+        ``agent.EVENT``; any other ``EVENT``, and a failed handle ``failures`` too."""
+        if on is None or self._n <= on < self._door:
+            slot = self._agent_budget.get(event)
+            return () if slot is None else (slot,)
         slot = self._budget.get(event)
         spent = () if slot is None else (slot,)
         if event == "handle_disposed" and args[0]:
@@ -378,67 +523,150 @@ class TreeWiring:
 
     def offers(self, state: Sequence[Any], instance: int, event: str, args: Args) -> bool:
         """An admission below a node needs a free child slot; ``deliver``'s ``drained`` is
-        the door's state. Budgets are counted by :meth:`charges`."""
+        the door's state; with agents, an awaited event waits for its agent's state. An
+        agent's calls are offered as the table takes them (budgets spent in :meth:`charges`)."""
+        if instance >= self._n:
+            return True
         if event == "admit":
             return any(state[c] is None for c in self.shape.children[instance])
         if event == "deliver":
             return bool(args[0]) == self._is_drained(state)
+        waits = self._awaits.get(event)
+        if waits is not None:
+            return waits.admits(state[self._n + instance], args)
         return True
 
-    # --- wiring ----------------------------------------------------------------------------------
+    # --- ghosts ----------------------------------------------------------------------------------
 
     def before(self, store: list[Any], instance: int, event: str, args: Args) -> None:
-        return None
+        """An agent's waking send owes a wake as it is accepted, unless disposal or its
+        activation's teardown began (the agent model's ``owed``, per node)."""
+        if self.agent is None or not self._n <= instance < self._door:
+            return
+        node = instance - self._n
+        if event == "send" and args[self._wake]:
+            agent = store[instance]
+            if not self._shut(agent):
+                store[self._owed[node]] = True
+        elif event == "halt":
+            store[self._owed[node]] = False
 
     def after(self, store: list[Any], instance: int, event: str, args: Args) -> None:
-        return None
+        """A ``keep_inbox`` cancel parks, and disposal, the shut or removing the last message
+        excuses, what was owed when it finishes."""
+        if self.agent is None or not self._n <= instance < self._door:
+            return
+        if (
+            (event == "cancel" and args[self._keep])
+            or event in ("dispose", "shut")
+            or (event in ("remove", "take_steering") and not args[0])
+        ):
+            store[self._owed[instance - self._n]] = False
 
     def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None:
-        return None
+        """Discarding an agent's inbox, or a claim that leaves nothing pending, settles what
+        was owed."""
+        if self.agent is None or not self._n <= instance < self._door:
+            return
+        if name == "clear_inbox":
+            store[self._owed[instance - self._n]] = False
+
+    # --- wiring ----------------------------------------------------------------------------------
 
     def wire(
         self, store: list[Any], instance: int, name: str, values: Args, target: int | None
     ) -> Sequence[Reaction]:
-        """The events an effect of node ``instance`` (or of the door) fires on other nodes,
-        on itself or on the door, counting closes and notices as it goes."""
-        shape, i = self.shape, instance
-        if i == self._door:
-            return self._door_wire(name, target)
+        """The events the effect ``name`` of ``instance`` fires, as the wiring declares them,
+        on the instances its targets name; counting closes and notices, and creating the
+        child an ``admit_child()`` admits, as it goes."""
+        n = self._n
+        if instance == self._door:
+            return self._fire(store, "admission", name, values, instance, target, None)
+        if instance >= n:  # an agent
+            node = instance - n
+            if name == "claim_inbox" and not store[instance][self._pending_index]:
+                store[self._owed[node]] = False
+            elif name == "publish_turn_start" and store[node][self._stage] != self._active:
+                store[cast(int, self._late)] = True
+            return self._fire(store, "agent", name, values, instance, target, node)
+        created = None
         if name == "close_inbox":
-            store[self._closes[i]] += 1
-        elif name == "dispose_children":
-            return [(c, "dispose", (False,)) for c in shape.children[i] if store[c] is not None]
-        elif name == "request_dispose":
-            return [(i, "dispose", (False,))]
-        elif name == "dispose_in_maintenance":
-            return [(i, "dispose", (True,))]
-        elif name == "admit_child":
-            free = next(c for c in shape.children[i] if store[c] is None)
-            store[free] = tuple(self.machine.initial)
+            store[self._closes[instance]] += 1
         elif name == "notify_parent":
-            store[self._notices[i]] += 1
-            p = shape.parent[i]
-            if p is None:
-                return [(self._door, "root_settled", self._host)]
-            others = [c for c in shape.children[p] if c != i and store[c] is not None]
-            last = all(self._settled(store[c]) for c in others)
-            return [(p, "child_settled", (values[0], last))]
-        return ()
+            store[self._notices[instance]] += 1
+        elif name == "admit_child":
+            created = next(c for c in self.shape.children[instance] if store[c] is None)
+            store[created] = tuple(self.machine.initial)
+            if self.agent is not None:
+                store[n + created] = tuple(self.agent.initial)
+        return self._fire(store, "activation", name, values, instance, target, created)
 
-    def _door_wire(self, name: str, target: int | None) -> Sequence[Reaction]:
-        """The events an effect of the door fires on the root, or on the node the step's
-        call named (``target``)."""
-        if name == "drain_roots":
-            return [(0, "drain", self._registry_scope)]
-        if name == "dispose_roots":
-            return [(0, "dispose", (False,))]
-        if name == "admit_below":
-            assert target is not None, "the door admits below the node the environment named"
-            return [(target, "admit", ())]
-        if name == "drain_activation":
-            assert target is not None, "the door drains below the node the environment named"
-            return [(target, "drain", self._descendants)]
-        return ()
+    def _fire(
+        self,
+        store: list[Any],
+        machine: str,
+        name: str,
+        values: Args,
+        i: int,
+        target: int | None,
+        extra: int | None,
+    ) -> list[Reaction]:
+        out: list[Reaction] = []
+        for call in self._calls.get((machine, name), ()):
+            for k in self._resolve(store, call, i, target, extra):
+                out.append((k, call.event, call.arguments(values, self._facts(store, call, i))))
+        return out
+
+    def _resolve(
+        self, store: list[Any], call: WiredCall, i: int, target: int | None, extra: int | None
+    ) -> list[int]:
+        """The instances ``call.target`` names, from the effect of instance ``i``."""
+        n, shape, t = self._n, self.shape, call.target
+        agents = self.agent is not None
+        if call.machine == "admission":
+            if t in ("roots", "host_roots"):
+                return [0]
+            if t == "named":
+                assert target is not None, "the door hands a call on to the node it names"
+                return [target]
+            return []  # host, new_agent: a host agent or a spawned child is not in the tree
+        if call.machine == "agent":
+            return [self._door] if t == "door" else []
+        root = shape.parent[i] is None
+        if (call.only == "root" and not root) or (call.only == "child" and root):
+            return []
+        if t == "self":
+            return [i]
+        if t == "agent":
+            return [n + i] if agents else []
+        if t == "children":
+            return [c for c in shape.children[i] if store[c] is not None]
+        if t == "parent":
+            p = shape.parent[i]
+            return [] if p is None else [p]
+        if t == "door":
+            return [self._door]
+        if t == "new_agent":
+            return [n + extra] if agents and extra is not None else []
+        raise AssertionError(f"the wiring loader admits no target {t!r} for an activation")
+
+    def _facts(self, store: list[Any], call: WiredCall, i: int) -> dict[str, Any]:
+        facts: dict[str, Any] = {}
+        if "last" in call.facts:
+            p = self.shape.parent[i]
+            assert p is not None
+            others = [c for c in self.shape.children[p] if c != i and store[c] is not None]
+            facts["last"] = all(self._settled(store[c]) for c in others)
+        if "parent" in call.facts:
+            # A root's parent is the host agent, live throughout; a disposing agent of the tree
+            # is a node's own, the exact agent of a resident activation.
+            facts["parent"] = "host" if call.machine == "activation" else "activation"
+        return facts
+
+    @property
+    def _pending_index(self) -> int:
+        assert self.agent is not None
+        return self.agent.names.index("pending")
 
 
 def tree_engine(model: Model, *, interpreted: bool = False) -> Engine:
