@@ -21,7 +21,11 @@ overlapping columns that no one can read. Our tables have no entry or exit actio
 internal transition and a self-loop mean the same thing.
 
 ``traceability.md`` maps every clause of ``clauses.toml`` (D1..D9 first) to the rows,
-invariants, step invariants and pair rules citing it; a clause nothing cites says ``(not cited)``.
+invariants, step invariants and pair rules citing it; a clause no row implements says ``not
+implemented:`` and why (its ``not_implemented`` in ``clauses.toml``). A clause that nothing cites
+and that gives no such reason is refused (:class:`~fsm_core.SpecError`); the loader refuses a tag
+naming a clause that gives one (and so does this, for a :class:`~fsm_core.table.Spec` built by
+hand).
 
 :func:`write_diagrams` also renders ``<machine>.svg`` when Graphviz's ``dot`` is on PATH. SVG
 bytes depend on the Graphviz version, so an SVG is never compared byte for byte: it carries
@@ -49,7 +53,7 @@ from pathlib import Path
 
 import graphviz
 
-from fsm_core._errors import FsmError
+from fsm_core._errors import FsmError, SpecError, echo
 from fsm_core.table import Machine, Spec
 from fsm_core.table._expr import unparse, unparse_stmt
 from fsm_core.table._table import Row
@@ -399,10 +403,29 @@ def _traceability(spec: Spec) -> str:
             for c in rule.clauses:
                 at(c).pairs.append(f"{rule.kind}[{rule.index}]")
 
+    catalogue = f"{spec.root.name}/clauses.toml"
+    for cid, clause in spec.clauses.items():
+        if not cited[cid] and clause.not_implemented is None:
+            raise SpecError(
+                catalogue,
+                f"clause {echo(cid)}",
+                "no row, pair rule or invariant of any table cites it (tag the rows that "
+                'implement it, or say why none does with not_implemented = "...")',
+            )
+        if cited[cid] and clause.not_implemented is not None:
+            raise SpecError(  # the loader refuses the tag; a Spec built by hand may not
+                catalogue,
+                f"clause {echo(cid)}",
+                "not_implemented says no row implements it, yet it is cited in "
+                f"{', '.join(spec.machines[m].table.file for m in cited[cid])} "
+                "(drop the tag, or the not_implemented)",
+            )
+
     def cell(cid: str) -> str:
         by = cited[cid]
-        if not by:
-            return "(not cited)"
+        why = spec.clauses[cid].not_implemented
+        if why is not None:
+            return f"not implemented: {_cell(why)}"
         return "<br>".join(f"{m}: {by[m]}" for m in spec.machines if m in by)
 
     tables = " and ".join(f"`{m.table.file}`" for m in spec.machines.values())
@@ -413,7 +436,8 @@ def _traceability(spec: Spec) -> str:
         "",
         f"For every clause of `{spec.root.name}/clauses.toml`: the rows, invariants, step "
         "invariants and pair rules",
-        f"of {tables} that cite it. A clause nothing cites says (not cited).",
+        f"of {tables} that cite it. A clause no row implements says so, and why",
+        "(its `not_implemented`).",
         "A step invariant (`[[invariants]]` with `unchanged` and `while`) keeps a variable's value",
         "between two moments a listener can observe while its predicate holds at both.",
         "Pair rules are a table's `[[ignored]]` and `[[rejected]]` entries, numbered in file order",

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from fsm_core import SpecError
 from fsm_core.cli import main
 from fsm_core.diagrams import check_diagrams, default_out_dir, render_diagrams, write_diagrams
-from fsm_core.table import Spec, load_spec
-from tests.helpers import copy_specs, edit
+from fsm_core.table import Clause, Spec, load_spec
+from tests.helpers import copy_specs, edit, exactly
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_DOT = shutil.which("dot") is not None
@@ -270,7 +271,7 @@ def test_every_row_is_drawn_once_per_source_state() -> None:
         assert dot.count(" -> ") == arrow_count + 1
 
 
-def test_every_clause_is_listed_and_uncited_ones_say_so() -> None:
+def test_every_clause_is_listed_and_the_unimplemented_ones_say_why() -> None:
     spec = load_spec()
     md = render_diagrams(spec)["traceability.md"]
     tables = [machine.table for machine in spec.machines.values()]
@@ -279,9 +280,67 @@ def test_every_clause_is_listed_and_uncited_ones_say_so() -> None:
     cited |= {c for t in tables for step in t.stable for c in step.clauses}
     cited |= {c for t in tables for rule in t.pair_rules for c in rule.clauses}
     every_clause = md[md.index("## Every clause") :]
-    for cid in spec.clauses:
+    unimplemented = [cid for cid, c in spec.clauses.items() if c.not_implemented is not None]
+    assert unimplemented, "no clause says why no row implements it"
+    for cid, clause in spec.clauses.items():
         line = next(x for x in every_clause.splitlines() if x.startswith(f"| `{cid}` |"))
-        assert line.endswith("| (not cited) |") == (cid not in cited), line
+        # load_spec holds every clause to exactly one of the two.
+        assert (cid in cited) == (clause.not_implemented is None), cid
+        why = clause.not_implemented
+        if why is None:
+            assert "not implemented" not in line.split(" | ")[-1], line
+        else:
+            assert line.endswith(f"| not implemented: {' '.join(why.split())} |"), line
+        assert not line.endswith("| (not cited) |"), line
+
+
+def test_a_clause_nothing_cites_must_say_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    specs = copy_specs(tmp_path)
+    catalogue = specs / "clauses.toml"
+    spare = '\n[clauses."X.spare"]\nsource = "S004"\nquote = "cancel"\nsummary = "Spare."\n'
+    catalogue.write_text(catalogue.read_text(encoding="utf-8") + spare, encoding="utf-8")
+    spec = load_spec(specs)  # the loader checks one table at a time: a subset may load
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/clauses.toml: clause 'X.spare': no row, pair rule or invariant of any table "
+            "cites it (tag the rows that implement it, or say why none does with "
+            'not_implemented = "...")'
+        ),
+    ):
+        render_diagrams(spec)
+    with pytest.raises(SpecError, match=r"^specs/clauses\.toml: clause 'X\.spare': no row"):
+        check_diagrams(spec, tmp_path / "out")
+    out = str(tmp_path / "out")
+    assert main(["--specs", str(specs), "diagrams", "--check", "--out", out]) == 2
+    assert capsys.readouterr().err.startswith(
+        "fsm-core: specs/clauses.toml: clause 'X.spare': no row, pair rule or invariant"
+    )
+    specs = copy_specs(tmp_path / "given")  # a fresh root: load_spec caches
+    catalogue = specs / "clauses.toml"
+    given = spare + 'not_implemented = "a test\'s spare"\n'
+    catalogue.write_text(catalogue.read_text(encoding="utf-8") + given, encoding="utf-8")
+    md = render_diagrams(load_spec(specs))["traceability.md"]
+    line = next(x for x in md.splitlines() if x.startswith("| `X.spare` |"))
+    assert line == "| `X.spare` | Spare. | not implemented: a test's spare |"
+
+
+def test_a_cited_clause_that_says_no_row_implements_it_is_refused() -> None:
+    spec = load_spec()
+    cited = spec.clauses["S004.child-first"]
+    liar = Clause(cited.id, cited.source, cited.quote, cited.summary, "no reason")
+    clauses = {**spec.clauses, cited.id: liar}  # by hand: the loader refuses the tag
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/clauses.toml: clause 'S004.child-first': not_implemented says no row "
+            "implements it, yet it is cited in specs/activation.toml (drop the tag, or the "
+            "not_implemented)"
+        ),
+    ):
+        render_diagrams(Spec(spec.root, clauses, spec.machines))
 
 
 def test_traceability_opens_with_the_nine_pinned_decisions() -> None:
@@ -294,7 +353,10 @@ def test_traceability_opens_with_the_nine_pinned_decisions() -> None:
 def test_traceability_names_rows_and_invariants_per_machine() -> None:
     md = render_diagrams(load_spec())["traceability.md"]
     line = next(x for x in md.splitlines() if x.startswith("| `S004.cancel-keep-inbox` |"))
-    assert line.endswith("| activation: `dispose.begin`<br>agent: `cancel.turn`, `cancel.flush` |")
+    assert line.endswith(
+        "| activation: `dispose.begin`, `child.settled.joining`<br>"
+        "agent: `cancel.turn`, `cancel.flush` |"
+    )
 
 
 def test_traceability_names_step_invariants_among_their_clauses_citations() -> None:

@@ -455,7 +455,7 @@ def test_listing_shows_a_row_with_its_numbered_effects_and_clauses() -> None:
         "         3.2. reason := cause",
         "         3.3. abort_holder(cause)  (notifies)",
         "      clauses: S000.cause-union, S000.effective-cancel, S000.frozen-reason, "
-        "S000.first-wins, S000.observer-work, S004.cancel-keep-inbox",
+        "S000.first-wins, S000.observer-work, S004.agent-cancel, S004.cancel-keep-inbox",
     ]
 
 

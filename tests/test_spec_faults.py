@@ -650,6 +650,33 @@ CATALOGUE_FAULTS = [
         "the quote is empty (a clause quotes the words it stands for)",
         id="blank-quote",
     ),
+    pytest.param(
+        'summary = "Finishing settles."',
+        'summary = "Finishing settles."\nnot_implemented = 3',
+        "specs/clauses.toml: clause 'C.settle': not_implemented must be a string, found int",
+        id="not-implemented-not-a-string",
+    ),
+    pytest.param(
+        'summary = "Finishing settles."',
+        'summary = "Finishing settles."\nnot_implemented = " "',
+        "specs/clauses.toml: clause 'C.settle': "
+        "not_implemented is empty (it says why no row implements the clause)",
+        id="not-implemented-blank",
+    ),
+    pytest.param(
+        'summary = "Finishing settles."',
+        'summary = "Finishing settles."\nnot_implemented = "no\\u0007bell"',
+        "specs/clauses.toml: clause 'C.settle': not_implemented holds the non-printing "
+        "character '\\x07' at position 2 (a table is plain text; newlines and tabs are allowed)",
+        id="not-implemented-control-character",
+    ),
+    pytest.param(
+        'summary = "Finishing settles."',
+        'summary = "Finishing settles."\nnot_implemented = "the table has no finish"',
+        "specs/t.toml: row 'finish.done': clause 'C.settle' says no row implements it (its "
+        "not_implemented in specs/clauses.toml): drop the tag, or the not_implemented",
+        id="not-implemented-yet-cited",
+    ),
 ]
 
 
@@ -660,6 +687,16 @@ def test_a_faulty_clause_catalogue_is_rejected(
     specs = write_specs(tmp_path, clauses=edit(CLAUSES, old, new))
     with pytest.raises(SpecError, match=exactly(message)):
         load_spec(specs)
+
+
+def test_a_clause_no_row_implements_loads_with_its_reason(tmp_path: Path) -> None:
+    spare = (
+        '\n[clauses."C.spare"]\nsource = "S"\nquote = "Any other submit only queues."\n'
+        'summary = "Anything else queues."\nnot_implemented = "the table never queues twice"\n'
+    )
+    spec = load_spec(write_specs(tmp_path, clauses=CLAUSES + spare))
+    assert spec.clauses["C.spare"].not_implemented == "the table never queues twice"
+    assert spec.clauses["C.settle"].not_implemented is None
 
 
 @pytest.mark.parametrize(

@@ -247,7 +247,7 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
     for cid, body in f.table("[clauses]", data["clauses"]).items():
         _clause_id(f, "[clauses]", "clause", cid)
         where = f"clause {echo(cid)}"
-        c = f.keys(where, body, ["source", "quote", "summary"])
+        c = f.keys(where, body, ["source", "quote", "summary"], ["not_implemented"])
         source = f.text(where, c["source"], "source")
         if source not in sources:
             f.fail(where, f"unknown source {echo(source)} (sources: {known(sources)})")
@@ -256,7 +256,16 @@ def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
             f.fail(where, "the quote is empty (a clause quotes the words it stands for)")
         if " ".join(quote.split()) not in sources[source]:
             f.fail(where, f"quote not found verbatim in {data['sources'][source]}")
-        clauses[cid] = Clause(cid, source, quote, f.text(where, c["summary"], "summary"))
+        summary = f.text(where, c["summary"], "summary")
+        why = None
+        if "not_implemented" in c:
+            why = f.text(where, c["not_implemented"], "not_implemented")
+            if not why.strip():
+                f.fail(
+                    where,
+                    "not_implemented is empty (it says why no row implements the clause)",
+                )
+        clauses[cid] = Clause(cid, source, quote, summary, why)
     return clauses
 
 
@@ -573,6 +582,12 @@ class _TableParser:
         for tag in out:
             if tag not in self.clauses:
                 f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
+            if self.clauses[tag].not_implemented is not None:
+                f.fail(
+                    where,
+                    f"clause {echo(tag)} says no row implements it (its not_implemented in "
+                    "specs/clauses.toml): drop the tag, or the not_implemented",
+                )
         return out
 
     def _state_names(self, where: str, value: object, key: str) -> tuple[str, ...]:

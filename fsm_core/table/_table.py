@@ -23,12 +23,18 @@ CLAUSE_ID = re.compile(r"[A-Za-z0-9_]+(?:[.-][A-Za-z0-9_]+)*")
 
 @dataclass(frozen=True, slots=True)
 class Clause:
-    """A seed sentence or pinned decision that rows implement, quoted verbatim."""
+    """A seed sentence or pinned decision that rows implement, quoted verbatim.
+
+    ``not_implemented`` is None for a clause some row, pair rule or invariant cites; for one
+    that nothing cites, it says why no row implements it (``load_spec`` holds the catalogue to
+    exactly one of the two).
+    """
 
     id: str
     source: str
     quote: str
     summary: str
+    not_implemented: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
