@@ -18,7 +18,11 @@ def story(name: str) -> Story:
 def test_dispose_cancels_self_then_disposes_children() -> None:
     s = story("dispose_cancels_self_then_disposes_children")
     assert s.rows[2] == "dispose.begin"
-    assert s.effects(2) == ["close_inbox()", "cancel_agent(parent)", "dispose_children(true)"]
+    assert s.effects(2) == [
+        "close_inbox()",
+        "cancel_agent(parent)",
+        "dispose_children(true, false)",
+    ]
 
 
 def test_dispose_is_memoized() -> None:
@@ -84,7 +88,7 @@ def test_drain_refuses_admission_explicitly() -> None:
         "DRAINING: continuable subagents below this parent are draining",
     )
     root = story("registry_drain_requests_disposal")
-    assert root.effects(0) == ["request_dispose()"]
+    assert root.effects(0) == ["request_dispose(true)"]
 
 
 def test_drain_children_checks_lineage() -> None:

@@ -89,18 +89,20 @@ SETTLED_JOINING = (
 TO_RELEASING = (
     "0. initial: a.stage=active a.children=false a.flushed=false a.natural=false "
     "a.failure=false a.draining=none a.resident=true a.slot=true a.announced=false a.owned=true "
-    "a.1=absent door.registry=admitting budget.admit=1 budget.dispose=1 budget.drain=0 "
-    "budget.drain_child=0 "
+    "a.by_drain=false a.1=absent door.registry=admitting budget.admit=1 budget.dispose=1 "
+    "budget.drain=0 budget.drain_child=0 "
     "budget.failures=0 ghost.closes.a=0 ghost.closes.a.1=0 ghost.notices.a=0 "
     "ghost.notices.a.1=0 ghost.broken=\n"
     "1. door.admit(parent=activation) for a -> admit.below   changed: a.children false->true, "
     "a.1 absent->active{children=false, flushed=false, natural=false, failure=false, "
-    "draining=none, resident=true, slot=true, announced=false, owned=true}, budget.admit 1->0\n"
+    "draining=none, resident=true, slot=true, announced=false, owned=true, by_drain=false}, "
+    "budget.admit 1->0\n"
     "   inside admit_below(): a.admit() -> admit\n"
-    "2. a.dispose(final_state_flushed=false) -> dispose.begin   changed: a.stage "
+    "2. a.dispose(final_state_flushed=false, drain=false) -> dispose.begin   changed: a.stage "
     "active->joining, a.1.stage active->joining, budget.dispose 1->0, ghost.closes.a "
     "0->1, ghost.closes.a.1 0->1\n"
-    "   inside dispose_children(true): a.1.dispose(final_state_flushed=false) -> "
+    "   inside dispose_children(true, false): a.1.dispose(final_state_flushed=false, "
+    "drain=false) -> "
     "dispose.begin\n"
     "3. a.1.children_joined() -> children.joined   changed: a.1.stage "
     "joining->awaiting_idle\n"
@@ -132,13 +134,15 @@ def test_a_tree_step_stopped_inside_shows_its_row_the_calls_inside_and_where_it_
         " ghost.closes.a 1->2, ghost.notices.a.1 0->1\n"
         "   inside notify_parent(false): a.child_settled(failed=false, last=true) -> "
         "child.settled.joining\n"
+        "   inside release_ownership(): door.release(parent=activation) -> release.remember\n"
         "violated: teardown_runs_once (a node's memoized close ran twice) in state 6, at "
         "settle(false) inside step 6: a.stage=joining a.children=false a.flushed=false "
         "a.natural=false a.failure=false a.draining=none a.resident=true a.slot=true "
-        "a.announced=false a.owned=true a.1.stage=settled a.1.children=false a.1.flushed=true "
-        "a.1.natural=false a.1.failure=false"
+        "a.announced=false a.owned=true a.by_drain=false a.1.stage=settled a.1.children=false "
+        "a.1.flushed=true a.1.natural=false a.1.failure=false"
         " a.1.draining=none a.1.resident=false a.1.slot=false a.1.announced=true "
-        "a.1.owned=false door.registry=admitting budget.admit=0 budget.dispose=0 budget.drain=0 "
+        "a.1.owned=false a.1.by_drain=false door.registry=admitting budget.admit=0 "
+        "budget.dispose=0 budget.drain=0 "
         "budget.drain_child=0 "
         "budget.failures=0 ghost.closes.a=2 ghost.closes.a.1=1 ghost.notices.a=0 "
         "ghost.notices.a.1=1 ghost.broken=\n"
@@ -159,10 +163,11 @@ def test_a_refused_settlement_notice_breaks_settlement_notice_delivered(tmp_path
         "violated: settlement_notice_delivered (a parent refused its child's settlement "
         "notice) in state 6, at notify_parent(false) inside step 6: a.stage=joining "
         "a.children=true a.flushed=false a.natural=false a.failure=false a.draining=none "
-        "a.resident=true a.slot=true a.announced=false a.owned=true a.1.stage=settled "
-        "a.1.children=false a.1.flushed=true a.1.natural=false a.1.failure=false "
-        "a.1.draining=none a.1.resident=false a.1.slot=false a.1.announced=true a.1.owned=true "
-        "door.registry=admitting budget.admit=0 budget.dispose=0 "
+        "a.resident=true a.slot=true a.announced=false a.owned=true a.by_drain=false "
+        "a.1.stage=settled a.1.children=false a.1.flushed=true a.1.natural=false "
+        "a.1.failure=false a.1.draining=none a.1.resident=false a.1.slot=false "
+        "a.1.announced=true a.1.owned=true a.1.by_drain=false door.registry=admitting "
+        "budget.admit=0 budget.dispose=0 "
         "budget.drain=0 budget.drain_child=0 budget.failures=0 ghost.closes.a=1 "
         "ghost.closes.a.1=1 ghost.notices.a=0 ghost.notices.a.1=1 "
         "ghost.broken=settlement_notice_delivered\n"
@@ -214,7 +219,7 @@ def test_the_host_parent_disposes_the_root_and_hears_its_settlement(
 ) -> None:
     host = [m for m in tree_moves if m.call() == "door.drain_below(parent=host)"]
     assert {(e, m.call()) for h in host for e, m in h.inside} == {
-        ("dispose_roots()", "a.dispose(final_state_flushed=false)")
+        ("dispose_roots(true)", "a.dispose(final_state_flushed=false, drain=true)")
     }
     notices = {
         (effect, m.call(), m.row)
@@ -226,6 +231,7 @@ def test_the_host_parent_disposes_the_root_and_hears_its_settlement(
     assert notices == {
         ("notify_parent(false)", "door.root_settled(parent=host)", "root_settled"),
         ("notify_parent(true)", "door.root_settled(parent=host)", "root_settled"),
+        ("release_ownership()", "door.release(parent=host)", "release.remember"),
     }
 
 

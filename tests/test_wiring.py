@@ -177,7 +177,7 @@ def test_without_the_shut_a_teardown_waits_on_a_model_turn(tmp_path: Path) -> No
     lines = format_trace(report).splitlines()
     steps = [line.split("   changed")[0] for line in lines if line[0].isdigit()][1:]
     assert steps == [
-        "1. a.dispose(final_state_flushed=false) -> dispose.begin",
+        "1. a.dispose(final_state_flushed=false, drain=false) -> dispose.begin",
         "2. a:agent.send(wake=true, lane=next_turn) -> send.idle.wake",
         "3. a:agent.start() -> start.turn",
         "4. a:agent.claim() -> claim.turn",
@@ -193,3 +193,15 @@ def test_the_shipped_wiring_proves_no_turn_after_close() -> None:
     report = check(load_model(models_dir() / "agent_tree.toml"))
     assert report.violation is None
     assert NO_TURN_AFTER_CLOSE in {p.name for p in report.properties}
+
+
+def test_a_runtime_refuses_a_wiring_whose_awaits_it_does_not_implement(tmp_path: Path) -> None:
+    """The runtime awaits the agent's idle (when_idle(): quiescent) before agent_idle; a wiring
+    that says otherwise is refused when the runtime is built, not followed half-way."""
+    from fsm_core import FsmError, Runtime
+    from fsm_core.testing import ScriptedModel
+
+    specs = copy_specs(tmp_path)
+    edit(specs / "wiring.toml", 'until = "quiescent"', 'until = "phase == idle"')
+    with pytest.raises(FsmError, match=r"^the runtime and specs/wiring\.toml disagree on what "):
+        Runtime(ScriptedModel(), specs=specs)

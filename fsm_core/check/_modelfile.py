@@ -56,7 +56,7 @@ from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Property
 from fsm_core.check._system import declared
-from fsm_core.table._limits import DEFAULT_LIMITS
+from fsm_core.table._limits import DEFAULT_LIMITS, Limits
 from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
 from fsm_core.table._machine import Machine
 from fsm_core.table._wiring import Wiring, load_wiring
@@ -108,8 +108,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     constants = _ints(f, "[model] constants", m.get("constants", {}))
     raised = f.keys("[model] limits", m.get("limits", {}), [], ["domain", "values", "tree"])
     limits = replace(DEFAULT_LIMITS, **_ints(f, "[model] limits", raised))
-    clauses = load_clauses(table_path.parent / "clauses.toml")
-    machine = load_table(table_path, clauses, constants=constants or None, limits=limits)
+    machine = _table(table_path, constants, limits)
     t = machine.table
     door: Machine | None = None
     wiring: Wiring | None = None
@@ -124,7 +123,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
                     f'that connects it to its nodes ({key} = "../specs/{example}")',
                 )
         door_path = _table_path(f, "[tree]", "door", tree["door"], path, specs)
-        door = load_table(door_path, load_clauses(door_path.parent / "clauses.toml"))
+        door = _table(door_path)
     if kind in _NEEDS:
         lacking = _NEEDS[kind].lacking(t)
         if lacking is not None:
@@ -141,7 +140,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
             f.fail("[tree]", f"the wiring reads agent.toml beside it; {beside} has none")
         wired = {"activation": machine, "admission": door}
         catalogue = load_clauses(beside / "clauses.toml")
-        wired["agent"] = load_table(agent_path, catalogue)
+        wired["agent"] = _table(agent_path)
         wiring = load_wiring(wiring_path, wired, catalogue, f"{beside.name}/{wiring_path.name}")
         agents = tree.get("agents", False)
         if not isinstance(agents, bool):
@@ -285,6 +284,34 @@ def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:
     return [
         load_model(p, f"{root.name}/{p.name}", specs=specs) for p in sorted(root.glob("*.toml"))
     ]
+
+
+_Key = tuple[object, ...]
+_LOADED: dict[_Key, Machine] = {}
+"""Tables already loaded and proven, by file, version and scale: a run of several models
+proves each table once, not once per model (a tree's wiring reads the agent table too)."""
+
+
+def _table(
+    path: Path, constants: Mapping[str, int] | None = None, limits: Limits = DEFAULT_LIMITS
+) -> Machine:
+    """The table at ``path`` (with the catalogue beside it), loaded once per version: the
+    key holds both files' size and modification time, so an edited table is loaded anew."""
+    catalogue = path.parent / "clauses.toml"
+    versions = []
+    for p in (path, catalogue):
+        try:
+            st = p.stat()
+            versions.append((str(p.resolve()), st.st_mtime_ns, st.st_size))
+        except OSError:
+            versions.append((str(p), 0, 0))
+    key: _Key = (*versions, tuple(sorted((constants or {}).items())), limits)
+    found = _LOADED.get(key)
+    if found is None:
+        found = load_table(path, load_clauses(catalogue), constants=constants or None,
+                           limits=limits)  # fmt: skip
+        _LOADED[key] = found
+    return found
 
 
 def _table_path(

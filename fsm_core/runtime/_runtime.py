@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fsm_core._errors import SpecError, UsageError, echo, known
 from fsm_core.runtime._agent import Agent
-from fsm_core.runtime._core import AgentCore, AgentHandle
+from fsm_core.runtime._core import AgentCore, AgentHandle, _check_table
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._hooks import Hooks
 from fsm_core.runtime._initiators import AgentRegistry
@@ -64,6 +64,7 @@ class Runtime:
                     f"(machines: {known(spec.machines)})",
                 )
         self._table = spec.machines["agent"]
+        _check_table(self._table)  # the agent table first: the registry's wiring reads it too
         self._handles: dict[str, AgentHandle] = {}
         self.agents = AgentRegistry(self._handles)
         """The live agents by id, the initiator scope and boundaries (``AgentRegistry``)."""

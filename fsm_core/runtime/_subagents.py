@@ -56,7 +56,7 @@ from fsm_core.runtime._activation import (
 )
 from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._causes import CAUSES, PARENT
-from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
+from fsm_core.runtime._core import AgentCore, AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
 from fsm_core.runtime._payloads import (
@@ -69,7 +69,7 @@ from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
 from fsm_core.runtime._teardown import Pending, persist
-from fsm_core.table import Effect, Machine, Wiring
+from fsm_core.table import Effect, Machine, WiredCall, Wiring
 from fsm_core.table._expr import Value
 
 __all__ = ["Subagents"]
@@ -90,10 +90,12 @@ def _draining_below(parent: str) -> str:
 
 @dataclass(slots=True)
 class _Admission:
-    """The context of an ``admit`` fire: the child to create, and the node once created."""
+    """The context of an ``admit`` fire: the child to create with its first message, and the
+    node once created."""
 
     child_id: str
     session: Session
+    message: UserMessage
     node: _Node | None = None
 
 
@@ -248,8 +250,15 @@ class Subagents:
                 f"the runtime and {door.table.file} disagree on effects: {sorted(missing)}"
             )
         self._wiring = wiring
-        """specs/wiring.toml: the calls an activation's effects make on its own agent are
-        made as it declares them (:meth:`_to_agent`)."""
+        """specs/wiring.toml: every call an effect makes on another instance is made as it
+        declares it (:meth:`_connect`); the awaits are this module's (``_finish``, ``_watch``),
+        checked against it here."""
+        declared = {(w.event, w.until_text) for w in wiring.awaits if w.machine == "activation"}
+        if declared != self._AWAITS:
+            raise FsmError(
+                f"the runtime and {wiring.file} disagree on what the activation awaits: the "
+                f"runtime awaits {sorted(self._AWAITS)}, the wiring {sorted(declared)}"
+            )
         self._door = HostedMachine(door, perform=self._perform_door)
         """The registry's door (specs/admission.toml): registry-wide drains, live parents."""
         self._events = events
@@ -280,8 +289,10 @@ class Subagents:
         self._notices = 0
         self._firing = 0
         self._held: BaseException | None = None
-        self._cascade: deque[tuple[_Node, _Node, bool]] = deque()
-        """Children whose ``dispose`` a row asked for, fired once that row returns."""
+        self._cascade: deque[tuple[_Node, _Node, bool, WiredCall, tuple[Value, ...]]] = deque()
+        """Children a row's ``dispose_children`` reaches (the parent, the child, whether the
+        parent joins it, the wiring's call and the effect's arguments), fired once that row
+        returns."""
         self._cascading = False
         events.on("inbox/inserted", self._poke)
         events.on("inbox/discarded", self._poke)
@@ -343,9 +354,7 @@ class Subagents:
         message = self._message(prompt, f"{child_id}:prompt")
         if session is not None and not isinstance(session, Session):
             raise UsageError(f"a child's session is a Session, not {echo(session)}")
-        node = self._admit(parent, child_id, session or Session())
-        node.agent.followup(message)
-        return node.public
+        return self._admit(parent, child_id, session or Session(), message).public
 
     def _message(self, prompt: str | UserMessage, default_id: str) -> UserMessage:
         """The message ``prompt`` gives, checked as the child's inbox will check it: a
@@ -360,9 +369,11 @@ class Subagents:
                 raise UsageError(f"a message's {field} must be a str, not {type(value).__name__}")
         return prompt
 
-    def _admit(self, parent: Agent, child_id: str, session: Session) -> _Node:
+    def _admit(self, parent: Agent, child_id: str, session: Session, message: UserMessage) -> _Node:
         """Ask the door (specs/admission.toml) whether ``parent`` may admit now, then
-        admit: through the parent activation's own ``admit`` row, or as a root."""
+        admit: through the parent activation's own ``admit`` row (the wiring's
+        ``door.admits_below``), or as a root; the new agent gets ``message`` as the wiring
+        says (``admit.prompts_child``, ``door.prompts_root``)."""
         _check_id(child_id)
         kind, parent_node = self._parent_kind(parent)
         route = _Route()
@@ -373,16 +384,17 @@ class Subagents:
             raise UsageError(f"agent {session._owner!r} already records into that session")
         if route.value == "root":
             node = self._new_node(child_id, parent, None, session)
+            self._connect("admission", "admit_root", (), None, new=node, context=message)
         else:
             assert route.value == "below" and parent_node is not None
-            admission = _Admission(child_id, session)
+            admission = _Admission(child_id, session, message)
             try:
-                self._fire(parent_node, "admit", admission)
+                self._connect("admission", "admit_below", (), None, named=parent_node,
+                              context=admission)  # fmt: skip
             except Rejected as refused:
                 raise _refusal(refused, parent, parent_node.id) from None
             assert admission.node is not None
             node = admission.node
-        self._start_watcher(node)
         return node
 
     def _parent_kind(self, parent: object) -> tuple[str, _Node | None]:
@@ -427,6 +439,7 @@ class Subagents:
         dormant = self._dormant.pop(child_id, None)
         if dormant is not None:
             self._below.get(dormant.parent_agent, {}).pop(child_id, None)
+        self._start_watcher(node)  # before its first message wakes the agent
         return node
 
     # --- delivery ---------------------------------------------------------------------------
@@ -465,9 +478,7 @@ class Subagents:
         dormant = self._dormant.get(child_id)
         if dormant is None:
             raise UsageError(f"no continuable subagent is named {echo(child_id)}")
-        node = self._admit(dormant.parent_agent, child_id, dormant.session)
-        node.agent.followup(message)
-        return node.public
+        return self._admit(dormant.parent_agent, child_id, dormant.session, message).public
 
     def _parent_disposing(self, started: DisposalStarted) -> None:
         """agent/disposing, inside the dispose call: the door's ``parent_disposing``, whose
@@ -478,7 +489,7 @@ class Subagents:
         drain = _DrainBelow(started.agent, None, [])
         roots = self._roots.get(started.agent, {})
         running = {r for r in roots if self._resident[r].closing is not None}
-        self._door.fire("parent_disposing", drain, parent=kind)
+        self._agent_to_door("publish_disposing", drain, kind)
         for root in drain.below:  # nobody awaits the teardowns it began: each settlement tells
             if root.id not in running and root.closing is not None:
                 root.closing.add_done_callback(partial(_read, "a teardown a host's disposal began"))
@@ -487,7 +498,7 @@ class Subagents:
 
     def _parent_gone(self, ended: DisposalEnded) -> None:
         """agent/disposed: the door's ``parent_disposed`` (whose row forgets below it)."""
-        self._door.fire("parent_disposed", _DrainBelow(ended.agent, None, []))
+        self._agent_to_door("publish_disposed", _DrainBelow(ended.agent, None, []), None)
 
     def _forget_below(self) -> None:
         """An agent disposing or disposed is no live parent: its dormant children can never
@@ -527,7 +538,7 @@ class Subagents:
         return Pending(asyncio.shield(self._dispose(node, False)), _nobody)
 
     def _dispose(self, node: _Node, flushed: bool) -> asyncio.Future[None]:
-        self._fire(node, "dispose", final_state_flushed=flushed)
+        self._fire(node, "dispose", final_state_flushed=flushed, drain=False)
         assert node.closing is not None
         return node.closing
 
@@ -802,10 +813,10 @@ class Subagents:
             self._cascading = True
             try:
                 while self._cascade:
-                    parent, child, join = self._cascade.popleft()
-                    teardown = self._dispose(child, False)
-                    if join:
-                        parent.child_teardowns.append(teardown)
+                    parent, child, join, call, values = self._cascade.popleft()
+                    self._call(call, child, values, {}, None)
+                    if join and child.closing is not None:
+                        parent.child_teardowns.append(child.closing)
             finally:
                 self._cascading = False
         # A fire inside the cascade is part of the outermost one: it must not raise the held
@@ -835,30 +846,19 @@ class Subagents:
     def _close_inbox(self, node: _Node) -> None:
         node.closing = persist(lambda: self._finish(node), f"teardown {node.id}")
         node.poked.set()  # the watcher finds the inbox closing
-        self._to_agent(node, "close_inbox", ())  # the wiring shuts the agent's waking
+        self._connect("activation", "close_inbox", (), node)  # shuts the agent's waking
 
     def _cancel_agent(self, node: _Node, cause: str) -> None:
-        self._to_agent(node, "cancel_agent", (cause,), lambda args: CAUSES[str(args["cause"])])
+        self._connect("activation", "cancel_agent", (cause,), node)
 
-    def _to_agent(
-        self,
-        node: _Node,
-        effect: str,
-        values: tuple[Value, ...],
-        context: Callable[[Mapping[str, Value]], object] = lambda _: None,
-    ) -> None:
-        """Make the calls specs/wiring.toml declares for the activation's ``effect`` on its
-        own agent, with the arguments it gives and the fire's ``context`` built from them."""
-        for call in self._wiring.fired_by("activation", effect):
-            if call.target == "agent":
-                args = call.keywords(values, {})
-                node.handle._core.fire_wired(call.event, context(args), args)
-
-    def _dispose_children(self, node: _Node, join: bool) -> None:
-        for child_id in node.owned:
-            child = self._resident.get(child_id)
-            if child is not None:
-                self._cascade.append((node, child, join))
+    def _dispose_children(self, node: _Node, join: bool, drain: bool) -> None:
+        """The wiring's calls on every owned child, queued for :meth:`_fire` to make once the
+        row returned (a subtree of any depth, no Python frame per generation)."""
+        values = (join, drain)
+        for call in self._wiring.fired_by("activation", "dispose_children"):
+            for child in self._targets(call, node):
+                assert isinstance(child, _Node)
+                self._cascade.append((node, child, join, call, values))
 
     def _flush_final_state(self, node: _Node) -> None:
         node.flush_owed = True  # an effect cannot await: _finish awaits it
@@ -870,7 +870,7 @@ class Subagents:
         node.terminal = Terminal(turns, _last_outcome(session), pending)
 
     def _dispose_handle(self, node: _Node) -> None:
-        node.handle_disposal = node.handle.dispose()
+        self._connect("activation", "dispose_handle", (), node)  # the handle's dispose()
 
     def _leave_registry(self, node: _Node) -> None:
         del self._resident[node.id]
@@ -881,57 +881,39 @@ class Subagents:
         self._slots.remove(node.id)
 
     def _notify_parent(self, node: _Node, failed: bool) -> None:
-        """Step 3: tell the parent by name, not through the registry (the child left it)."""
-        parent = node.parent
-        if parent is None:
-            # A host-owned parent has no activation: the door decides whether anyone is left
-            # to tell (a disposed parent is stale).
+        """Step 3: tell the parent by name, not through the registry (the child left it): a
+        parent activation's ``child_settled``, or for a root (whose parent is host-owned) the
+        door's ``root_settled``, which decides whether anyone is left to tell."""
+        if node.parent is None:
             roots = self._roots.get(node.parent_agent, {})
             roots.pop(node.id, None)
             if not roots:  # the parent's last root: its entry goes too (hosts come and go)
                 self._roots.pop(node.parent_agent, None)
-            kind, _ = self._parent_kind(node.parent_agent)
-            self._door.fire("root_settled", (node, failed), parent=kind)
         else:
-            del parent.owned[node.id]
-            self._fire(
-                parent, "child_settled", (node, failed), failed=failed, last=not parent.owned
-            )
+            del node.parent.owned[node.id]
+        self._connect("activation", "notify_parent", (failed,), node, context=(node, failed))
 
     def _notice_agent(self, node: _Node, wake: bool) -> None:
         child, failed = cast(tuple[_Node, bool], node.control.context)
-        self._send_notice(child, failed, lambda message: self._to_agent(
-            node, "notice_agent", (wake,), lambda _: message
-        ))  # fmt: skip
+        self._connect(
+            "activation", "notice_agent", (wake,), node, context=self._notice(child, failed)
+        )
 
     def _notice_host(self) -> None:
         child, failed = cast(tuple[_Node, bool], self._door.context)
-        self._send_notice(child, failed, lambda m: child.parent_agent.send(m, "next_turn", True))
+        self._connect("admission", "notice_host", (), child, context=self._notice(child, failed))
 
-    def _send_notice(self, child: _Node, failed: bool, send: Callable[[UserMessage], None]) -> None:
-        """Send ``child``'s settlement notice to its parent agent, which a table found live or
-        disposing (whose agent table parks it): a parent activation's agent is disposed only
-        by its own teardown, after its children settled, and the door finds a disposed host
-        agent stale. A refusal anyway is a bug between the tables: it is held, like a
-        listener's BaseException, and raised to the teardown's callers once the convergence
-        row has run to its end, so the activation settles either way."""
+    def _notice(self, child: _Node, failed: bool) -> UserMessage:
+        """``child``'s settlement notice, the message its parent agent is sent."""
         self._notices += 1
         text = f"subagent {child.id} {'failed' if failed else 'settled'}"
-        notice = UserMessage(f"{child.id}:settled:{self._notices}", text)
-        try:
-            send(notice)
-        except Rejected as refused:
-            bug = FsmError(
-                f"activation {child.id}: a table allowed its settlement notice, but its parent "
-                f"{child.parent_agent.id!r} refused it: {refused}"
-            )
-            self._held = self._held or bug
+        return UserMessage(f"{child.id}:settled:{self._notices}", text)
 
     def _release_ownership(self, node: _Node) -> None:
-        """Step 4; the door's ``release`` decides whether a followup may resume it cold."""
+        """Step 4; the door decides whether a followup may resume it cold
+        (``release.tells_door``)."""
         del self._owners[node.id]
-        kind, _ = self._parent_kind(node.parent_agent)
-        self._door.fire("release", node, parent=kind)
+        self._connect("activation", "release_ownership", (), node, context=node)
 
     def _remember_child(self) -> None:
         node = self._door.context
@@ -957,13 +939,15 @@ class Subagents:
         assert isinstance(delivery, _Delivery)
         delivery.resume = True  # followup awaits the teardown, then resumes cold
 
-    def _request_dispose(self, node: _Node) -> None:
-        self._dispose(node, False)
+    def _request_dispose(self, node: _Node, drain: bool) -> None:
+        self._connect("activation", "request_dispose", (drain,), node)
 
     def _admit_child(self, node: _Node) -> None:
         admission = node.control.context
         assert isinstance(admission, _Admission)
-        admission.node = self._new_node(admission.child_id, node.agent, node, admission.session)
+        child = self._new_node(admission.child_id, node.agent, node, admission.session)
+        admission.node = child
+        self._connect("activation", "admit_child", (), node, new=child, context=admission.message)
 
     def _verdict(self, node: _Node, verdict: str) -> None:
         holder = node.control.context
@@ -974,7 +958,147 @@ class Subagents:
         # The natural end's teardown has no caller to raise to: its failure reaches the
         # settlement (``failed``) and the parent's notice, so it is read here, not left to
         # asyncio's "exception was never retrieved".
-        self._dispose(node, True).add_done_callback(partial(_read, "a natural end's teardown"))
+        self._connect("activation", "dispose_in_maintenance", (), node)
+        assert node.closing is not None
+        node.closing.add_done_callback(partial(_read, "a natural end's teardown"))
+
+    # --- the wiring: specs/wiring.toml's calls, made on the instances their targets name ---------
+
+    def _connect(
+        self,
+        machine: str,
+        effect: str,
+        values: tuple[Value, ...],
+        source: _Node | None,
+        *,
+        context: object = None,
+        new: _Node | AgentHandle | None = None,
+        named: _Node | None = None,
+        host: Agent | None = None,
+        each: bool = False,
+    ) -> BaseException | None:
+        """Make every call specs/wiring.toml declares for ``machine.effect``, in file order, on
+        each instance its target names (:meth:`_targets`), with the fire's ``context``.
+
+        A refusal of a ``refused = "caller"`` call propagates: the caller's call is refused
+        whole. One of a ``never`` call is a bug between the tables: it is held, like a
+        listener's BaseException, and raised once the outermost row has run to its end, so
+        the row converges either way. With ``each``, where one target's fire raises (a
+        listener's BaseException), the others are still reached, and the first is returned
+        for the caller to raise once its work has begun (a drain begins every teardown it
+        names); without, it propagates at once."""
+        escaped: BaseException | None = None
+        for call in self._wiring.fired_by(machine, effect):
+            for target in self._targets(call, source, new=new, named=named, host=host):
+                try:
+                    self._call(call, target, values, self._facts(call, source), context)
+                except Rejected as refused:
+                    if call.refused == "caller":
+                        raise
+                    about = f"activation {source.id}" if source is not None else "the registry"
+                    bug = FsmError(
+                        f"{about}: a table allowed the wiring's call {call.id}, but "
+                        f"{_named(target)} refused it: {refused}"
+                    )
+                    self._held = self._held or bug
+                except BaseException as error:
+                    if not each:
+                        raise
+                    escaped = escaped or error
+        return escaped
+
+    def _targets(
+        self,
+        call: WiredCall,
+        source: _Node | None,
+        *,
+        new: _Node | AgentHandle | None = None,
+        named: _Node | None = None,
+        host: Agent | None = None,
+    ) -> list[_Node | AgentHandle | Agent | HostedMachine]:
+        """The instances ``call.target`` names: from the activation ``source`` performing the
+        effect, or from what the door's call named (``named``, ``host``), or the instance the
+        effect just created (``new``). This is all the Python a connection has."""
+        t = call.target
+        if call.machine == "agent":
+            return [self._door]
+        if call.machine == "admission":
+            if t == "roots":
+                return [n for n in self._resident.values() if n.parent is None]
+            if t == "host_roots":
+                assert host is not None
+                return [self._resident[r] for r in self._roots.get(host, ())]
+            if t == "named":
+                assert named is not None
+                return [named]
+            if t == "host":
+                assert source is not None  # the root whose notice it is
+                return [source.parent_agent]
+            assert t == "new_agent" and new is not None
+            return [new.handle if isinstance(new, _Node) else new]
+        assert source is not None
+        root = source.parent is None
+        if (call.only == "root" and not root) or (call.only == "child" and root):
+            return []
+        if t == "self":
+            return [source]
+        if t == "agent":
+            return [source.handle]
+        if t == "children":
+            return [c for c in map(self._resident.get, source.owned) if c is not None]
+        if t == "parent":
+            assert source.parent is not None
+            return [source.parent]
+        if t == "door":
+            return [self._door]
+        assert t == "new_agent" and isinstance(new, _Node)
+        return [new.handle]
+
+    def _facts(self, call: WiredCall, source: _Node | None) -> dict[str, Value]:
+        """The facts ``call``'s arguments read: ``last`` (no other owned child of the parent
+        is unsettled: the child already left ``owned``), ``parent`` (what the source's parent
+        agent is now, as the door's type says)."""
+        facts: dict[str, Value] = {}
+        if source is not None and "last" in call.facts:
+            assert source.parent is not None
+            facts["last"] = not source.parent.owned
+        if source is not None and "parent" in call.facts:
+            facts["parent"] = self._parent_kind(source.parent_agent)[0]
+        return facts
+
+    def _call(
+        self,
+        call: WiredCall,
+        target: _Node | AgentHandle | Agent | HostedMachine,
+        values: tuple[Value, ...],
+        facts: Mapping[str, Value],
+        context: object,
+    ) -> None:
+        """Fire ``call``'s event on ``target``. An agent's ``dispose`` is its handle's
+        ``dispose()`` (the event, then the agent's own reverse teardown); its ``cancel`` takes
+        the cause the ``cause`` argument names, as the fire's context."""
+        args = call.keywords(values, facts)
+        if isinstance(target, _Node):
+            self._fire(target, call.event, context, **args)
+        elif isinstance(target, HostedMachine):
+            target.fire(call.event, context, **args)
+        else:
+            handle = target if isinstance(target, AgentHandle) else None
+            agent = target.agent if isinstance(target, AgentHandle) else target
+            if call.event == "dispose" and handle is not None:
+                node = self._resident[agent.id]
+                node.handle_disposal = handle.dispose()
+                return
+            if call.event == "cancel":
+                context = CAUSES[str(args["cause"])]
+            cast(AgentCore, agent._core).fire_wired(call.event, context, args)
+
+    def _agent_to_door(self, effect: str, context: _DrainBelow, kind: str | None) -> None:
+        """An agent's ``effect`` (its disposal, seen on the bus) reaches the door as the
+        wiring's calls say; ``kind`` is the ``parent`` fact, what the agent is now."""
+        for call in self._wiring.fired_by("agent", effect):
+            facts: dict[str, Value] = {} if kind is None else {"parent": kind}
+            self._door.fire(call.event, context, **call.keywords((), facts))
 
     def _perform_door(self, effect: Effect) -> None:
         spec = self._door.spec
@@ -998,8 +1122,7 @@ class Subagents:
         held by :meth:`_fire`); the first is raised by :meth:`drain` once all began."""
         escaped = self._door.context
         assert isinstance(escaped, list)
-        roots = [n for n in self._resident.values() if n.parent is None]
-        error = _each(roots, lambda node: self._fire(node, "drain", scope="registry"))
+        error = self._connect("admission", "drain_roots", (), None, each=True)
         if error is not None:
             escaped.append(error)
 
@@ -1008,22 +1131,25 @@ class Subagents:
         assert isinstance(drain, _DrainBelow) and drain.node is not None
         node = drain.node
         drain.below += [c for c in map(self._resident.get, node.owned) if c is not None]
-        drain.escaped = _each([node], lambda node: self._fire(node, "drain", scope="descendants"))
+        drain.escaped = self._connect(
+            "admission", "drain_activation", (), None, named=node, each=True
+        )
 
     def _close_below_host(self) -> None:
         drain = self._door.context
         assert isinstance(drain, _DrainBelow)
         self._drained_hosts[drain.parent] = None
 
-    def _dispose_roots(self) -> None:
+    def _dispose_roots(self, drain_: bool) -> None:
         """Begin the teardown of every root of the named host parent, even when one raises
         (a listener's BaseException, held by :meth:`_fire`); the first is raised once the
         door's row returned."""
         drain = self._door.context
         assert isinstance(drain, _DrainBelow)
-        roots = [self._resident[root] for root in self._roots.get(drain.parent, ())]
-        drain.below += roots
-        drain.escaped = _each(roots, lambda root: self._dispose(root, False))
+        drain.below += [self._resident[root] for root in self._roots.get(drain.parent, ())]
+        drain.escaped = self._connect(
+            "admission", "dispose_roots", (drain_,), None, host=drain.parent, each=True
+        )
 
     def _run_child(self, wake: bool) -> None:
         """Create the spawned child, its parent signal's listener, and give it the prompt,
@@ -1034,10 +1160,20 @@ class Subagents:
         child = run.handle.agent
         run.off = run.signal.add_listener(lambda _s: child.cancel(PARENT))
         message = UserMessage(f"{run.child_id}:prompt", run.prompt)
-        if wake:
-            child.followup(message)
-        else:
-            child.inject(message)
+        self._connect("admission", "run_child", (wake,), None, new=run.handle, context=message)
+
+    _AWAITS = frozenset(
+        {
+            ("agent_idle", "quiescent"),
+            ("handle_disposed", "phase == disposed"),
+            ("watch", "phase in {idle, running, cancelling, maintenance}"),
+            ("watch_gone", "phase in {disposing, disposed}"),
+        }
+    )
+    """What the runtime awaits before firing each activation event: ``agent_idle`` after the
+    agent's ``when_idle()`` (its table's ``quiescent``), ``handle_disposed`` after the handle's
+    ``dispose()`` (its agent ``disposed``), ``watch`` while the agent is not disposing and
+    ``watch_gone`` once it is (:meth:`_watch_verdict`)."""
 
     _DOOR_EFFECTS = frozenset(
         {
@@ -1097,6 +1233,16 @@ def _refusal(refused: Rejected, parent: object, activation: str | None = None) -
     elif activation is not None:
         why = why.replace("the activation", f"activation {activation!r}", 1)
     return SubagentError(cast(SubagentCode, code), why)
+
+
+def _named(target: object) -> str:
+    """How a refusal names the instance that refused a wiring's call."""
+    if isinstance(target, _Node):
+        return f"activation {target.id!r}"
+    if isinstance(target, AgentHandle | Agent):
+        agent = target.agent if isinstance(target, AgentHandle) else target
+        return repr(agent.id)
+    return "the registry's door"
 
 
 def _check_id(child_id: object) -> None:

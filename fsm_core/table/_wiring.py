@@ -24,9 +24,11 @@ from fsm_core.table._expr import (
     Evaluator,
     Expr,
     ExprError,
+    Param,
     Scope,
     Type,
     Value,
+    _children,
     check,
     compile_expr,
     parse_expr,
@@ -270,7 +272,8 @@ class _Loader:
         scope = Scope({}, params, {}, _symbols(source, aimed))
         given = body.get("args", {})
         exprs, text = self._arguments(where, given, aimed.events[event].params, scope, star=False)
-        used = tuple(facts)
+        named = {n for e in exprs if e is not None for n in _params(e)}
+        used = tuple(f for f in facts if f in named)  # the facts its arguments read
         positions = {p: i for i, p in enumerate((*dict(spec.params), *used))}
         evaluators = [compile_expr(cast(Expr, e), {}, positions, {}) for e in exprs]
 
@@ -360,6 +363,13 @@ class _Loader:
         if not wanted.admits(t):
             f.fail(where, f"{key}: type mismatch: expected {wanted}, found {t} in {echo(text)}")
         return expr
+
+
+def _params(e: Expr) -> set[str]:
+    """The parameter names a resolved expression reads."""
+    if isinstance(e, Param):
+        return {e.name}
+    return {n for child in _children(e) for n in _params(child)}
 
 
 def _symbols(*tables: Any) -> frozenset[str]:

@@ -338,7 +338,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 'from = ["joining", "awaiting_idle", "flushing", "releasing", "settled"]\n'
                 'to = "joining"\n'
                 'do = ["flushed := final_state_flushed", "close_inbox()", "cancel_agent(parent)", '
-                '"dispose_children(true)"]\n'
+                '"dispose_children(true, by_drain)"]\n'
                 'clauses = ["S004.memoized-close"]\n'
                 'doc = "A later dispose() runs finishDisposal again."\n'
             ),

@@ -356,7 +356,7 @@ ADMIT = Do("admit")
 
 
 def dispose(flushed: bool = False) -> Do:
-    return Do("dispose", {"final_state_flushed": flushed})
+    return Do("dispose", {"final_state_flushed": flushed, "drain": False})
 
 
 def settled(failed: bool, last: bool) -> Do:

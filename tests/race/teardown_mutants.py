@@ -32,7 +32,13 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "children_not_disposed",
         "dispose_children disposes nobody: the parent's teardown leaves its children running.",
-        (_edit("_dispose_children", "self._cascade.append((node, child, join))", "pass"),),
+        (
+            _edit(
+                "_dispose_children",
+                "self._cascade.append((node, child, join, call, values))",
+                "pass",
+            ),
+        ),
     ),
     RuntimeMutant(
         "sibling_stopped_by_failure",
@@ -113,11 +119,11 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "queued work never reaches the capture.",
         (
             _edit(
-                "_to_agent",
-                "            args = call.keywords(values, {})\n",
-                "            args = call.keywords(values, {})\n"
-                "            if 'keep_inbox' in args:\n"
-                "                args['keep_inbox'] = False\n",
+                "_call",
+                "    args = call.keywords(values, facts)\n",
+                "    args = call.keywords(values, facts)\n"
+                "    if 'keep_inbox' in args:\n"
+                "        args['keep_inbox'] = False\n",
             ),
         ),
     ),
@@ -170,9 +176,12 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "disposing or gone is remembered for a cold resume nobody may make.",
         (
             _edit(
-                "_release_ownership",
-                'self._door.fire("release", node, parent=kind)',
-                'self._door.fire("release", node, parent="host")',
+                "_facts",
+                'facts["parent"] = self._parent_kind(source.parent_agent)[0]',
+                'facts["parent"] = (\n'
+                '            "host" if call.event == "release"\n'
+                "            else self._parent_kind(source.parent_agent)[0]\n"
+                "        )",
             ),
         ),
     ),
@@ -182,9 +191,12 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "sent to a disposed agent.",
         (
             _edit(
-                "_notify_parent",
-                'self._door.fire("root_settled", (node, failed), parent=kind)',
-                'self._door.fire("root_settled", (node, failed), parent="host")',
+                "_facts",
+                'facts["parent"] = self._parent_kind(source.parent_agent)[0]',
+                'facts["parent"] = (\n'
+                '            "host" if call.event == "root_settled"\n'
+                "            else self._parent_kind(source.parent_agent)[0]\n"
+                "        )",
             ),
         ),
     ),
@@ -200,9 +212,8 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
             ),
             _edit(
                 "_dispose_roots",
-                "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n",
-                "    drain.escaped = _each(roots, lambda root: self._dispose(root, False))\n"
-                "    self._drained_hosts[drain.parent] = None\n",
+                "    )\n",
+                "    )\n    self._drained_hosts[drain.parent] = None\n",
             ),
         ),
     ),
@@ -210,7 +221,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "spawn_wakes_under_an_aborted_turn",
         "a child spawned under an already aborted parent turn is woken: it runs a model turn "
         "no abort reaches.",
-        (_edit("_run_child", "    if wake:\n", "    if True:\n"),),
+        (_edit("_run_child", '"run_child", (wake,)', '"run_child", (True,)'),),
     ),
     RuntimeMutant(
         "disposed_parent_not_forgotten",
@@ -219,7 +230,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_parent_gone",
-                'self._door.fire("parent_disposed", _DrainBelow(ended.agent, None, []))',
+                'self._agent_to_door("publish_disposed", _DrainBelow(ended.agent, None, []), None)',
                 "pass",
             ),
         ),
@@ -231,7 +242,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_parent_disposing",
-                '    self._door.fire("parent_disposing", drain, parent=kind)\n',
+                '    self._agent_to_door("publish_disposing", drain, kind)\n',
                 "    pass\n",
             ),
         ),

@@ -151,7 +151,7 @@ def test_a_notice_the_door_allowed_but_the_parent_refused_is_raised_after_settli
         rt.subagents._parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
         gate.open()
         refused = (
-            r"^activation c: a table allowed its settlement notice, but its parent 'h' "
+            r"^activation c: a table allowed the wiring's call door\.notices_host, but 'h' "
             r"refused it: .*disposed"
         )
         for caller in (first, second):
@@ -190,14 +190,14 @@ def test_a_refused_notice_at_a_natural_end_is_logged_as_a_bug() -> None:
         assert settled.log == [("c", False)] and rt.subagents.resident == ()
         errors = [(r.levelname, r.getMessage()) for r in records]
         assert errors == [("ERROR", "a natural end's teardown found a bug")]
-        assert "a table allowed its settlement notice" in str(records[0].exc_info)
+        assert "a table allowed the wiring's call door.notices_host" in str(records[0].exc_info)
 
     run(test)
 
 
 def test_an_admission_below_a_closing_activation_names_it() -> None:
-    """admit.below: the parent activation's own row refuses while it tears down, and the
-    refusal names that activation."""
+    """admit.below: the parent activation's own row refuses while it tears down (someone's
+    dispose, no drain: ACTIVATION_CLOSING), and the refusal names that activation."""
 
     async def test(rt: Runtime, models: Models, host: Agent) -> None:
         models.script("a", Wait(Gate("a"), Reply("late")))
@@ -206,7 +206,7 @@ def test_an_admission_below_a_closing_activation_names_it() -> None:
         with pytest.raises(SubagentError) as caught:
             await rt.subagents.start(a.agent, "b", "work")
         assert (caught.value.code, str(caught.value)) == (
-            "DRAINING",
+            "ACTIVATION_CLOSING",
             "activation 'a' is closing and admits no children",
         )
         await teardown

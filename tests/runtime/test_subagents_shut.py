@@ -9,7 +9,7 @@ import pytest
 
 from fsm_core.runtime import Agent, Reply, Runtime, UserMessage
 from fsm_core.testing import Gate, Wait
-from tests.runtime.subagent_support import Models, run, turn_outcomes
+from tests.runtime.subagent_support import Models, Settlements, run, turn_outcomes
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -58,5 +58,32 @@ def test_a_wake_sent_while_the_closing_agent_converges_is_not_replayed() -> None
         assert turn_outcomes(act.agent) == ["aborted"]
         assert act.terminal is not None and act.terminal.pending == ("m2",)
         assert act.terminal.outcome == {"kind": "aborted"}
+
+    run(test)
+
+
+def test_a_parents_stop_leaves_its_children_running_and_a_notice_wakes_it_again() -> None:
+    """specs/README.md: a parent's stop is local to its agent. Its cancel aborts its own turn;
+    its continuable child runs on, and the child's settlement notice wakes the stopped parent
+    into a new turn (the original's behaviour: no wiring call leaves an agent's cancel)."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        parent_turn, child_turn = Gate("p's turn"), Gate("c's turn")
+        models.script("p", Wait(parent_turn, Reply("p done")))
+        models.script("c", Wait(child_turn, Reply("c done")))
+        p = await rt.subagents.start(host, "p", "work")
+        await parent_turn.reached.wait()
+        c = await rt.subagents.start(p.agent, "c", "job")
+        await child_turn.reached.wait()
+        p.agent.cancel()  # the stop button, on the parent
+        await p.agent.when_idle()
+        assert turn_outcomes(p.agent) == ["aborted"]
+        assert c.stage == "active" and not models.signals["c"][-1].aborted
+        child_turn.open()
+        await settled.of("c", "p")  # c's notice woke p; p's new turn ended, then p settled
+        assert turn_outcomes(c.agent) == ["completed"]
+        assert turn_outcomes(p.agent) == ["aborted", "completed"]
+        assert len(models.signals["p"]) == 2
 
     run(test)

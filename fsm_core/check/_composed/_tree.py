@@ -248,6 +248,8 @@ class TreeWiring:
         self._notices = tuple(layout[f"ghost.notices.{x}"] for x in shape.names)
         self._owed = tuple(layout[f"ghost.owed.{x}"] for x in shape.names) if agents else ()
         self._late = layout.get("ghost.late_turn")
+        dispose = [p for p, _ in m.table.events["dispose"].params]
+        self._drain_arg = dispose.index("drain") if "drain" in dispose else None
         self._resident = m.names.index("resident")
         self._children = m.names.index("children")
         self._stage = m.names.index(m.table.state_var)
@@ -531,6 +533,8 @@ class TreeWiring:
             return any(state[c] is None for c in self.shape.children[instance])
         if event == "deliver":
             return bool(args[0]) == self._is_drained(state)
+        if event == "dispose":  # a user's dispose is no drain's
+            return self._drain_arg is None or not args[self._drain_arg]
         waits = self._awaits.get(event)
         if waits is not None:
             return waits.admits(state[self._n + instance], args)
@@ -658,9 +662,11 @@ class TreeWiring:
             others = [c for c in self.shape.children[p] if c != i and store[c] is not None]
             facts["last"] = all(self._settled(store[c]) for c in others)
         if "parent" in call.facts:
-            # A root's parent is the host agent, live throughout; a disposing agent of the tree
-            # is a node's own, the exact agent of a resident activation.
-            facts["parent"] = "host" if call.machine == "activation" else "activation"
+            # A root's parent is the host agent, live throughout; a child's is its parent
+            # node's agent, the exact agent of a resident activation (its teardown waits for
+            # the child), and so is a disposing agent of the tree.
+            root = call.machine == "activation" and self.shape.parent[i] is None
+            facts["parent"] = "host" if root else "activation"
         return facts
 
     @property
