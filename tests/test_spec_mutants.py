@@ -37,6 +37,7 @@ from fsm_core.tools._mutants import (
 from fsm_core.tools._row_edits import (
     AddRow,
     Block,
+    DropCall,
     DropEffect,
     Edit,
     Insert,
@@ -44,6 +45,7 @@ from fsm_core.tools._row_edits import (
     Remove,
     Replace,
     Set,
+    SetCall,
     Unignore,
     dump_toml,
 )
@@ -70,6 +72,18 @@ KILLED_BY = {
     "handle_disposed_before_final_flush": "released_only_after_flush@a",
     "drain_closes_door_only": "drained_door_leaves_no_active_node",
     "root_notice_refused": "settlement_notice_delivered",
+    "close_leaves_agent_awake": "no_turn_after_close",
+    "notice_never_reaches_parent": "quiescence_reachable",
+    "teardown_leaves_children": "teardown_cancels_subtree",
+    "close_never_cancels_agent": "no_turn_after_close",
+    "release_keeps_agent": "quiescence_reachable",
+    "every_notice_last": "parent_leaves_after_children",
+    "shut_at_release": "no_turn_after_close",
+    "teardown_disposes_itself": "teardown_cancels_subtree",
+    "notice_to_itself": "settlement_notice_delivered",
+    "shut_aimed_at_new_agent": "no_turn_after_close",
+    "door_swallows_admit_refusal": "wired_call_accepted",
+    "teardown_clears_inbox": "teardown_keeps_inbox",
 }
 """The property that kills each mutant the checker kills: a change here is a change of meaning."""
 
@@ -145,6 +159,34 @@ def test_the_catalogue_is_large_and_mostly_killed_by_the_checker() -> None:
         "admission.toml",
         "wiring.toml",
     }
+
+
+def test_the_wiring_mutants_drop_retarget_retime_and_reargue_connections() -> None:
+    """Each way a connection of specs/wiring.toml can be wrong has mutants the checker kills: a
+    call dropped, aimed at the wrong instance, made by a later effect, its refusal swallowed,
+    an argument changed."""
+    wiring = [m for m in MUTANTS if m.table == "wiring.toml"]
+    assert not any(m.load_killed or m.gap for m in wiring)
+    edits = [e for m in wiring for e in m.edits]
+    assert {e.call for e in edits if isinstance(e, DropCall)} >= {
+        "close.shuts_agent",
+        "close.cancels_agent",
+        "release.disposes_agent",
+        "settle.notifies_parent",
+        "teardown.disposes_children",
+    }
+    assert {e.key for e in edits if isinstance(e, SetCall)} >= {
+        "target",
+        "effect",
+        "refused",
+        "args.last",
+        "args.keep_inbox",
+    }
+    # A bug only a node's real agent shows runs against the tree whose nodes carry one.
+    for m in wiring:
+        killer = KILLED_BY[m.name]
+        if killer in ("no_turn_after_close", "teardown_keeps_inbox"):
+            assert m.models == ("agent_tree",), m.name
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])

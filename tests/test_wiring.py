@@ -14,9 +14,9 @@ import pytest
 from fsm_core import SpecError, load_spec
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
-from fsm_core.check._composed._tree import NO_TURN_AFTER_CLOSE
+from fsm_core.check._composed._tree import KEEPS_INBOX, NO_TURN_AFTER_CLOSE
 from fsm_core.check._report import format_trace
-from fsm_core.tools._row_edits import DropCall, apply_edits, dump_toml
+from fsm_core.tools._row_edits import DropCall, Edit, SetCall, apply_edits, dump_toml
 from tests.helpers import copy_specs, edit, exactly
 
 # --- the declaration ----------------------------------------------------------------------------
@@ -158,9 +158,13 @@ def test_a_wiring_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
 
 
 def _without(specs: Path, call: str) -> None:
+    _rewired(specs, DropCall(call))
+
+
+def _rewired(specs: Path, *edits: Edit) -> None:
     path = specs / "wiring.toml"
     data = tomllib.loads(path.read_text(encoding="utf-8"))
-    apply_edits([DropCall(call)], data)
+    apply_edits(edits, data)
     path.write_text(dump_toml(data), encoding="utf-8")
 
 
@@ -189,10 +193,31 @@ def test_without_the_shut_a_teardown_waits_on_a_model_turn(tmp_path: Path) -> No
     )
 
 
-def test_the_shipped_wiring_proves_no_turn_after_close() -> None:
+def test_the_shipped_wiring_proves_no_turn_after_close_and_keeps_the_inbox() -> None:
     report = check(load_model(models_dir() / "agent_tree.toml"))
     assert report.violation is None
-    assert NO_TURN_AFTER_CLOSE in {p.name for p in report.properties}
+    assert {NO_TURN_AFTER_CLOSE, KEEPS_INBOX} <= {p.name for p in report.properties}
+
+
+def test_a_teardown_that_clears_its_agents_inbox_discards_a_childs_prompt(tmp_path: Path) -> None:
+    """With the teardown's cancel clearing the inbox (keep_inbox = false), the prompt of a child
+    admitted but not yet run is discarded by its own cancel, inside the root's dispose: seed
+    004's disposal path keeps the inbox, so that work reaches the final capture."""
+    specs = copy_specs(tmp_path)
+    _rewired(specs, SetCall("close.cancels_agent", "args.keep_inbox", "true", "false"))
+    report = check(load_model(models_dir() / "agent_tree.toml", specs=specs))
+    assert report.violation is not None
+    assert report.violation.name == KEEPS_INBOX
+    lines = format_trace(report).splitlines()
+    steps = [line.split("   changed")[0] for line in lines if line[0].isdigit()][1:]
+    assert steps == [
+        "1. door.admit(parent=activation) for a -> admit.below",
+        "2. a.dispose(final_state_flushed=false) -> dispose.begin",
+    ]
+    assert (
+        "a.1:agent.cancel(cause=parent, keep_inbox=false) -> cancel.prerun (stopped at "
+        "clear_inbox())" in format_trace(report)
+    )
 
 
 def test_a_runtime_refuses_a_wiring_whose_awaits_it_does_not_implement(tmp_path: Path) -> None:

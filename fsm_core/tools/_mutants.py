@@ -74,6 +74,7 @@ from fsm_core.tools._row_edits import (
     Remove,
     Replace,
     Set,
+    SetCall,
     StaleEdit,
     Unignore,
     apply_edits,
@@ -84,7 +85,10 @@ AGENT = ("agent_races",)
 """The models an agent.toml mutant runs against."""
 TREE = ("activation_tree", "activation_chain")
 """The models an activation.toml mutant runs against, widest first; an admission.toml mutant
-too (the trees compose the registry's door)."""
+too (the trees compose the registry's door), and a wiring.toml mutant the agent-less trees see."""
+AGENT_TREE = ("agent_tree",)
+"""The models a wiring.toml mutant runs against when only a node's real agent shows it (the
+agent-less trees abstract the agent: its calls go nowhere)."""
 
 
 class MutantError(FsmError):
@@ -421,6 +425,114 @@ MUTANTS: tuple[Mutant, ...] = (
         "row instead of refusing it with DRAINING.",
         TREE,
         load_killed=True,
+    ),
+    # --- wiring.toml (the connections between instances, composed by the trees) -----------------
+    # The only two calls one effect makes (notify_parent's, to the parent and to the door) are
+    # `only = "child"` and `only = "root"`: exactly one fires, so their order cannot matter
+    # (MoveCall there is an equivalent mutant). The reorderings below move a call in time or
+    # change the fact that orders a parent's convergence after its children.
+    Mutant(
+        "close_leaves_agent_awake",
+        "wiring.toml",
+        (DropCall("close.shuts_agent"),),
+        "The memoized close no longer shuts its agent's waking, so a followup sent straight to "
+        "the agent of an activation being disposed wakes it into a model turn.",
+        AGENT_TREE,
+    ),
+    Mutant(
+        "notice_never_reaches_parent",
+        "wiring.toml",
+        (DropCall("settle.notifies_parent"),),
+        "A settled child's notice reaches no parent, so the parent owns an unsettled child "
+        "forever and never converges.",
+        TREE,
+    ),
+    Mutant(
+        "teardown_leaves_children",
+        "wiring.toml",
+        (DropCall("teardown.disposes_children"),),
+        "finishDisposal disposes no owned child, so a parent tears down while its children "
+        "stay active.",
+        TREE,
+    ),
+    Mutant(
+        "close_never_cancels_agent",
+        "wiring.toml",
+        (DropCall("close.cancels_agent"),),
+        "finishDisposal never cancels its own agent, so no pre-run marker stops the driver "
+        "already scheduled and a model turn opens inside the teardown.",
+        AGENT_TREE,
+    ),
+    Mutant(
+        "release_keeps_agent",
+        "wiring.toml",
+        (DropCall("release.disposes_agent"),),
+        "handle.dispose() never disposes the agent, so the teardown awaits a disposal that "
+        "never comes.",
+        AGENT_TREE,
+    ),
+    Mutant(
+        "every_notice_last",
+        "wiring.toml",
+        (SetCall("settle.notifies_parent", "args.last", "last", "true"),),
+        "Every child's settlement notice tells the parent it was the last, so the parent "
+        "converges and leaves the registry before a sibling settled.",
+        ("activation_tree",),  # width 2: a lone child is always the last
+    ),
+    Mutant(
+        "shut_at_release",
+        "wiring.toml",
+        (
+            SetCall(
+                "close.shuts_agent", "effect", "activation.close_inbox", "activation.dispose_handle"
+            ),
+        ),
+        "The agent's waking is shut only when its handle is released, not at the close, so a "
+        "followup sent in between wakes it into a model turn inside the teardown.",
+        AGENT_TREE,
+    ),
+    Mutant(
+        "teardown_disposes_itself",
+        "wiring.toml",
+        (SetCall("teardown.disposes_children", "target", "children", "self"),),
+        "The teardown's dispose is aimed at the activation itself (a no-op: its close is "
+        "memoized) instead of its children, which stay active.",
+        TREE,
+    ),
+    Mutant(
+        "notice_to_itself",
+        "wiring.toml",
+        (
+            SetCall("settle.notifies_parent", "target", "parent", "self"),
+            SetCall("settle.notifies_parent", "args.last", "last", "true"),
+        ),
+        "A settled child sends its settlement notice to itself (which knows no `last`, so "
+        "the notice says true), and the settled activation refuses it.",
+        TREE,
+    ),
+    Mutant(
+        "shut_aimed_at_new_agent",
+        "wiring.toml",
+        (SetCall("close.shuts_agent", "target", "agent", "new_agent"),),
+        "The close shuts the agent of a newly admitted child (none: the close admits nobody) "
+        "instead of its own, which a followup still wakes into a model turn.",
+        AGENT_TREE,
+    ),
+    Mutant(
+        "door_swallows_admit_refusal",
+        "wiring.toml",
+        (SetCall("door.admits_below", "refused", "caller", "never"),),
+        "The door no longer hands a parent's refusal of an admission back to the caller: an "
+        "admission below a closing parent is promised to succeed and is refused anyway.",
+        TREE,
+    ),
+    Mutant(
+        "teardown_clears_inbox",
+        "wiring.toml",
+        (SetCall("close.cancels_agent", "args.keep_inbox", "true", "false"),),
+        "finishDisposal cancels its agent clearing the inbox, so a child's pending prompt (and "
+        "the settlement notices a parent holds) never reach the final capture.",
+        AGENT_TREE,
     ),
 )
 

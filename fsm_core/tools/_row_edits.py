@@ -17,7 +17,7 @@ The vocabulary is the smallest that expresses the catalogue: :class:`Set` a row'
 ``[[rejected]]``) entry lists, so the new row may take it, and :class:`DropEffect` an effect
 no row performs any more, as someone deleting what looks unused would. specs/wiring.toml's
 connections are edited the same way, by call ``id``: :class:`DropCall`, :class:`SetCall` (its
-target, event, refusal or an argument) and :class:`MoveCall`.
+target, event, refusal, effect or an argument) and :class:`MoveCall`.
 """
 
 from __future__ import annotations
@@ -209,8 +209,9 @@ class DropCall:
 
 @dataclass(frozen=True, slots=True)
 class SetCall:
-    """Set the wiring call's ``key`` (``target``, ``event``, ``refused``, ``only``, or
-    ``args.PARAM``) from ``old`` to ``new``; None removes it."""
+    """Set the wiring call's ``key`` (``target``, ``event``, ``refused``, ``only``, ``effect``
+    (the call made by another effect, earlier or later), or ``args.PARAM``) from ``old`` to
+    ``new``; None removes it."""
 
     call: str
     key: str

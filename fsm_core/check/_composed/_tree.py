@@ -70,7 +70,12 @@ step invariants at each notifying effect and between steps. Tree properties besi
 - with agents, ``no_turn_after_close``: no agent publishes ``turn/start`` while its activation
   is tearing down (seed 004: "disposal never latches, so teardown waits on no model turn");
 - with agents, ``no_parked_wake``: an agent of an active activation that is idle with no driver
-  scheduled owes no waking send its turn (the agent model's ghost, per node).
+  scheduled owes no waking send its turn (the agent model's ghost, per node);
+- with agents, ``teardown_keeps_inbox``: no agent's inbox is cleared while its activation is
+  tearing down (seed 004: the disposal path cancels with ``keepInbox: true``, so the queued
+  work and the children's settlement notices reach the final capture). Nothing else in a tree
+  cancels a node's agent: the runtime hands out no handle to it, so a clear there is the
+  teardown's own.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ NO_ACTIVE_AFTER_DRAIN = "drained_door_leaves_no_active_node"
 CANCELS_SUBTREE = "teardown_cancels_subtree"
 NO_TURN_AFTER_CLOSE = "no_turn_after_close"
 NO_PARKED_WAKE = "no_parked_wake"
+KEEPS_INBOX = "teardown_keeps_inbox"
 DOOR = "door"
 """The door's instance name, and the name of its slot in the layout."""
 DRAINED = "drained"
@@ -201,8 +207,9 @@ class TreeWiring:
     agents, one per node's agent, then the door's slot; then ``budget.EVENT`` for each
     budgeted event and ``budget.failures``; then the ghosts ``ghost.closes.NODE`` and
     ``ghost.notices.NODE`` (how often each node closed and notified its parent), with agents
-    ``ghost.owed.NODE`` (the node's agent owes a waking send its turn) and ``ghost.late_turn``
-    (an agent opened a turn while its activation tore down), and ``ghost.broken``.
+    ``ghost.owed.NODE`` (the node's agent owes a waking send its turn), ``ghost.late_turn``
+    (an agent opened a turn while its activation tore down) and ``ghost.discarded`` (an agent's
+    inbox was cleared while its activation tore down), and ``ghost.broken``.
     """
 
     flat = False
@@ -232,7 +239,7 @@ class TreeWiring:
                 *(f"ghost.closes.{x}" for x in shape.names),
                 *(f"ghost.notices.{x}" for x in shape.names),
                 *(f"ghost.owed.{x}" for x in (shape.names if agents else ())),
-                *(("ghost.late_turn",) if agents else ()),
+                *(("ghost.late_turn", "ghost.discarded") if agents else ()),
                 BROKEN,
             )
         )
@@ -250,6 +257,7 @@ class TreeWiring:
         self._late = layout.get("ghost.late_turn")
         dispose = [p for p, _ in m.table.events["dispose"].params]
         self._drain_arg = dispose.index("drain") if "drain" in dispose else None
+        self._discarded = layout.get("ghost.discarded")
         self._resident = m.names.index("resident")
         self._children = m.names.index("children")
         self._stage = m.names.index(m.table.state_var)
@@ -381,7 +389,7 @@ class TreeWiring:
             ),
         ]
         if self.agent is not None:
-            late = cast(int, self._late)
+            late, discarded = cast(int, self._late), cast(int, self._discarded)
             own += [
                 Property(
                     NO_TURN_AFTER_CLOSE,
@@ -396,6 +404,13 @@ class TreeWiring:
                     "owes a waking send its turn",
                     self._no_parked_wake,
                 ),
+                Property(
+                    KEEPS_INBOX,
+                    "always",
+                    "an agent's inbox was cleared while its activation was tearing down (its "
+                    "queued work and settlement notices never reach the final capture)",
+                    lambda s, _: not s[discarded],
+                ),
             ]
         return tuple(own)
 
@@ -405,7 +420,7 @@ class TreeWiring:
         agents: list[object] = []
         if self.agent is not None:
             agents = [tuple(self.agent.initial), *([None] * (n - 1))]
-        ghosts = [0] * (2 * n) + ([False] * (n + 1) if self.agent is not None else [])
+        ghosts = [0] * (2 * n) + ([False] * (n + 2) if self.agent is not None else [])
         return (
             tuple(self.machine.initial), *([None] * (n - 1)), *agents, tuple(self.door.initial),
             *budgets, self.model.failures, *ghosts, "",
@@ -568,12 +583,15 @@ class TreeWiring:
             store[self._owed[instance - self._n]] = False
 
     def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None:
-        """Discarding an agent's inbox, or a claim that leaves nothing pending, settles what
-        was owed."""
+        """Discarding an agent's inbox settles what was owed; discarding it while its
+        activation tears down is ``teardown_keeps_inbox``'s to report."""
         if self.agent is None or not self._n <= instance < self._door:
             return
         if name == "clear_inbox":
-            store[self._owed[instance - self._n]] = False
+            node = instance - self._n
+            store[self._owed[node]] = False
+            if store[node][self._stage] != self._active:
+                store[cast(int, self._discarded)] = True
 
     # --- wiring ----------------------------------------------------------------------------------
 
