@@ -212,7 +212,7 @@ def test_a_teardown_that_clears_its_agents_inbox_discards_a_childs_prompt(tmp_pa
     steps = [line.split("   changed")[0] for line in lines if line[0].isdigit()][1:]
     assert steps == [
         "1. door.admit(parent=activation) for a -> admit.below",
-        "2. a.dispose(final_state_flushed=false) -> dispose.begin",
+        "2. a.dispose(final_state_flushed=false, drain=false) -> dispose.begin",
     ]
     assert (
         "a.1:agent.cancel(cause=parent, keep_inbox=false) -> cancel.prerun (stopped at "
