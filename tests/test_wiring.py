@@ -89,10 +89,8 @@ def test_an_await_reads_the_agents_state() -> None:
             "call 'close.cancels_agent': args gives no value for the parameter 'keep_inbox'",
         ),
         (
-            'args = { parent = "parent" }\nclauses = ["S004.notify-by-name"]\n'
-            'doc = "A root\'s parent',
-            'args = { parent = "last" }\nclauses = ["S004.notify-by-name"]\n'
-            'doc = "A root\'s parent',
+            'only = "root"\nevent = "root_settled"\nargs = { parent = "parent" }',
+            'only = "root"\nevent = "root_settled"\nargs = { parent = "last" }',
             "call 'settle.notifies_host': args.parent: unknown name 'last' in 'last'",
         ),
         (
