@@ -96,6 +96,9 @@ class WiredCall:
     refused: Refused
     clauses: tuple[str, ...]
     doc: str
+    arg_exprs: tuple[Expr, ...]
+    """The resolved expression of each argument, in the event's parameter order (what
+    ``args`` evaluates; ``param`` names the effect's parameters and the facts)."""
 
     def arguments(self, values: Sequence[Value], facts: Mapping[str, Value]) -> tuple[Value, ...]:
         """The event's arguments, given the effect's ``values`` and the target's ``facts``."""
@@ -129,6 +132,10 @@ class WiredAwait:
     arg_text: tuple[tuple[str, str], ...]
     clauses: tuple[str, ...]
     doc: str
+    until_expr: Expr
+    """``until``'s resolved expression, over the target's table."""
+    arg_exprs: tuple[Expr | None, ...]
+    """Each argument's resolved expression, or None for :data:`ANY`."""
 
     def admits(self, target_state: Sequence[Value], args: Sequence[Value]) -> bool:
         """True iff the event may fire with ``args`` while the target is in ``target_state``."""
@@ -270,16 +277,17 @@ class _Loader:
         scope = Scope({}, params, {}, _symbols(source, aimed))
         given = body.get("args", {})
         exprs, text = self._arguments(where, given, aimed.events[event].params, scope, star=False)
+        resolved = tuple(cast(Expr, e) for e in exprs)
         used = tuple(facts)
         positions = {p: i for i, p in enumerate((*dict(spec.params), *used))}
-        evaluators = [compile_expr(cast(Expr, e), {}, positions, {}) for e in exprs]
+        evaluators = [compile_expr(e, {}, positions, {}) for e in resolved]
 
         def args(s: Sequence[Value], a: Sequence[Value]) -> Value:
             return cast(Value, tuple(ev(s, a) for ev in evaluators))
 
         return WiredCall(
             ident, machine, effect, target, only, event, args, text, used,
-            cast(Refused, refused), tags, doc,
+            cast(Refused, refused), tags, doc, resolved,
         )  # fmt: skip
 
     def wait(self, index: int, body: object) -> WiredAwait:
@@ -315,7 +323,7 @@ class _Loader:
         )
         return WiredAwait(
             ident, machine, event, target, compile_expr(until, positions, {}, watched.defs),
-            until_text, compiled, text, tags, doc,
+            until_text, compiled, text, tags, doc, until, tuple(exprs),
         )  # fmt: skip
 
     def _door_type(self, name: str) -> Type:
