@@ -214,6 +214,12 @@ class _Loader:
         for tag in tags:
             if tag not in self.clauses:
                 f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
+            if self.clauses[tag].not_implemented is not None:  # as a table's tag is refused
+                f.fail(
+                    where,
+                    f"clause {echo(tag)} says no row implements it (its not_implemented in "
+                    "specs/clauses.toml): drop the tag, or the not_implemented",
+                )
         return ident, tags, f.text(where, body.get("doc", ""), "doc")
 
     def _dotted(self, where: str, value: object, key: str, kind: str) -> tuple[str, str]:
