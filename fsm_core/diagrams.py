@@ -30,11 +30,11 @@ with its ``{id: clauses}``. An agent's own calls are every agent's: they leave t
 both agents.
 
 ``traceability.md`` maps every clause of ``clauses.toml`` (D1..D9 first) to the rows,
-invariants, step invariants and pair rules citing it; a clause no row implements says ``not
-implemented:`` and why (its ``not_implemented`` in ``clauses.toml``). A clause that nothing cites
-and that gives no such reason is refused (:class:`~fsm_core.SpecError`); the loader refuses a tag
-naming a clause that gives one (and so does this, for a :class:`~fsm_core.table.Spec` built by
-hand).
+invariants, step invariants and pair rules citing it, and to the wiring's calls and awaits; a
+clause no row implements says ``not implemented:`` and why (its ``not_implemented`` in
+``clauses.toml``). A clause that nothing cites (a clause the wiring alone cites is cited) and that
+gives no such reason is refused (:class:`~fsm_core.SpecError`); the loader refuses a tag naming a
+clause that gives one (and so does this, for a :class:`~fsm_core.table.Spec` built by hand).
 
 :func:`write_diagrams` also renders ``<machine>.svg`` when Graphviz's ``dot`` is on PATH. SVG
 bytes depend on the Graphviz version, so an SVG is never compared byte for byte: it carries
@@ -72,7 +72,7 @@ __all__ = ["check_diagrams", "default_out_dir", "render_diagrams", "write_diagra
 
 _COMMAND = "fsm-core diagrams"
 _TRACEABILITY = "traceability.md"
-_WIRING = "wiring"  # wiring.dot
+_WIRING = "wiring"  # wiring.dot, and the name the traceability gives the wiring's citations
 _DECISION_SOURCE = "D"  # the clause source of DESIGN.md's pinned decisions (D1..D9)
 
 _WIDTH = 46  # characters per label line before it wraps
@@ -513,15 +513,21 @@ def _await_lines(a: WiredAwait) -> list[str]:
 
 @dataclass(slots=True)
 class _Citations:
-    """What one machine has that cites one clause, in table order."""
+    """What one machine (or the wiring) has that cites one clause, in file order."""
 
     rows: list[str] = field(default_factory=list)
+    """A table's rows, or the wiring's calls."""
     invariants: list[str] = field(default_factory=list)
     step_invariants: list[str] = field(default_factory=list)
     pairs: list[str] = field(default_factory=list)
+    awaits: list[str] = field(default_factory=list)
+    """The wiring's awaits."""
 
     def __str__(self) -> str:
         parts = [", ".join(_code(r) for r in self.rows)] if self.rows else []
+        if self.awaits:
+            word = "await" if len(self.awaits) == 1 else "awaits"
+            parts.append(f"{word} {', '.join(_code(a) for a in self.awaits)}")
         if self.invariants:
             word = "invariant" if len(self.invariants) == 1 else "invariants"
             parts.append(f"{word} {', '.join(_code(i) for i in self.invariants)}")
@@ -554,6 +560,20 @@ def _traceability(spec: Spec) -> str:
         for rule in t.pair_rules:
             for c in rule.clauses:
                 at(c).pairs.append(f"{rule.kind}[{rule.index}]")
+    # The wiring's citations sit under its own name; a machine cannot take it (render_diagrams).
+    if spec.wiring is not None:
+        for call in spec.wiring.calls:
+            for c in call.clauses:
+                cited[c].setdefault(_WIRING, _Citations()).rows.append(call.id)
+        for wait in spec.wiring.awaits:
+            for c in wait.clauses:
+                cited[c].setdefault(_WIRING, _Citations()).awaits.append(wait.id)
+
+    def files(by: dict[str, _Citations]) -> str:
+        names = [spec.machines[m].table.file for m in spec.machines if m in by]
+        if _WIRING in by and spec.wiring is not None:
+            names.append(spec.wiring.file)
+        return ", ".join(names)
 
     catalogue = f"{spec.root.name}/clauses.toml"
     for cid, clause in spec.clauses.items():
@@ -561,16 +581,15 @@ def _traceability(spec: Spec) -> str:
             raise SpecError(
                 catalogue,
                 f"clause {echo(cid)}",
-                "no row, pair rule or invariant of any table cites it (tag the rows that "
-                'implement it, or say why none does with not_implemented = "...")',
+                "no row, pair rule or invariant of any table (nor any wiring entry) cites it (tag "
+                'the rows that implement it, or say why none does with not_implemented = "...")',
             )
         if cited[cid] and clause.not_implemented is not None:
             raise SpecError(  # the loader refuses the tag; a Spec built by hand may not
                 catalogue,
                 f"clause {echo(cid)}",
                 "not_implemented says no row implements it, yet it is cited in "
-                f"{', '.join(spec.machines[m].table.file for m in cited[cid])} "
-                "(drop the tag, or the not_implemented)",
+                f"{files(cited[cid])} (drop the tag, or the not_implemented)",
             )
 
     def cell(cid: str) -> str:
@@ -578,9 +597,14 @@ def _traceability(spec: Spec) -> str:
         why = spec.clauses[cid].not_implemented
         if why is not None:
             return f"not implemented: {_cell(why)}"
-        return "<br>".join(f"{m}: {by[m]}" for m in spec.machines if m in by)
+        return "<br>".join(f"{m}: {by[m]}" for m in (*spec.machines, _WIRING) if m in by)
 
     tables = " and ".join(f"`{m.table.file}`" for m in spec.machines.values())
+    wired = (
+        f",\nand the calls and awaits of `{spec.wiring.file}` that cite it (under `wiring:`)"
+        if spec.wiring is not None
+        else ""
+    )
     out = [
         f"<!-- Generated by `{_COMMAND}` from {spec.root.name}/. Do not edit. -->",
         "",
@@ -588,8 +612,8 @@ def _traceability(spec: Spec) -> str:
         "",
         f"For every clause of `{spec.root.name}/clauses.toml`: the rows, invariants, step "
         "invariants and pair rules",
-        f"of {tables} that cite it. A clause no row implements says so, and why",
-        "(its `not_implemented`).",
+        f"of {tables} that cite it{wired}.",
+        "A clause no row implements says so, and why (its `not_implemented`).",
         "A step invariant (`[[invariants]]` with `unchanged` and `while`) keeps a variable's value",
         "between two moments a listener can observe while its predicate holds at both.",
         "Pair rules are a table's `[[ignored]]` and `[[rejected]]` entries, numbered in file order",

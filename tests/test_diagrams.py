@@ -290,6 +290,8 @@ def test_every_clause_is_listed_and_the_unimplemented_ones_say_why() -> None:
     cited |= {c for t in tables for inv in t.invariants for c in inv.clauses}
     cited |= {c for t in tables for step in t.stable for c in step.clauses}
     cited |= {c for t in tables for rule in t.pair_rules for c in rule.clauses}
+    assert spec.wiring is not None
+    cited |= {c for entry in (*spec.wiring.calls, *spec.wiring.awaits) for c in entry.clauses}
     every_clause = md[md.index("## Every clause") :]
     unimplemented = [cid for cid, c in spec.clauses.items() if c.not_implemented is not None]
     assert unimplemented, "no clause says why no row implements it"
@@ -317,8 +319,8 @@ def test_a_clause_nothing_cites_must_say_why(
         SpecError,
         match=exactly(
             "specs/clauses.toml: clause 'X.spare': no row, pair rule or invariant of any table "
-            "cites it (tag the rows that implement it, or say why none does with "
-            'not_implemented = "...")'
+            "(nor any wiring entry) cites it (tag the rows that implement it, or say why none "
+            'does with not_implemented = "...")'
         ),
     ):
         render_diagrams(spec)
@@ -347,11 +349,11 @@ def test_a_cited_clause_that_says_no_row_implements_it_is_refused() -> None:
         SpecError,
         match=exactly(
             "specs/clauses.toml: clause 'S004.child-first': not_implemented says no row "
-            "implements it, yet it is cited in specs/activation.toml (drop the tag, or the "
-            "not_implemented)"
+            "implements it, yet it is cited in specs/activation.toml, specs/wiring.toml (drop the "
+            "tag, or the not_implemented)"
         ),
     ):
-        render_diagrams(Spec(spec.root, clauses, spec.machines))
+        render_diagrams(Spec(spec.root, clauses, spec.machines, spec.wiring))
 
 
 def test_traceability_opens_with_the_nine_pinned_decisions() -> None:
@@ -366,7 +368,8 @@ def test_traceability_names_rows_and_invariants_per_machine() -> None:
     line = next(x for x in md.splitlines() if x.startswith("| `S004.cancel-keep-inbox` |"))
     assert line.endswith(
         "| activation: `dispose.begin`, `child.settled.joining`<br>"
-        "agent: `cancel.turn`, `cancel.flush` |"
+        "agent: `cancel.turn`, `cancel.flush`<br>"
+        "wiring: `close.cancels_agent` |"
     )
 
 
@@ -387,6 +390,39 @@ def test_traceability_names_step_invariants_among_their_clauses_citations() -> N
         "`dispose.converging`; "
         "invariant `reason_iff_aborted`; step invariant `reason_first_wins` |"
     )
+
+
+def test_traceability_names_the_wiring_calls_and_awaits_that_cite_a_clause() -> None:
+    md = render_diagrams(load_spec())["traceability.md"]
+    assert "and the calls and awaits of `specs/wiring.toml` that cite it (under `wiring:`)." in md
+    lines = md.splitlines()
+
+    def row(cid: str) -> str:
+        return next(x for x in lines if x.startswith(f"| `{cid}` |"))
+
+    assert row("S004.child-first").endswith(
+        "<br>wiring: `close.cancels_agent`, `release.disposes_agent`, "
+        "`teardown.disposes_children`; await `teardown.awaits_idle` |"
+    )
+    assert row("R.watch-gone").endswith(
+        "| activation: `watch.gone`<br>wiring: await `watch.agent_gone` |"
+    )
+    decisions = md[md.index("## Pinned decisions") : md.index("## Every clause")]
+    d8 = next(x for x in decisions.splitlines() if x.startswith("| `D8` |"))
+    assert d8.endswith("<br>wiring: `close.shuts_agent` |")
+
+
+def test_a_clause_only_the_wiring_cites_counts_as_cited(tmp_path: Path) -> None:
+    specs = copy_specs(tmp_path)
+    catalogue = specs / "clauses.toml"
+    spare = '\n[clauses."X.spare"]\nsource = "S004"\nquote = "cancel"\nsummary = "Spare."\n'
+    catalogue.write_text(catalogue.read_text(encoding="utf-8") + spare, encoding="utf-8")
+    edit(
+        specs / "wiring.toml", 'clauses = ["R.watch-gone"]', 'clauses = ["R.watch-gone", "X.spare"]'
+    )
+    md = render_diagrams(load_spec(specs))["traceability.md"]
+    line = next(x for x in md.splitlines() if x.startswith("| `X.spare` |"))
+    assert line == "| `X.spare` | Spare. | wiring: await `watch.agent_gone` |"
 
 
 def contracts_note(dot: str) -> list[str]:
