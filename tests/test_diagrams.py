@@ -291,7 +291,8 @@ def test_every_clause_is_listed_and_the_unimplemented_ones_say_why() -> None:
     cited |= {c for t in tables for step in t.stable for c in step.clauses}
     cited |= {c for t in tables for rule in t.pair_rules for c in rule.clauses}
     assert spec.wiring is not None
-    cited |= {c for entry in (*spec.wiring.calls, *spec.wiring.awaits) for c in entry.clauses}
+    cited |= {c for call in spec.wiring.calls for c in call.clauses}
+    cited |= {c for wait in spec.wiring.awaits for c in wait.clauses}
     every_clause = md[md.index("## Every clause") :]
     unimplemented = [cid for cid, c in spec.clauses.items() if c.not_implemented is not None]
     assert unimplemented, "no clause says why no row implements it"
