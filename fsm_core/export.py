@@ -9,8 +9,10 @@ pinned by ``specs/schema.json`` (JSON Schema draft 2020-12) and named by ``forma
     >>> doc = spec_to_json(spec, ["agent"])
     >>> doc["format"], doc["version"], list(doc["machines"]), doc["wiring"]
     ('fsm-core/spec', 3, ['agent'], None)
-    >>> doc["machines"]["agent"]["rows"][0]["guard"]["expr"]
-    {'op': 'and', 'args': [{'param': 'wake'}, {'not': {'var': 'scheduled'}}]}
+    >>> doc["machines"]["agent"]["rows"][0]["guard"]["text"]
+    'wake and not scheduled and not shut'
+    >>> doc["machines"]["agent"]["rows"][0]["guard"]["expr"]["args"][1]
+    {'not': {'var': 'shut'}}
     >>> [e["requires"]["text"] for e in doc["machines"]["agent"]["effects"][:2]]
     ['pending and (lane == next_turn or holder == live)', 'scheduled']
     >>> [(s["id"], s["unchanged"]) for s in doc["machines"]["agent"]["step_invariants"]]
@@ -145,7 +147,7 @@ def spec_to_json(spec: Spec, machines: Sequence[str]) -> dict[str, object]:
 
     >>> from fsm_core.table import load_spec
     >>> sorted(spec_to_json(load_spec(), ["agent"]))
-    ['clauses', 'format', 'machines', 'version']
+    ['clauses', 'format', 'machines', 'version', 'wiring']
 
     Raises :class:`KeyError` naming an unknown machine.
     """
