@@ -4,7 +4,7 @@ Every file is drawn from the compiled tables alone, so a changed row moves its d
 
 >>> from fsm_core.table import load_spec
 >>> sorted(render_diagrams(load_spec()))
-['activation.dot', 'agent.dot', 'traceability.md']
+['activation.dot', 'admission.dot', 'agent.dot', 'traceability.md', 'wiring.dot']
 
 One DOT per machine. A state is a box: its name, then one cell per row that stays in it,
 ``event(params) [guard]`` / ``/ effect; effect; ...`` (in the row's order) / ``{row.id:
@@ -20,12 +20,21 @@ agent has 49 of them over five states, and as labelled loops Graphviz stacks the
 overlapping columns that no one can read. Our tables have no entry or exit actions, so an
 internal transition and a self-loop mean the same thing.
 
+``wiring.dot`` (when the specs have a ``wiring.toml``) draws how the machines connect, from the
+wiring's declaration alone: one node per role an instance plays (an activation, which stands for
+its children and its parent too; its agent; a host-owned parent agent; the registry's door), one
+solid arrow per ``[[calls]]`` entry from the machine whose effect makes it to the role its target
+names, labelled ``effect -> event(args)``, and one dashed arrow per ``[[awaits]]`` entry from the
+awaited agent to the activation whose event it fires, labelled ``event until predicate``; each
+with its ``{id: clauses}``. An agent's own calls are every agent's: they leave the box holding
+both agents.
+
 ``traceability.md`` maps every clause of ``clauses.toml`` (D1..D9 first) to the rows,
-invariants, step invariants and pair rules citing it; a clause no row implements says ``not
-implemented:`` and why (its ``not_implemented`` in ``clauses.toml``). A clause that nothing cites
-and that gives no such reason is refused (:class:`~fsm_core.SpecError`); the loader refuses a tag
-naming a clause that gives one (and so does this, for a :class:`~fsm_core.table.Spec` built by
-hand).
+invariants, step invariants and pair rules citing it, and to the wiring's calls and awaits; a
+clause no row implements says ``not implemented:`` and why (its ``not_implemented`` in
+``clauses.toml``). A clause that nothing cites (a clause the wiring alone cites is cited) and that
+gives no such reason is refused (:class:`~fsm_core.SpecError`); the loader refuses a tag naming a
+clause that gives one (and so does this, for a :class:`~fsm_core.table.Spec` built by hand).
 
 :func:`write_diagrams` also renders ``<machine>.svg`` when Graphviz's ``dot`` is on PATH. SVG
 bytes depend on the Graphviz version, so an SVG is never compared byte for byte: it carries
@@ -54,14 +63,16 @@ from pathlib import Path
 import graphviz
 
 from fsm_core._errors import FsmError, SpecError, echo
-from fsm_core.table import Machine, Spec
+from fsm_core.table import Machine, Spec, WiredAwait, WiredCall, Wiring
 from fsm_core.table._expr import unparse, unparse_stmt
 from fsm_core.table._table import Row
+from fsm_core.table._wiring import TARGETS as _TARGETS
 
 __all__ = ["check_diagrams", "default_out_dir", "render_diagrams", "write_diagrams"]
 
 _COMMAND = "fsm-core diagrams"
 _TRACEABILITY = "traceability.md"
+_WIRING = "wiring"  # wiring.dot, and the name the traceability gives the wiring's citations
 _DECISION_SOURCE = "D"  # the clause source of DESIGN.md's pinned decisions (D1..D9)
 
 _WIDTH = 46  # characters per label line before it wraps
@@ -101,10 +112,18 @@ def default_out_dir() -> Path:
 def render_diagrams(spec: Spec) -> dict[str, str]:
     """Every generated text file as ``{file name: exact text}``, SVGs aside.
 
-    One ``<machine>.dot`` per machine, then ``traceability.md``. The same tables give the same
-    text on any machine.
+    One ``<machine>.dot`` per machine, ``wiring.dot`` when the specs have a wiring, then
+    ``traceability.md``. The same tables give the same text on any machine.
     """
+    if spec.wiring is not None and _WIRING in spec.machines:
+        raise SpecError(
+            spec.machines[_WIRING].table.file,
+            "[machine]",
+            f"machine name {echo(_WIRING)} is the wiring's diagram (wiring.dot); rename it",
+        )
     files = {f"{name}.dot": _machine_dot(machine) for name, machine in spec.machines.items()}
+    if spec.wiring is not None:
+        files[f"{_WIRING}.dot"] = _wiring_dot(spec, spec.wiring)
     files[_TRACEABILITY] = _traceability(spec)
     return files
 
@@ -356,20 +375,159 @@ def _label(lines: Sequence[str], *, centred: bool = False) -> str:
     return str(graphviz.nohtml(text))
 
 
+# --- the wiring -----------------------------------------------------------------------------------
+
+_DOOR = "door"
+_HOST = "host"
+_AGENTS = "cluster_agents"  # Graphviz draws a subgraph named cluster_* as a box
+_ROLE = {"activation": "activation", "agent": "agent", "admission": _DOOR}
+"""The node that stands for an instance of each machine (a host agent aside: :data:`_HOST`)."""
+_ROLES = (
+    (
+        "activation",
+        "activation",
+        "an activation: its self, children (in admission order) and parent",
+    ),
+    ("agent", "agent", "an activation's own agent (new_agent: the one the step created)"),
+    (_HOST, "agent", "a host-owned parent agent, which no activation represents"),
+    (_DOOR, "admission", "the registry's door, one per runtime"),
+)
+"""Each node, in the order drawn: its id, the machine it runs, and what it stands for."""
+_COLUMN = {"activation": 0, "agent": 1, _HOST: 1, _DOOR: 2}
+"""Left to right; an arrow pointing leftwards does not constrain the layout."""
+_LOOP_PORTS = ("n", "ne")
+"""Where the self-loops (calls on ``self``, ``children``, ``parent``) attach: the first on top,
+every later one at the top right corner, where Graphviz lays their labels out side by side
+rather than on top of each other (several loops on one side share one label spot)."""
+
+
+def _target_node(machine: str, target: str) -> str:
+    """The node standing for what ``target`` names, from an effect of ``machine``."""
+    return _HOST if target == _HOST else _ROLE[_TARGETS[machine][target]]
+
+
+def _wiring_dot(spec: Spec, w: Wiring) -> str:
+    g = graphviz.Digraph(
+        name=_WIRING, comment=f"Generated by `{_COMMAND}` from {w.file}. Do not edit."
+    )
+    g.attr(
+        "graph",
+        label=_label(
+            [
+                "wiring: how instances meet",
+                f"from {w.file}. An arrow points at the instance whose event fires.",
+                "Solid: a call, made inside the effect on each instance its target names",
+                "(effect -> event(args)). Dashed: an internal event, fired as a step of its own",
+                "once the agent's state allows it (event until predicate; *: any value).",
+            ],
+            centred=True,
+        ),
+        labelloc="t",
+        fontname=_FONT,
+        fontsize="16",
+        rankdir=_RANKDIR,
+        compound="true",
+        nodesep="0.6",
+        ranksep="1.2",
+    )
+    g.attr("node", fontname=_FONT, fontsize="11", shape="box", style="rounded", margin="0.2")
+    g.attr("edge", fontname=_FONT, fontsize="10", arrowsize="0.7")
+
+    def role(graph: graphviz.Digraph, node: str, machine: str, says: str) -> None:
+        file = spec.machines[machine].table.file
+        lines = [node, f"({file})", *_wrap(says, width=32, indent="")]
+        graph.node(node, label=_label(lines, centred=True))
+
+    for node, machine, says in _ROLES:
+        if node == "agent":
+            with g.subgraph(name=_AGENTS) as agents:
+                agents.attr(
+                    label=_escape("agents: an agent's own calls are every agent's"),
+                    style="dashed",
+                    color="gray40",
+                    fontname=_FONT,
+                    fontsize="10",
+                )
+                for inside, its, what in _ROLES:
+                    if its == "agent":
+                        role(agents, inside, its, what)
+        elif machine != "agent":
+            role(g, node, machine, says)
+
+    edges: list[tuple[str, str, list[str], str, WiredCall | WiredAwait]] = [
+        (_ROLE[c.machine], _target_node(c.machine, c.target), _call_lines(c), c.doc or c.id, c)
+        for c in w.calls
+    ]
+    edges += [
+        (_target_node(a.machine, a.target), _ROLE[a.machine], _await_lines(a), a.doc or a.id, a)
+        for a in w.awaits
+    ]
+    loops = 0
+    for n, (source, target, lines, doc, entry) in enumerate(edges):
+        attrs = {"color": _PALETTE[n % len(_PALETTE)], "fontcolor": _PALETTE[n % len(_PALETTE)]}
+        if isinstance(entry, WiredAwait):
+            attrs["style"] = "dashed"
+        if isinstance(entry, WiredCall) and entry.machine == "agent":
+            attrs["ltail"] = _AGENTS  # from the box: every agent makes it
+        if _COLUMN[source] > _COLUMN[target]:
+            attrs["constraint"] = "false"
+        if source == target:
+            port = _LOOP_PORTS[min(loops, len(_LOOP_PORTS) - 1)]
+            attrs |= {"tailport": port, "headport": port}
+            loops += 1
+        g.edge(source, target, label=_label(lines), tooltip=_oneline(doc), **attrs)
+    if w.doc:
+        g.node(
+            "(wiring)",
+            label=_label(_wrap(" ".join(w.doc.split()), width=_NOTE_WIDTH, indent="")),
+            shape="note",
+            margin="0.15",
+            color="gray40",
+            style="",
+        )
+    return str(g.source)
+
+
+def _call_lines(c: WiredCall) -> list[str]:
+    """``effect -> event(args)``, then what qualifies it, then ``{id: clauses}``."""
+    args = ", ".join(f"{p}={v}" for p, v in c.arg_text)
+    lines = _wrap(_glue(f"{c.effect} ->{_NBSP}{c.event}({args})"))
+    marks = [f"on {c.target}"] if c.target != _target_node(c.machine, c.target) else []
+    marks += [f"{c.only} only"] if c.only is not None else []
+    marks += ["refused: caller"] if c.refused == "caller" else []
+    if marks:
+        lines += _wrap(f"({'; '.join(marks)})")
+    return lines + _wrap(f"{{{c.id}: {', '.join(c.clauses)}}}")
+
+
+def _await_lines(a: WiredAwait) -> list[str]:
+    """``event(args) until predicate``, then ``{id: clauses}``."""
+    args = ", ".join(f"{p}={' '.join(v.split())}" for p, v in a.arg_text)
+    head = a.event + (f"({args})" if args else "")
+    lines = _wrap(_glue(f"{head} until {' '.join(a.until_text.split())}"))
+    return lines + _wrap(f"{{{a.id}: {', '.join(a.clauses)}}}")
+
+
 # --- traceability ---------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
 class _Citations:
-    """What one machine has that cites one clause, in table order."""
+    """What one machine (or the wiring) has that cites one clause, in file order."""
 
     rows: list[str] = field(default_factory=list)
+    """A table's rows, or the wiring's calls."""
     invariants: list[str] = field(default_factory=list)
     step_invariants: list[str] = field(default_factory=list)
     pairs: list[str] = field(default_factory=list)
+    awaits: list[str] = field(default_factory=list)
+    """The wiring's awaits."""
 
     def __str__(self) -> str:
         parts = [", ".join(_code(r) for r in self.rows)] if self.rows else []
+        if self.awaits:
+            word = "await" if len(self.awaits) == 1 else "awaits"
+            parts.append(f"{word} {', '.join(_code(a) for a in self.awaits)}")
         if self.invariants:
             word = "invariant" if len(self.invariants) == 1 else "invariants"
             parts.append(f"{word} {', '.join(_code(i) for i in self.invariants)}")
@@ -402,6 +560,20 @@ def _traceability(spec: Spec) -> str:
         for rule in t.pair_rules:
             for c in rule.clauses:
                 at(c).pairs.append(f"{rule.kind}[{rule.index}]")
+    # The wiring's citations sit under its own name; a machine cannot take it (render_diagrams).
+    if spec.wiring is not None:
+        for call in spec.wiring.calls:
+            for c in call.clauses:
+                cited[c].setdefault(_WIRING, _Citations()).rows.append(call.id)
+        for wait in spec.wiring.awaits:
+            for c in wait.clauses:
+                cited[c].setdefault(_WIRING, _Citations()).awaits.append(wait.id)
+
+    def files(by: dict[str, _Citations]) -> str:
+        names = [spec.machines[m].table.file for m in spec.machines if m in by]
+        if _WIRING in by and spec.wiring is not None:
+            names.append(spec.wiring.file)
+        return ", ".join(names)
 
     catalogue = f"{spec.root.name}/clauses.toml"
     for cid, clause in spec.clauses.items():
@@ -409,16 +581,15 @@ def _traceability(spec: Spec) -> str:
             raise SpecError(
                 catalogue,
                 f"clause {echo(cid)}",
-                "no row, pair rule or invariant of any table cites it (tag the rows that "
-                'implement it, or say why none does with not_implemented = "...")',
+                "no row, pair rule or invariant of any table (nor any wiring entry) cites it (tag "
+                'the rows that implement it, or say why none does with not_implemented = "...")',
             )
         if cited[cid] and clause.not_implemented is not None:
             raise SpecError(  # the loader refuses the tag; a Spec built by hand may not
                 catalogue,
                 f"clause {echo(cid)}",
                 "not_implemented says no row implements it, yet it is cited in "
-                f"{', '.join(spec.machines[m].table.file for m in cited[cid])} "
-                "(drop the tag, or the not_implemented)",
+                f"{files(cited[cid])} (drop the tag, or the not_implemented)",
             )
 
     def cell(cid: str) -> str:
@@ -426,9 +597,14 @@ def _traceability(spec: Spec) -> str:
         why = spec.clauses[cid].not_implemented
         if why is not None:
             return f"not implemented: {_cell(why)}"
-        return "<br>".join(f"{m}: {by[m]}" for m in spec.machines if m in by)
+        return "<br>".join(f"{m}: {by[m]}" for m in (*spec.machines, _WIRING) if m in by)
 
     tables = " and ".join(f"`{m.table.file}`" for m in spec.machines.values())
+    wired = (
+        f",\nand the calls and awaits of `{spec.wiring.file}` that cite it (under `wiring:`)"
+        if spec.wiring is not None
+        else ""
+    )
     out = [
         f"<!-- Generated by `{_COMMAND}` from {spec.root.name}/. Do not edit. -->",
         "",
@@ -436,8 +612,8 @@ def _traceability(spec: Spec) -> str:
         "",
         f"For every clause of `{spec.root.name}/clauses.toml`: the rows, invariants, step "
         "invariants and pair rules",
-        f"of {tables} that cite it. A clause no row implements says so, and why",
-        "(its `not_implemented`).",
+        f"of {tables} that cite it{wired}.",
+        "A clause no row implements says so, and why (its `not_implemented`).",
         "A step invariant (`[[invariants]]` with `unchanged` and `while`) keeps a variable's value",
         "between two moments a listener can observe while its predicate holds at both.",
         "Pair rules are a table's `[[ignored]]` and `[[rejected]]` entries, numbered in file order",

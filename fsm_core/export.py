@@ -7,27 +7,43 @@ pinned by ``specs/schema.json`` (JSON Schema draft 2020-12) and named by ``forma
     >>> from fsm_core.table import load_spec
     >>> spec = load_spec()
     >>> doc = spec_to_json(spec, ["agent"])
-    >>> doc["format"], doc["version"], list(doc["machines"])
-    ('fsm-core/spec', 2, ['agent'])
-    >>> doc["machines"]["agent"]["rows"][0]["guard"]["expr"]
-    {'op': 'and', 'args': [{'param': 'wake'}, {'not': {'var': 'scheduled'}}]}
+    >>> doc["format"], doc["version"], list(doc["machines"]), doc["wiring"]
+    ('fsm-core/spec', 3, ['agent'], None)
+    >>> doc["machines"]["agent"]["rows"][0]["guard"]["text"]
+    'wake and not scheduled and not shut'
+    >>> doc["machines"]["agent"]["rows"][0]["guard"]["expr"]["args"][1]
+    {'not': {'var': 'shut'}}
     >>> [e["requires"]["text"] for e in doc["machines"]["agent"]["effects"][:2]]
     ['pending and (lane == next_turn or holder == live)', 'scheduled']
     >>> [(s["id"], s["unchanged"]) for s in doc["machines"]["agent"]["step_invariants"]]
     [('reason_first_wins', 'reason')]
+    >>> wiring = spec_to_json(spec, list(spec.machines))["wiring"]
+    >>> call = wiring["calls"][1]
+    >>> call["id"], call["effect"], call["target"], call["event"]
+    ('close.cancels_agent', {'machine': 'activation', 'name': 'cancel_agent'}, 'agent', 'cancel')
+    >>> [(a["name"], a["value"]["expr"]) for a in call["args"]]
+    [('cause', {'param': 'cause'}), ('keep_inbox', {'lit': True})]
 
-The export carries only the clauses the chosen machines cite, in catalogue order, so every
-clause in it is one a row, pair, invariant or step invariant names (``specs/clauses.toml`` holds
-the rest). Every expression appears twice: as ``text`` (the table's own words where it has them,
-else the canonical form) and as ``expr``, the resolved tree a port evaluates without parsing
-anything. Keys come in a fixed order and lists in table order, so the same tables give the same
-bytes.
+``wiring`` is ``specs/wiring.toml`` as data (how instances meet): every call and every await,
+with its arguments parsed like any other expression. It is exported whole when every machine it
+connects is exported (``activation``, ``admission`` and ``agent``), else it is ``null``: a part
+of it would name instances of machines the export does not hold.
+
+The export carries only the clauses the chosen machines (and the wiring, when exported) cite, in
+catalogue order, so every clause in it is one a row, pair, invariant, step invariant, call or
+await names (``specs/clauses.toml`` holds the rest). Every expression appears twice: as
+``text`` (the table's own words where it has them, else the canonical form) and as ``expr``, the
+resolved tree a port evaluates without parsing anything. Keys come in a fixed order and lists in
+table order, so the same tables give the same bytes.
 
 Version 2 added each effect's contract, ``requires`` (``{text, expr}``, or ``null`` for an effect
 without one; its ``param`` nodes name the effect's own parameters), and each machine's
 ``step_invariants`` (``{id, unchanged, while, doc, clauses}``). The schema admits no key it does
 not name, so this is a breaking change: a port validating against version 1 rejects a version 2
 export, and must learn both fields (and may assert them) before it accepts version 2.
+
+Version 3 added the top-level ``wiring`` (an object, or ``null``) and the clauses it cites. A
+port that hosts one machine at a time may ignore it, but must accept the key.
 """
 
 from __future__ import annotations
@@ -36,8 +52,9 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from fsm_core.table import Machine, Spec
+from fsm_core.table import Machine, Spec, WiredAwait, WiredCall, Wiring
 from fsm_core.table._expr import (
+    BOOL,
     Assign,
     Block,
     Call,
@@ -50,13 +67,16 @@ from fsm_core.table._expr import (
     unparse_stmt,
 )
 from fsm_core.table._table import PairRule, Table
+from fsm_core.table._wiring import ANY as _ANY
+from fsm_core.table._wiring import FACTS as _FACTS
+from fsm_core.table._wiring import TARGETS as _TARGETS
 
 __all__ = ["FORMAT", "SEMANTICS", "VERSION", "spec_to_json", "spec_to_text"]
 
 FORMAT: Final = "fsm-core/spec"
 # Bumped whenever a field changes meaning or disappears; adding a field is also a bump, since
 # the schema is strict (a port validating against version 1 rejects what it does not know).
-VERSION: Final = 2  # 2: effect `requires` and `step_invariants`
+VERSION: Final = 3  # 2: effect `requires` and `step_invariants`; 3: the top-level `wiring`
 
 SEMANTICS: Final = (
     "A row handles event `on` in each state of `from` whose `guard` holds on the state as it is "
@@ -78,6 +98,31 @@ SEMANTICS: Final = (
     "`notifies: true` (as it runs) and the end of each step (an event's handling, with "
     "everything listeners did inside it), whenever `while` holds at both moments. Invariants "
     "constrain single states; step invariants constrain the change between two observed ones."
+)
+
+# How the wiring's entries run (SEMANTICS.md, "How instances meet", says it in full).
+_WIRING_SEMANTICS: Final = (
+    "A call runs each time an instance of `effect.machine` performs the effect `effect.name`: "
+    "once the effect is recorded (and before the listeners of an effect with `notifies: true` "
+    "run), `event` is fired with `args` on each instance `target` names, in that order, "
+    "synchronously; each fire runs its whole row, the calls its own effects make included, "
+    "before the next begins, and the calls of one effect are made in the order of `calls`. "
+    "The calling row then goes on, on the state the calls left. `targets` says which machine "
+    "each target runs. An argument is evaluated as its call is made, each `param` bound to the "
+    "effect's argument of that name or to the fact of that name (`facts`, known by the target "
+    "it names). `only` restricts a call to an activation that is a `root` (its parent agent is "
+    "host-owned) or a `child` (its parent is an activation); otherwise the call names no "
+    "instance. A call is refused when the target's table refuses the event (`rejected` or "
+    "`not-enabled`; an `ignored` pair is no refusal). `refused: never` is the tables' promise "
+    "that no refusal happens there: a refused call changes nothing and the calling row goes on, "
+    "and a host that meets one reports it as a bug once the outermost row ran to its end. "
+    "`refused: caller` makes the refusal the caller's: the call that began the step is refused "
+    "whole, with that refusal, and nothing it did stays done. An await's `event` is an internal "
+    "event of `event.machine`, fired as a step of its own, never inside another step: it may "
+    "fire only while the state of the instance `target` names satisfies `until` (its `var` and "
+    "`def` nodes are that instance's), with each argument equal to its value on that state, or, "
+    'for "*", any value of the parameter\'s type. An await says when the event may fire; when '
+    "a runtime fires it is SEMANTICS.md's section 7."
 )
 
 # The same, short, for the listing's reader (who sees rows, not JSON keys).
@@ -102,12 +147,14 @@ def spec_to_json(spec: Spec, machines: Sequence[str]) -> dict[str, object]:
 
     >>> from fsm_core.table import load_spec
     >>> sorted(spec_to_json(load_spec(), ["agent"]))
-    ['clauses', 'format', 'machines', 'version']
+    ['clauses', 'format', 'machines', 'version', 'wiring']
 
     Raises :class:`KeyError` naming an unknown machine.
     """
     chosen = _choose(spec, machines)
+    wiring = _wiring_shown(spec, chosen)
     cited = {tag for m in chosen for tag in _cited(m.table)}
+    cited |= {tag for entry in _wired(wiring) for tag in entry.clauses}
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -117,6 +164,7 @@ def spec_to_json(spec: Spec, machines: Sequence[str]) -> dict[str, object]:
             if cid in cited
         },
         "machines": {m.name: _machine_json(m.table) for m in chosen},
+        "wiring": _wiring_json(wiring, spec) if wiring is not None else None,
     }
 
 
@@ -200,6 +248,55 @@ def _machine_json(t: Table) -> dict[str, object]:
     }
 
 
+def _wiring_json(w: Wiring, spec: Spec) -> dict[str, object]:
+    door = spec.machines["admission"].table
+    facts = []
+    for name, (knower, door_type) in _FACTS.items():
+        t = BOOL if door_type is None else door.types[door_type]
+        facts.append({"name": name, "target": knower, "type": t.name, "domain": list(t.values)})
+    return {
+        "file": w.file,
+        "doc": _prose(w.doc),
+        "semantics": _WIRING_SEMANTICS,
+        "targets": {machine: dict(targets) for machine, targets in _TARGETS.items()},
+        "facts": facts,
+        "calls": [_call_json(c) for c in w.calls],
+        "awaits": [_await_json(a) for a in w.awaits],
+    }
+
+
+def _call_json(c: WiredCall) -> dict[str, object]:
+    return {
+        "id": c.id,
+        "effect": {"machine": c.machine, "name": c.effect},
+        "target": c.target,
+        "only": c.only,
+        "event": c.event,
+        "args": [
+            {"name": name, "value": _expr(e, text)}
+            for (name, text), e in zip(c.arg_text, c.arg_exprs, strict=True)
+        ],
+        "refused": c.refused,
+        "clauses": list(c.clauses),
+        "doc": _prose(c.doc),
+    }
+
+
+def _await_json(a: WiredAwait) -> dict[str, object]:
+    return {
+        "id": a.id,
+        "event": {"machine": a.machine, "name": a.event},
+        "target": a.target,
+        "until": _expr(a.until_expr, a.until_text),
+        "args": [
+            {"name": name, "value": _ANY if e is None else _expr(e, text)}
+            for (name, text), e in zip(a.arg_text, a.arg_exprs, strict=True)
+        ],
+        "clauses": list(a.clauses),
+        "doc": _prose(a.doc),
+    }
+
+
 def _params(params: Iterable[tuple[str, Type]]) -> list[dict[str, object]]:
     return [{"name": p, "type": t.name, "domain": list(t.values)} for p, t in params]
 
@@ -207,10 +304,10 @@ def _params(params: Iterable[tuple[str, Type]]) -> list[dict[str, object]]:
 def _expr(e: Expr, text: str | None = None) -> dict[str, object]:
     """``{text, expr}``: the table's words when it kept them, else the canonical text.
 
-    Guards, definitions, invariants, step invariants' ``while`` and effects' ``requires`` keep
-    the words a reader finds in the TOML; statement values and arguments are stored parsed only,
-    so theirs are :func:`unparse`'s. Either way the text parses back to ``expr``
-    (``tests/test_export.py`` checks every one).
+    Guards, definitions, invariants, step invariants' ``while``, effects' ``requires`` and the
+    wiring's arguments and ``until`` keep the words a reader finds in the TOML; statement values
+    and arguments are stored parsed only, so theirs are :func:`unparse`'s. Either way the text
+    parses back to ``expr`` (``tests/test_export.py`` checks every one).
     """
     return {"text": _prose(text) if text is not None else unparse(e), "expr": to_json(e)}
 
@@ -244,6 +341,9 @@ def spec_to_text(spec: Spec, machines: Sequence[str]) -> str:
     lines = _overview(spec, chosen)
     for m in chosen:
         lines += ["", "", *_listing(m.table)]
+    wiring = _wiring_shown(spec, chosen)
+    if wiring is not None:
+        lines += ["", "", *_wiring_listing(wiring)]
     return "\n".join(lines) + "\n"
 
 
@@ -251,14 +351,25 @@ def _overview(spec: Spec, chosen: Sequence[Machine]) -> list[str]:
     rows = sum(len(m.table.rows) for m in chosen)
     invariants = sum(len(m.table.invariants) for m in chosen)
     step_invariants = sum(len(m.table.stable) for m in chosen)
+    wiring = _wiring_shown(spec, chosen)
     cited = {tag for m in chosen for tag in _cited(m.table)}
+    cited |= {tag for entry in _wired(wiring) for tag in entry.clauses}
     plural = "machine" if len(chosen) == 1 else "machines"
     width = max((len(m.name) for m in chosen), default=0)
+    connected = (
+        [
+            f"  connected by {wiring.file}: {_count(len(wiring.calls), 'call')}, "
+            f"{_count(len(wiring.awaits), 'await')} (listed last)"
+        ]
+        if wiring is not None
+        else []
+    )
     return [
         f"fsm-core spec: {len(chosen)} {plural} from {spec.root.name}/, {rows} rows, "
         f"{invariants} invariants, {_count(step_invariants, 'step invariant')}, "
         f"{len(cited)} seed clauses cited",
         *(f"  {m.name:<{width}}  {m.table.title}" for m in chosen),
+        *connected,
         "",
         *_wrap(_HOW_A_ROW_RUNS, ""),
         "",
@@ -349,6 +460,31 @@ def _listing(t: Table) -> list[str]:
     return out
 
 
+def _wiring_listing(w: Wiring) -> list[str]:
+    """The wiring, one line an entry: ``ID  MACHINE.EFFECT -> TARGET.EVENT(ARGS)`` for a call,
+    ``ID  TARGET until PREDICATE -> MACHINE.EVENT(ARGS)`` for an await."""
+    out = [f"== wiring: how instances meet  ({w.file})", *_wrap(w.doc, "   ")]
+    out += [
+        "",
+        "calls (in file order; each fires inside its effect, on each instance its target names)",
+    ]
+    for c in w.calls:
+        marks = [f"{c.only} only"] if c.only is not None else []
+        marks += ["refused: caller"] if c.refused == "caller" else []
+        flag = f"  [{'; '.join(marks)}]" if marks else ""
+        out.append(f"  {c.id}  {c}{flag}")
+    out += [
+        "",
+        "awaits (each fires as a step of its own while its target's state allows; *: any value)",
+    ]
+    for a in w.awaits:
+        args = ", ".join(f"{p}={_prose(v)}" for p, v in a.arg_text)
+        out.append(
+            f"  {a.id}  {a.target} until {_prose(a.until_text)} -> {a.machine}.{a.event}({args})"
+        )
+    return out
+
+
 def _effect_lines(t: Table, stmts: Sequence[Stmt], indent: str, prefix: str) -> list[str]:
     out: list[str] = []
     for n, s in enumerate(stmts, 1):
@@ -401,6 +537,16 @@ def _choose(spec: Spec, machines: Sequence[str]) -> list[Machine]:
             known = ", ".join(spec.machines)
             raise KeyError(f"unknown machine {name!r} (machines: {known})")
     return [spec.machines[name] for name in dict.fromkeys(machines)]
+
+
+def _wiring_shown(spec: Spec, chosen: Sequence[Machine]) -> Wiring | None:
+    """The spec's wiring when every machine it connects is chosen, else None."""
+    names = {m.name for m in chosen}
+    return spec.wiring if spec.wiring is not None and set(_TARGETS) <= names else None
+
+
+def _wired(w: Wiring | None) -> tuple[WiredCall | WiredAwait, ...]:
+    return () if w is None else (*w.calls, *w.awaits)
 
 
 def _cited(t: Table) -> Iterable[str]:

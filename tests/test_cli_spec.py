@@ -50,12 +50,33 @@ def test_spec_json_carries_contracts_and_step_invariants(
 ) -> None:
     assert main(["spec", "--json", "agent"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["version"] == 2
+    assert doc["version"] == 3
     agent = doc["machines"]["agent"]
     settle = next(e for e in agent["effects"] if e["name"] == "settle_idle")
     assert settle["requires"] == {"text": "quiescent", "expr": {"def": "quiescent"}}
     assert [s["id"] for s in agent["step_invariants"]] == ["reason_first_wins"]
     assert set(agent["step_invariants"][0]["clauses"]) <= set(doc["clauses"])
+
+
+def test_spec_json_carries_the_wiring_only_with_every_machine_it_connects(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["spec", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["wiring"]["calls"][0]["id"] == "close.shuts_agent"
+    assert set(doc["wiring"]["calls"][0]["clauses"]) <= set(doc["clauses"])
+    assert main(["spec", "--json", "agent"]) == 0
+    assert json.loads(capsys.readouterr().out)["wiring"] is None
+
+
+def test_spec_prints_the_wiring_last(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("\n== agent: ") < out.index(
+        "\n== wiring: how instances meet  (specs/wiring.toml)\n"
+    )
+    assert "\n  close.shuts_agent  activation.close_inbox -> agent.shut()\n" in out
+    assert out.endswith("activation.watch_gone()\n")
 
 
 def test_spec_lists_contracts_and_step_invariants(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ from jsonschema.exceptions import best_match
 
 from fsm_core._paths import specs_dir
 from fsm_core.export import FORMAT, VERSION, spec_to_json, spec_to_text
-from fsm_core.table import Spec, load_spec
+from fsm_core.table import Spec, WiredCall, Wiring, load_spec
 from fsm_core.table._expr import BOOL, Scope, Type, check, int_type, parse_expr, to_json
 
 SPEC = load_spec()
@@ -61,6 +61,8 @@ _BUSY = AGENT_ROWS.index("maintenance.busy")
 _ROW0: list[str | int] = ["machines", "agent", "rows", 0]
 _EFFECT0: list[str | int] = ["machines", "agent", "effects", 0]
 _STEP0: list[str | int] = ["machines", "agent", "step_invariants", 0]
+_CALL1: list[str | int] = ["wiring", "calls", 1]  # close.cancels_agent: two arguments
+_AWAIT2: list[str | int] = ["wiring", "awaits", 2]  # watch.after_idle: "*" and expressions
 
 MUTATIONS: list[tuple[str, list[str | int], object]] = [
     ("row without id", [*_ROW0, "id"], _DELETE),
@@ -84,8 +86,8 @@ MUTATIONS: list[tuple[str, list[str | int], object]] = [
     ),
     ("reject row with a target", ["machines", "agent", "rows", _BUSY, "to"], "running"),
     ("another format", ["format"], "fsm-core/other"),
-    ("the previous version", ["version"], 1),
-    ("a later version", ["version"], 3),
+    ("the previous version", ["version"], 2),
+    ("a later version", ["version"], 4),
     ("stray top-level key", ["generated"], "today"),
     ("invalid state name", ["machines", "agent", "states", 0, "name"], "Idle"),
     ("effect without requires", [*_EFFECT0, "requires"], _DELETE),
@@ -97,6 +99,24 @@ MUTATIONS: list[tuple[str, list[str | int], object]] = [
     ("step invariant of no variable", [*_STEP0, "unchanged"], ""),
     ("step invariant without a clause", [*_STEP0, "clauses"], []),
     ("step invariant with holds", [*_STEP0, "holds"], {"text": "true", "expr": {"lit": True}}),
+    ("export without its wiring", ["wiring"], _DELETE),
+    ("wiring as a file name", ["wiring"], "specs/wiring.toml"),
+    ("wiring without awaits", ["wiring", "awaits"], _DELETE),
+    ("wiring without facts", ["wiring", "facts"], _DELETE),
+    ("target naming no machine", ["wiring", "targets", "activation", "agent"], 1),
+    ("call without its effect's machine", [*_CALL1, "effect", "machine"], _DELETE),
+    ("call naming its effect as text", [*_CALL1, "effect"], "activation.cancel_agent"),
+    ("call argument as bare text", [*_CALL1, "args", 0, "value"], "cause"),
+    ("call argument without its tree", [*_CALL1, "args", 0, "value", "expr"], _DELETE),
+    ("call argument any value", [*_CALL1, "args", 0, "value"], "*"),
+    ("call with an unknown refusal", [*_CALL1, "refused"], "maybe"),
+    ("call only for siblings", [*_CALL1, "only"], "sibling"),
+    ("call without only", [*_CALL1, "only"], _DELETE),
+    ("call without a clause", [*_CALL1, "clauses"], []),
+    ("call with a stray key", [*_CALL1, "when"], "always"),
+    ("await until as bare text", [*_AWAIT2, "until"], "phase == idle"),
+    ("await argument any other word", [*_AWAIT2, "args", 0, "value"], "any"),
+    ("await without its event's machine", [*_AWAIT2, "event", "machine"], _DELETE),
 ]
 
 
@@ -153,10 +173,19 @@ def test_every_row_pair_invariant_and_step_invariant_cites_an_exported_clause(na
         assert not missing, f"{name}: {where} cites {sorted(missing)}, not in the export"
 
 
+def _wired(doc: Any) -> Iterator[tuple[str, Any]]:
+    wiring = doc["wiring"] or {"calls": [], "awaits": []}
+    for call in wiring["calls"]:
+        yield f"call {call['id']!r}", call
+    for wait in wiring["awaits"]:
+        yield f"await {wait['id']!r}", wait
+
+
 @pytest.mark.parametrize("names", [MACHINES, ["agent"], ["activation"]])
-def test_export_carries_exactly_the_clauses_its_machines_cite(names: list[str]) -> None:
+def test_export_carries_exactly_the_clauses_its_machines_and_wiring_cite(names: list[str]) -> None:
     doc = exported(names)
     cited = {tag for m in doc["machines"].values() for _, e in _tagged(m) for tag in e["clauses"]}
+    cited |= {tag for _, e in _wired(doc) for tag in e["clauses"]}
     assert set(doc["clauses"]) == cited
     assert list(doc["clauses"]) == [c for c in SPEC.clauses if c in cited]  # catalogue order
 
@@ -419,6 +448,220 @@ def test_requires_params_are_the_effects_own() -> None:
     assert ("agent", "publish_status", "status") in seen
 
 
+# --- the wiring ----------------------------------------------------------------------------------
+
+
+def _shipped_wiring() -> Wiring:
+    assert SPEC.wiring is not None, "specs/ has a wiring.toml"
+    return SPEC.wiring
+
+
+WIRING = _shipped_wiring()
+
+
+def _call(doc: Any, call_id: str) -> Any:
+    return next(c for c in doc["wiring"]["calls"] if c["id"] == call_id)
+
+
+def _await(doc: Any, await_id: str) -> Any:
+    return next(a for a in doc["wiring"]["awaits"] if a["id"] == await_id)
+
+
+def test_the_wiring_is_exported_whole_in_file_order() -> None:
+    wiring = exported()["wiring"]
+    assert list(wiring) == ["file", "doc", "semantics", "targets", "facts", "calls", "awaits"]
+    assert wiring["file"] == "specs/wiring.toml"
+    assert wiring["doc"] == " ".join(WIRING.doc.split())
+    assert [c["id"] for c in wiring["calls"]] == [c.id for c in WIRING.calls]
+    assert [a["id"] for a in wiring["awaits"]] == [a.id for a in WIRING.awaits]
+
+
+@pytest.mark.parametrize(
+    "names", [["agent"], ["activation"], ["activation", "agent"], ["admission", "agent"]]
+)
+def test_an_export_lacking_a_machine_the_wiring_connects_carries_no_wiring(
+    names: list[str],
+) -> None:
+    doc = exported(names)
+    assert doc["wiring"] is None
+    validator().validate(doc)
+
+
+def test_a_spec_without_wiring_exports_null() -> None:
+    doc = exported(MACHINES, Spec(SPEC.root, SPEC.clauses, SPEC.machines))
+    assert doc["wiring"] is None
+    validator().validate(doc)
+    cited = {tag for m in doc["machines"].values() for _, e in _tagged(m) for tag in e["clauses"]}
+    assert set(doc["clauses"]) == cited
+
+
+def test_a_call_exports_its_effect_target_event_and_parsed_arguments() -> None:
+    assert _call(exported(), "close.cancels_agent") == {
+        "id": "close.cancels_agent",
+        "effect": {"machine": "activation", "name": "cancel_agent"},
+        "target": "agent",
+        "only": None,
+        "event": "cancel",
+        "args": [
+            {"name": "cause", "value": {"text": "cause", "expr": {"param": "cause"}}},
+            {"name": "keep_inbox", "value": {"text": "true", "expr": {"lit": True}}},
+        ],
+        "refused": "never",
+        "clauses": ["S004.cancel-keep-inbox", "S004.child-first"],
+        "doc": "finishDisposal cancels its own agent with the parent cause, keeping its inbox.",
+    }
+
+
+def test_a_call_exports_only_refused_and_enumeration_arguments() -> None:
+    doc = exported()
+    settle = _call(doc, "settle.notifies_parent")
+    assert (settle["only"], settle["target"], settle["refused"]) == ("child", "parent", "never")
+    assert [(a["name"], a["value"]["expr"]) for a in settle["args"]] == [
+        ("failed", {"param": "failed"}),
+        ("last", {"param": "last"}),  # a fact the parent's resolution knows
+    ]
+    drain = _call(doc, "door.drains_roots")
+    assert (drain["effect"], drain["target"], drain["refused"]) == (
+        {"machine": "admission", "name": "drain_roots"},
+        "roots",
+        "caller",
+    )
+    assert drain["args"] == [
+        {"name": "scope", "value": {"text": "registry", "expr": {"sym": "registry"}}}
+    ]
+    assert _call(doc, "close.shuts_agent")["args"] == []
+
+
+def test_an_await_exports_its_until_and_arguments_any_value_as_a_star() -> None:
+    assert _await(exported(), "watch.after_idle") == {
+        "id": "watch.after_idle",
+        "event": {"machine": "activation", "name": "watch"},
+        "target": "agent",
+        "until": {
+            "text": "phase in {idle, running, cancelling, maintenance}",
+            "expr": {
+                "in": {"var": "phase"},
+                "set": ["idle", "running", "cancelling", "maintenance"],
+            },
+        },
+        "args": [
+            {"name": "current", "value": "*"},
+            {
+                "name": "busy",
+                "value": {
+                    "text": "not (phase == idle and not scheduled)",
+                    "expr": {
+                        "not": {
+                            "op": "and",
+                            "args": [
+                                {"op": "==", "args": [{"var": "phase"}, {"sym": "idle"}]},
+                                {"not": {"var": "scheduled"}},
+                            ],
+                        }
+                    },
+                },
+            },
+            {"name": "pending", "value": {"text": "pending", "expr": {"var": "pending"}}},
+        ],
+        "clauses": ["S004.watch-verdicts", "S004.watch-loop"],
+        "doc": "The settlement watcher wakes after whenIdle() and asks for maintenance: an agent "
+        "busy again refuses it (busy). It reads the inbox (pending), never the agent's execution "
+        "state.",
+    }
+    idle = _await(exported(), "teardown.awaits_idle")
+    assert (idle["until"], idle["args"]) == (
+        {"text": "quiescent", "expr": {"def": "quiescent"}},
+        [],
+    )
+
+
+def test_the_targets_and_facts_are_exported_with_what_they_name() -> None:
+    wiring = exported()["wiring"]
+    assert wiring["targets"] == {
+        "activation": {
+            "self": "activation",
+            "agent": "agent",
+            "children": "activation",
+            "parent": "activation",
+            "door": "admission",
+            "new_agent": "agent",
+        },
+        "admission": {
+            "roots": "activation",
+            "host_roots": "activation",
+            "named": "activation",
+            "host": "agent",
+            "new_agent": "agent",
+        },
+        "agent": {"door": "admission"},
+    }
+    door = SPEC.machines["admission"].table.types["parent"]
+    assert wiring["facts"] == [
+        {"name": "last", "target": "parent", "type": "bool", "domain": [False, True]},
+        {"name": "parent", "target": "door", "type": "parent", "domain": list(door.values)},
+    ]
+
+
+def test_every_wired_name_resolves_in_the_export_alone() -> None:
+    """A port finds every machine, effect, event and parameter the wiring names in the export."""
+    doc = exported()
+    wiring, machines = doc["wiring"], doc["machines"]
+    for call in wiring["calls"]:
+        source = machines[call["effect"]["machine"]]
+        assert call["effect"]["name"] in [e["name"] for e in source["effects"]], call["id"]
+        aimed = machines[wiring["targets"][call["effect"]["machine"]][call["target"]]]
+        event = next(e for e in aimed["events"] if e["name"] == call["event"])
+        assert [a["name"] for a in call["args"]] == [p["name"] for p in event["params"]]
+    for wait in wiring["awaits"]:
+        event = next(
+            e
+            for e in machines[wait["event"]["machine"]]["events"]
+            if e["name"] == wait["event"]["name"]
+        )
+        assert event["kind"] == "internal", wait["id"]
+        assert [a["name"] for a in wait["args"]] == [p["name"] for p in event["params"]]
+        assert wiring["targets"][wait["event"]["machine"]][wait["target"]] == "agent"
+
+
+def test_wiring_texts_parse_back_to_the_exported_trees() -> None:
+    """With a scope rebuilt from the export: a call's over the effect's parameters and the facts
+    its target knows, an await's over its target's table."""
+    doc = exported()
+    wiring, machines = doc["wiring"], doc["machines"]
+    seen = 0
+    for call in wiring["calls"]:
+        source = machines[call["effect"]["machine"]]
+        aimed = machines[wiring["targets"][call["effect"]["machine"]][call["target"]]]
+        effect = next(e for e in source["effects"] if e["name"] == call["effect"]["name"])
+        facts = [f for f in wiring["facts"] if f["target"] == call["target"]]
+        scope = Scope(
+            variables={},
+            params={p["name"]: _type(p["type"], p["domain"]) for p in [*effect["params"], *facts]},
+            defs={},
+            symbols=frozenset(v for m in (source, aimed) for vs in m["types"].values() for v in vs),
+        )
+        for arg in call["args"]:
+            assert _reparsed(arg["value"]["text"], scope) == arg["value"]["expr"], call["id"]
+            seen += 1
+    for wait in wiring["awaits"]:
+        target = machines[wiring["targets"][wait["event"]["machine"]][wait["target"]]]
+        scope = _scope(target, [])
+        assert _reparsed(wait["until"]["text"], scope) == wait["until"]["expr"], wait["id"]
+        for arg in wait["args"]:
+            if arg["value"] != "*":
+                assert _reparsed(arg["value"]["text"], scope) == arg["value"]["expr"], wait["id"]
+                seen += 1
+    assert seen > 20
+
+
+def test_the_wiring_semantics_say_how_a_call_and_an_await_run() -> None:
+    semantics = exported()["wiring"]["semantics"]
+    words = ["`target`", "`args`", "`facts`", "`only`", "`refused: never`", "`refused: caller`"]
+    words += ["`until`", '"*"', "`notifies: true`", "synchronously"]
+    for word in words:
+        assert word in semantics, word
+
+
 # --- the listing ---------------------------------------------------------------------------------
 
 
@@ -499,3 +742,61 @@ def test_listing_shows_step_invariants_after_the_invariants() -> None:
         line.startswith("step invariants")
         for line in spec_to_text(SPEC, ["activation"]).splitlines()
     )
+
+
+def _call_line(c: WiredCall) -> str:
+    marks = [f"{c.only} only"] if c.only is not None else []
+    marks += ["refused: caller"] if c.refused == "caller" else []
+    flag = f"  [{'; '.join(marks)}]" if marks else ""
+    return f"  {c.id}  {c}{flag}"  # str(c): MACHINE.EFFECT -> TARGET.EVENT(PARAM=VALUE, ...)
+
+
+def test_listing_names_the_wiring_in_its_overview_and_lists_it_last() -> None:
+    lines = spec_to_text(SPEC, MACHINES).splitlines()
+    assert lines[4] == "  connected by specs/wiring.toml: 20 calls, 4 awaits (listed last)"
+    assert len(WIRING.calls) == 19 and len(WIRING.awaits) == 4
+    head = lines.index("== wiring: how instances meet  (specs/wiring.toml)")
+    assert head > lines.index(f"== agent: {SPEC.machines['agent'].table.title}  (specs/agent.toml)")
+    calls = lines.index(
+        "calls (in file order; each fires inside its effect, on each instance its target names)"
+    )
+    assert lines[calls + 1 : calls + 1 + len(WIRING.calls)] == [_call_line(c) for c in WIRING.calls]
+    awaits = lines.index(
+        "awaits (each fires as a step of its own while its target's state allows; *: any value)"
+    )
+    assert lines[awaits + 1 :] == [
+        "  teardown.awaits_idle  agent until quiescent -> activation.agent_idle()",
+        "  teardown.awaits_handle  agent until phase == disposed -> "
+        "activation.handle_disposed(failed=*)",
+        "  watch.after_idle  agent until phase in {idle, running, cancelling, maintenance} -> "
+        "activation.watch(current=*, busy=not (phase == idle and not scheduled), "
+        "pending=pending)",
+        "  watch.agent_gone  agent until phase in {disposing, disposed} -> activation.watch_gone()",
+    ]
+
+
+def test_listing_shows_a_call_on_one_line_with_what_qualifies_it() -> None:
+    lines = spec_to_text(SPEC, MACHINES).splitlines()
+    assert "  close.shuts_agent  activation.close_inbox -> agent.shut()" in lines
+    assert (
+        "  close.cancels_agent  activation.cancel_agent -> agent.cancel(cause=cause, "
+        "keep_inbox=true)"
+    ) in lines
+    assert (
+        "  settle.notifies_parent  activation.notify_parent -> "
+        "parent.child_settled(failed=failed, last=last)  [child only]"
+    ) in lines
+    assert (
+        "  door.drains_roots  admission.drain_roots -> roots.drain(scope=registry)  "
+        "[refused: caller]"
+    ) in lines
+
+
+@pytest.mark.parametrize("names", [["agent"], ["activation", "agent"]])
+def test_listing_of_fewer_machines_than_the_wiring_connects_leaves_it_out(
+    names: list[str],
+) -> None:
+    text = spec_to_text(SPEC, names)
+    assert "== wiring" not in text
+    assert "connected by" not in text
+    assert "activation.close_inbox -> agent.shut()" not in text  # (agent.toml's docs name ids)

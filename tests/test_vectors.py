@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,6 +23,7 @@ from jsonschema import Draft202012Validator
 from fsm_core.cli import main
 from fsm_core.export import spec_to_json
 from fsm_core.table import Machine, load_clauses, load_spec, load_table
+from fsm_core.table._expr import Value, show
 from fsm_core.tools import _vectors as vectors
 from fsm_core.tools._vectors import (
     TABLES,
@@ -31,7 +33,7 @@ from fsm_core.tools._vectors import (
     stale,
     subjects,
 )
-from tests.table_driver import VECTORS, Hosted, Interpreter, Mismatch, VectorFile, replay
+from tests.table_driver import VECTORS, Hosted, Interpreter, Json, Mismatch, VectorFile, replay
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "specs" / "vectors.schema.json").read_text(encoding="utf-8"))
@@ -208,6 +210,69 @@ def test_tables_json_is_the_export_of_every_machine_the_vectors_cover() -> None:
     shipped = cast(dict[str, Any], spec_to_json(spec, ["agent", "activation"])["machines"])
     for name in ("agent", "activation"):
         assert doc["machines"][name] == shipped[name]
+    # The wiring that connects the shipped tables, whole, with the clauses it cites.
+    whole = spec_to_json(spec, list(spec.machines))
+    assert doc["wiring"] == whole["wiring"]
+    wired = {tag for key in ("calls", "awaits") for e in doc["wiring"][key] for tag in e["clauses"]}
+    assert wired <= set(doc["clauses"])
+
+
+def _effect_values(m: Machine, text: str) -> tuple[str, tuple[Value, ...]]:
+    """``name(a, b)`` as the effect's name and its typed arguments."""
+    name, _, rest = text.partition("(")
+    tokens = [t for t in rest.rstrip(")").split(", ") if t]
+    params = m.table.effects[name].params
+    values = tuple(
+        next(v for v in t.values if show(v) == token)
+        for (_, t), token in zip(params, tokens, strict=True)
+    )
+    return name, values
+
+
+def _scripted(node: Json, caller: str, script: Iterator[Json]) -> Iterator[tuple[str, str, Json]]:
+    """Each call made inside ``node`` (an expected call tree fired on ``caller``), in the order
+    made, as (its caller, the effect it was made in, its script entry): a script lists the calls
+    as they are made, each before the calls made inside it."""
+    for inside in node.get("inside", []):
+        entry = next(e for e in script if "create" not in e)  # a created instance is no call
+        yield caller, node["effects"][inside["at"]], entry
+        yield from _scripted(inside, entry["on"], script)
+
+
+def test_a_trees_scripted_calls_are_the_calls_its_wiring_declares() -> None:
+    """SEMANTICS.md, "In the vectors": every call a tree's script makes on an activation is a
+    wiring call of the effect at that ordinal, on the instance its target names, with the
+    arguments its expressions give (the facts as the checker found them)."""
+    wiring = load_spec().wiring
+    assert wiring is not None
+    m = MACHINES["activation"]
+    checked = 0
+    for vector in FILES["activation"].vectors:
+        if "instances" not in vector:
+            continue
+        script = iter(vector["script"])
+        for caller, effect, entry in _scripted(vector["expect"], vector["call"]["on"], script):
+            where = (vector["id"], effect, entry)
+            name, values = _effect_values(m, effect)
+            calls = [
+                c
+                for c in wiring.fired_by("activation", name)
+                if c.event == entry["event"] and c.target in ("self", "children", "parent")
+            ]
+            assert len(calls) == 1, where
+            call, on = calls[0], entry["on"]
+            resolves = {
+                "self": on == caller,
+                "parent": on == caller.rpartition(".")[0],
+                "children": on.rpartition(".")[0] == caller,
+            }
+            assert resolves[call.target], where
+            facts = {text: entry["args"][p] for p, text in call.arg_text if text in call.facts}
+            assert call.keywords(values, facts) == entry["args"], where
+            checked += 1
+        assert next(script, None) is None, vector["id"]
+    scripted = {e.get("event") for v in FILES["activation"].vectors for e in v.get("script", [])}
+    assert checked > 100 and {"dispose", "child_settled"} <= scripted
 
 
 # --- the command line ----------------------------------------------------------------------------

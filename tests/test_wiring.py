@@ -117,11 +117,17 @@ def test_an_await_reads_the_agents_state() -> None:
             'id = "close.shuts_agent"',
             "id 'close.shuts_agent': the id is used twice",
         ),
+        (
+            'clauses = ["R.watch-gone"]',
+            'clauses = ["S004.idle-waiter-first"]',
+            "await 'watch.agent_gone': clause 'S004.idle-waiter-first' says no row implements it "
+            "(its not_implemented in specs/clauses.toml): drop the tag, or the not_implemented",
+        ),
     ],
     ids=[
         "unknown-effect", "unknown-target", "unknown-event", "ill-typed-argument",
         "missing-argument", "fact-the-target-cannot-know", "bad-refusal", "until-not-bool",
-        "await-of-an-input", "duplicate-id",
+        "await-of-an-input", "duplicate-id", "tag-of-an-unimplemented-clause",
     ],
 )  # fmt: skip
 def test_a_faulty_wiring_is_refused_whole_naming_file_entry_and_fault(

@@ -98,6 +98,9 @@ class WiredCall:
     refused: Refused
     clauses: tuple[str, ...]
     doc: str
+    arg_exprs: tuple[Expr, ...]
+    """The resolved expression of each argument, in the event's parameter order (what
+    ``args`` evaluates; ``param`` names the effect's parameters and the facts)."""
 
     def arguments(self, values: Sequence[Value], facts: Mapping[str, Value]) -> tuple[Value, ...]:
         """The event's arguments, given the effect's ``values`` and the target's ``facts``."""
@@ -131,6 +134,10 @@ class WiredAwait:
     arg_text: tuple[tuple[str, str], ...]
     clauses: tuple[str, ...]
     doc: str
+    until_expr: Expr
+    """``until``'s resolved expression, over the target's table."""
+    arg_exprs: tuple[Expr | None, ...]
+    """Each argument's resolved expression, or None for :data:`ANY`."""
 
     def admits(self, target_state: Sequence[Value], args: Sequence[Value]) -> bool:
         """True iff the event may fire with ``args`` while the target is in ``target_state``."""
@@ -209,6 +216,12 @@ class _Loader:
         for tag in tags:
             if tag not in self.clauses:
                 f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
+            if self.clauses[tag].not_implemented is not None:  # as a table's tag is refused
+                f.fail(
+                    where,
+                    f"clause {echo(tag)} says no row implements it (its not_implemented in "
+                    "specs/clauses.toml): drop the tag, or the not_implemented",
+                )
         return ident, tags, f.text(where, body.get("doc", ""), "doc")
 
     def _dotted(self, where: str, value: object, key: str, kind: str) -> tuple[str, str]:
@@ -272,17 +285,18 @@ class _Loader:
         scope = Scope({}, params, {}, _symbols(source, aimed))
         given = body.get("args", {})
         exprs, text = self._arguments(where, given, aimed.events[event].params, scope, star=False)
-        named = {n for e in exprs if e is not None for n in _params(e)}
+        resolved = tuple(cast(Expr, e) for e in exprs)
+        named = {n for e in resolved for n in _params(e)}
         used = tuple(f for f in facts if f in named)  # the facts its arguments read
         positions = {p: i for i, p in enumerate((*dict(spec.params), *used))}
-        evaluators = [compile_expr(cast(Expr, e), {}, positions, {}) for e in exprs]
+        evaluators = [compile_expr(e, {}, positions, {}) for e in resolved]
 
         def args(s: Sequence[Value], a: Sequence[Value]) -> Value:
             return cast(Value, tuple(ev(s, a) for ev in evaluators))
 
         return WiredCall(
             ident, machine, effect, target, only, event, args, text, used,
-            cast(Refused, refused), tags, doc,
+            cast(Refused, refused), tags, doc, resolved,
         )  # fmt: skip
 
     def wait(self, index: int, body: object) -> WiredAwait:
@@ -318,7 +332,7 @@ class _Loader:
         )
         return WiredAwait(
             ident, machine, event, target, compile_expr(until, positions, {}, watched.defs),
-            until_text, compiled, text, tags, doc,
+            until_text, compiled, text, tags, doc, until, tuple(exprs),
         )  # fmt: skip
 
     def _door_type(self, name: str) -> Type:

@@ -2,7 +2,8 @@
 
 ``fsm-core vectors`` writes one JSONL file per machine of the default models
 (``specs/vectors/<machine>.jsonl``) and the export of those machines (``tables.json``, the
-``fsm-core spec --json`` format, with the model-only tables such as the credit window too).
+``fsm-core spec --json`` format, with the model-only tables such as the credit window too, and
+``specs/wiring.toml``, which connects the shipped ones).
 ``specs/vectors.schema.json`` describes a line; ``specs/SEMANTICS.md`` says what a port must do
 with one. Every line but the header is one *vector*, a question with its answer:
 
@@ -67,7 +68,16 @@ from fsm_core.check._composed._compose import Composition, Engine
 from fsm_core.check._moves import Move
 from fsm_core.check._system import compose
 from fsm_core.export import spec_to_json
-from fsm_core.table import Clause, Effect, Machine, Spec, load_clauses, load_spec, load_table
+from fsm_core.table import (
+    Clause,
+    Effect,
+    Machine,
+    Spec,
+    Wiring,
+    load_clauses,
+    load_spec,
+    load_table,
+)
 from fsm_core.table._expr import Value
 from fsm_core.table._load import read_toml
 from fsm_core.tools._stories import STORIES, Listen, Story
@@ -715,19 +725,20 @@ def render_vectors(specs: Path | None = None) -> tuple[dict[str, str], list[Vect
         files[f"{v.subject.machine.name}.jsonl"] = "".join(
             json.dumps(line, separators=(",", ":")) + "\n" for line in v.lines
         )
-    files[TABLES] = json.dumps(_tables(chosen), indent=2) + "\n"
+    files[TABLES] = json.dumps(_tables(chosen, load_spec(specs).wiring), indent=2) + "\n"
     return files, built
 
 
-def _tables(chosen: Sequence[Subject]) -> Json:
-    """The export of every machine the vectors cover, with the clauses they cite."""
+def _tables(chosen: Sequence[Subject], wiring: Wiring | None) -> Json:
+    """The export of every machine the vectors cover, with the clauses they cite, and the
+    wiring of the tables in ``specs/`` (exported when it connects machines the vectors cover)."""
     clauses: dict[str, Clause] = {}
     for s in chosen:
         for cid, clause in s.clauses.items():
             if clauses.setdefault(cid, clause) != clause:
                 raise VectorError(f"clause {cid} means two things in two catalogues")
     machines = {s.machine.name: s.machine for s in chosen}
-    return spec_to_json(Spec(Path("."), clauses, machines), list(machines))
+    return spec_to_json(Spec(Path("."), clauses, machines, wiring), list(machines))
 
 
 def default_out_dir() -> Path:

@@ -15,7 +15,7 @@
 "use strict";
 
 const FORMAT = "fsm-core/spec";
-const VERSION = 2;
+const VERSION = 3; // 3: the export carries the wiring (`doc.wiring`), which this port ignores
 
 /** A refusal: `kind` is "rejected", "not-enabled" or "bad-call" (SEMANTICS.md, "Refusals"). */
 class Refusal extends Error {
@@ -205,7 +205,11 @@ class Machine {
   }
 }
 
-/** Every machine of an export, by name; refuses a format or version it does not know. */
+/**
+ * Every machine of an export, by name; refuses a format or version it does not know. The
+ * export's `wiring` (how instances meet: SEMANTICS.md, "How instances meet") is not read: a
+ * vector's script already says which call each wired effect makes, on which instance.
+ */
 function loadTables(doc) {
   if (doc.format !== FORMAT || doc.version !== VERSION) {
     throw new Error(`expected ${FORMAT} version ${VERSION}, got ${doc.format} ${doc.version}`);
