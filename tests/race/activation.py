@@ -17,7 +17,9 @@ calls spawn, so a cancel or a drain lands first), then rules cancel that parent'
 child itself, dispose the parent activation during the spawn, or drain while it runs. Each
 program begins with a tree (:meth:`ActivationRaceMachine.grow`); other rules race four
 teardown callers on one activation, queue a message without waking, and land a message at an
-agent's idle before its watcher runs.
+agent's idle before its watcher runs. One more follows each kind of drain with followups to
+what it drained and starts below their parent, while they close, after, or once they settled
+(:meth:`ActivationRaceMachine.drain_then`).
 
 After each rule the invariants check that:
 
@@ -34,14 +36,20 @@ After each rule the invariants check that:
   activations of the subtree it tore down, in the documented text;
 - a teardown cancels with ``keep_inbox``: what was queued when it cancelled the agent is in its
   capture; no turn starts while it is torn down; the settlement notice comes only after the
-  activation left the registry; every later admission after ``drain()`` is refused;
-  ``drain_children`` never drains another parent's child;
+  activation left the registry; ``drain_children`` never drains another parent's child;
+- each start is admitted exactly when its parent is live (host-owned, or an active activation's
+  agent) and no drain the program ran covers it (``drain()``, a ``drain_descendants`` naming
+  it); each followup is delivered to an active activation, refused by a closing one (or resumed
+  cold after a natural end), and, once the child settled, resumed cold exactly when its parent
+  is live and admits, so after ``drain_children`` a settled child resumes and its parent admits
+  new children; every refusal's code is the one the table's row gives, as the oracle's replay
+  of that refused call reads it (never a code written into the test);
 - each spawn and fork: the tool runs as its parent before and after the call, the child's
   requests run as the child; a parent's aborted turn aborts the child with ``parent`` (its turn
   ends aborted, the tool raises Aborted and its result says aborted; one asked for under an
-  already aborted turn makes no model request); a spawn after ``drain()`` is refused
-  ``DRAINING`` and creates no agent; the child is disposed and unregistered once the call
-  returned;
+  already aborted turn makes no model request); a spawn after ``drain()`` is refused (with
+  the door table's code) and creates no agent; the child is disposed and unregistered once
+  the call returned;
 - a drain's error names every failing activation it tore down; every dispose of one activation
   ends the same way; a natural end happens in maintenance with nothing queued, and an idle
   activation with no child and nothing queued has ended;
@@ -94,7 +102,7 @@ from fsm_core.runtime import (
 from fsm_core.runtime._subagents import Subagents, _Node
 from fsm_core.testing import Gate
 from tests.race.bridge import LoopBridge
-from tests.race.lockstep import Oracle, Recorder
+from tests.race.lockstep import Fire, Oracle, Recorder
 from tests.runtime.subagent_support import HeldSession, turn_outcomes
 
 __all__ = ["ActivationRaceMachine"]
@@ -206,10 +214,13 @@ class _Delegate:
             spawn.draining = registry.draining  # drain() or, once held, the runtime's close
         run = registry.fork if spawn.fork else registry.spawn
         spawn.aborted_first = signal.aborted
+        machine.last_refused = None
         try:
             result = await run(signal, SubagentSpec(spawn.id, "work"))
         except BaseException as error:
             spawn.error = error
+            if isinstance(error, SubagentError):
+                machine._refused(f"spawn {spawn.id}", error)
             raise
         finally:
             spawn.after = initiating_agent()
@@ -282,10 +293,20 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self._latest: dict[str, Tracked] = {}
         create = self.bridge.loop.run_until_complete(self.rt.create_agent("host"))
         self.host: Agent = create.agent
+        self.last_refused: tuple[Oracle, Fire] | None = None
+        """The last call a table refused (on an activation or the door), with its oracle."""
+        self.refusals: list[tuple[str, SubagentError, Oracle, Fire]] = []
+        """Each refusal a caller got, and the refused call it follows: once the oracle has
+        replayed that call, the caller's code must be the one the table's row gives."""
+        self.drained_below: set[Agent] = set()
+        """Every parent a drain_descendants call named (and did not refuse): admission below
+        it is closed for good."""
         self._wrap(self.registry)
-        self.door = Recorder(self.registry._door)
-        """Every event the registry fires on its door (specs/admission.toml)."""
         self.door_oracle = Oracle(self.registry._door.spec)
+        self.door = Recorder(
+            self.registry._door, lambda fire: self._note_refusal(self.door_oracle, fire)
+        )
+        """Every event the registry fires on its door (specs/admission.toml)."""
         self.rt.events.on("subagent/settled", self._on_settled)
         self.rt.events.on("inbox/inserted", self._on_inserted)
         self.rt.events.on("turn/start", self._on_turn)
@@ -316,9 +337,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
             node.control._perform = snapshot
             parent_tracked = None if parent is None else self._tracked_of(parent)
-            tracked = Tracked(
-                node, Recorder(node.control), Oracle(node.control.spec), parent_tracked
-            )
+            oracle = Oracle(node.control.spec)
+            recorder = Recorder(node.control, lambda fire: self._note_refusal(oracle, fire))
+            tracked = Tracked(node, recorder, oracle, parent_tracked)
             if parent_tracked is not None:
                 parent_tracked.children.append(tracked)
             self.tracked.append(tracked)
@@ -406,7 +427,13 @@ class ActivationRaceMachine(RuleBasedStateMachine):
     def _run(self, action: Callable[[], object]) -> None:
         self.bridge.run(action)
 
-    def _spawn(self, make: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+    def _spawn(
+        self, make: Callable[[], Coroutine[Any, Any, None]], name: str, settle: bool = True
+    ) -> None:
+        """Run ``make()`` as a task of the loop; with ``settle``, start it inside a step of
+        its own and let the loop settle, else only create it (inside a rule's action: it runs
+        when the loop next turns, after the tasks the action's calls began)."""
+
         async def run() -> None:
             await make()
 
@@ -415,7 +442,10 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-        self._run(start)
+        if settle:
+            self._run(start)
+        else:
+            start()
 
     def _teardown_call(
         self, tracked: Tracked | None, make: Callable[[], Any], covered: Sequence[Tracked] = ()
@@ -536,32 +566,62 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         running = self._running_spawns()
         self._start(running[pick % len(running)])
 
-    def _start(self, agent: Agent) -> None:
+    def _start(self, agent: Agent, settle: bool = True) -> None:
         self.counter += 1
         child_id = f"a{self.counter}"
         session = HeldSession()
         self.sessions[child_id] = session
 
-        drained = self.drained
-
         async def start() -> None:
+            what = f"start {child_id} below {agent.id}"
+            closed = self._admission_closed(agent)
+            self.last_refused = None
             try:
                 await self.registry.start(agent, child_id, "work", session=session.session)
-                if drained:
-                    self.problems.append(f"start {child_id} was admitted after drain()")
             except SubagentError as refused:
-                if refused.code not in ("DRAINING", "UNAUTHORIZED"):
-                    self.problems.append(f"start {child_id}: {refused.code} {refused}")
-                if refused.code == "DRAINING" and not self._drain_covers(agent):
-                    self.problems.append(f"start {child_id} refused DRAINING: {refused}")
+                self._refused(what, refused)
+                if closed is None:
+                    self.problems.append(
+                        f"{what} was refused {refused.code} ({refused}), though its parent is "
+                        "live and no drain covers it"
+                    )
+            except UsageError as refused:
+                self.problems.append(f"{what}: {refused}")
+            else:
+                if closed is not None:
+                    self.problems.append(f"{what} was admitted, but {closed}")
 
-        self._spawn(start, f"start {child_id}")
+        self._spawn(start, f"start {child_id}", settle)
 
-    def _drain_covers(self, agent: Agent) -> bool:
-        if self.registry.draining or agent in self.registry._drained_hosts:
-            return True
-        node = self.registry._resident.get(agent.id)
-        return node is not None and (node.value("draining") != "none" or node.stage != "active")
+    def _activation_of(self, agent: Agent) -> Tracked | None:
+        """The activation whose agent ``agent`` is, if it is one's (not host-owned)."""
+        return next((t for t in self.tracked if t.node.agent is agent), None)
+
+    def _admission_closed(self, agent: Agent) -> str | None:
+        """Why a start below ``agent`` must be refused now (the code is the table's), or
+        None: its parent is live and no drain the program ran covers it, so it is admitted."""
+        if self.drained:
+            return "drain() closed admission"
+        if agent in self.drained_below:
+            return f"a drain_descendants named {agent.id}"
+        if agent.phase in ("disposing", "disposed"):
+            return f"{agent.id} is {agent.phase}"
+        tracked = self._activation_of(agent)
+        if tracked is not None and tracked.node.stage != "active":
+            return f"{agent.id}'s activation is {tracked.node.stage}"
+        return None
+
+    def _refused(self, what: str, error: SubagentError) -> None:
+        """A caller was refused ``error``: it follows the table's refusal it reports, whose
+        code the oracle's replay gives (checked in :meth:`the_registry_runs_the_table`)."""
+        if self.last_refused is None:
+            self.problems.append(f"{what} was refused {error.code} with no table refusing it")
+            return
+        oracle, fire = self.last_refused
+        self.refusals.append((what, error, oracle, fire))
+
+    def _note_refusal(self, oracle: Oracle, fire: Fire) -> None:
+        self.last_refused = (oracle, fire)
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
@@ -569,19 +629,51 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.counter += 1
         self._deliver(self._any(pick).id, UserMessage(f"m{self.counter}", "more"))
 
-    def _deliver(self, child_id: str, message: UserMessage) -> None:
-        async def deliver() -> None:
-            try:
-                await self.registry.followup(child_id, message)
-            except SubagentError as refused:
-                if refused.code not in ("DRAINING", "ACTIVATION_CLOSING"):
-                    self.problems.append(f"followup {child_id}: {refused.code} {refused}")
-            except UsageError as refused:
-                # A settled child is forgotten once its parent agent is disposing.
-                if self._latest[child_id].node.parent_agent.phase not in ("disposing", "disposed"):
-                    self.problems.append(f"followup {child_id}: {refused}")
+    def _delivery(self, child_id: str) -> str | None:
+        """What ``rt.subagents.followup(child_id, ...)`` must do now: ``delivered`` (to the
+        resident active activation), ``resumed`` (cold: the child settled below a live parent
+        that admits), ``refused`` (a SubagentError, with the table's code), ``lost`` (refused
+        or unknown: its parent is disposing or gone), or None when either may happen (it
+        awaits a natural end's teardown, then resumes cold if it may then)."""
+        node = self._latest[child_id].node
+        if node.stage == "active":
+            return "delivered"
+        if node.stage != "settled":
+            return None if node.value("natural") and not self.drained else "refused"
+        parent = node.parent_agent
+        if parent.phase in ("disposing", "disposed"):
+            return "lost"
+        return "refused" if self._admission_closed(parent) else "resumed"
 
-        self._spawn(deliver, f"followup {child_id}")
+    def _deliver(self, child_id: str, message: UserMessage, settle: bool = True) -> None:
+        async def deliver() -> None:
+            what = f"followup {child_id}"
+            before = self._latest[child_id]
+            expected = self._delivery(child_id)
+            self.last_refused = None
+            try:
+                act = await self.registry.followup(child_id, message)
+            except SubagentError as refused:
+                self._refused(what, refused)
+                if expected in ("delivered", "resumed"):
+                    self.problems.append(f"{what} was refused {refused.code}, not {expected}")
+            except UsageError as refused:
+                if expected != "lost":
+                    self.problems.append(f"{what}: {refused}, not {expected}")
+            else:
+                latest = self._latest[child_id]
+                if expected in ("refused", "lost"):
+                    self.problems.append(f"{what} was taken ({act.stage}), not {expected}")
+                elif expected == "delivered" and act is not before.node.public:
+                    self.problems.append(f"{what} went to another activation than the active one")
+                elif expected == "resumed" and (
+                    latest is before
+                    or act is not latest.node.public
+                    or latest.node.parent_agent is not before.node.parent_agent
+                ):
+                    self.problems.append(f"{what} was not resumed cold below its parent")
+
+        self._spawn(deliver, f"followup {child_id}", settle)
 
     @rule(
         pick=picks,
@@ -734,7 +826,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
             self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
             self._teardown_begin(None, lambda: registry.drain_children(parent, [node.id])),
-            self._teardown_begin(None, lambda: registry.drain_descendants([parent])),
+            self._teardown_begin(None, lambda: self._drain_below([parent])),
         ]
 
         def race() -> None:
@@ -757,7 +849,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         parent = self._pick(pick)
         agent = self.host if host or parent is None else parent.node.agent
         covered = [t for t in self.tracked if t.node.stage != "settled" and self._below(t, agent)]
-        self._teardown_call(None, lambda: self.registry.drain_descendants([agent]), covered)
+        self._teardown_call(None, lambda: self._drain_below([agent]), covered)
 
     @precondition(lambda self: bool(self._live()) or bool(self._running_spawns()))
     @rule(picks=st.lists(picks, min_size=2, max_size=3))
@@ -771,7 +863,14 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             for t in self.tracked
             if t.node.stage != "settled" and any(self._below(t, a) for a in agents)
         ]
-        self._teardown_call(None, lambda: self.registry.drain_descendants(agents), covered)
+        self._teardown_call(None, lambda: self._drain_below(agents), covered)
+
+    def _drain_below(self, agents: list[Agent]) -> Any:
+        """``drain_descendants(agents)``; unless it refused them, admission below each stays
+        closed for good."""
+        drained = self.registry.drain_descendants(agents)
+        self.drained_below.update(agents)
+        return drained
 
     def _below(self, tracked: Tracked, agent: Agent) -> bool:
         """Whether ``agent`` is an ancestor of ``tracked``'s activation."""
@@ -811,6 +910,96 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             return drained
 
         self._teardown_call(None, drain)
+
+    @precondition(lambda self: bool(self._live()))
+    @rule(
+        kind=st.sampled_from(("drain", "descendants", "children")),
+        pick=picks,
+        when=st.sampled_from(("closing", "after", "settled")),
+        moves=st.lists(st.tuples(st.sampled_from(("followup", "start")), picks), max_size=3),
+    )
+    def drain_then(self, kind: str, pick: int, when: str, moves: list[tuple[str, int]]) -> None:
+        """A drain of each kind, then followups to the activations it drained and starts
+        below their parent: ``closing``, in the same call (the drained activations are still
+        closing when they run); ``after`` the loop settled; ``settled``, once every gate was
+        opened too, so the drained activations settled.
+
+        What each must do is the tables' to say (:meth:`_delivery`,
+        :meth:`_admission_closed`): a drain() refuses everything; a drain_descendants([p])
+        refuses every start below p and every followup to what it drained; a
+        drain_children(p, ids) closes nothing: a followup to a settled drained child resumes
+        it cold, and p admits new children. A refusal's code is the table row's
+        (:meth:`_refused`), whichever code the tables give a drained scope."""
+        live = self._live()
+        tracked = live[pick % len(live)]
+        parent = tracked.node.parent_agent
+        if kind == "drain":
+            self.drained = True
+            covered = [t for t in self.tracked if t.node.stage != "settled"]
+            targets = [t.id for t in self.tracked]
+
+            def make() -> Any:
+                return self.registry.drain()
+        elif kind == "descendants":
+            parents = [self.host, *(t.node.agent for t in live)]
+            parent = parents[pick % len(parents)]
+            covered = [
+                t for t in self.tracked if t.node.stage != "settled" and self._below(t, parent)
+            ]
+            targets = [t.id for t in self.tracked if self._below(t, parent)]
+            agents = [parent]
+
+            def make() -> Any:
+                return self._drain_below(agents)
+        else:
+            siblings = [t for t in self.tracked if t.node.parent_agent is parent]
+            named = [t.id for t in siblings if t.node.stage != "settled"][:2] or [tracked.id]
+            covered = [t for t in siblings if t.id in named and t.node.stage != "settled"]
+            targets = named
+            chosen = parent
+
+            def make() -> Any:
+                return self.registry.drain_children(chosen, named)
+
+        begin = self._teardown_begin(None, make, covered)
+        below = parent
+
+        def follow() -> None:
+            for verb, k in moves:
+                if verb == "followup" and targets:
+                    self.counter += 1
+                    message = UserMessage(f"m{self.counter}", "after the drain")
+                    self._deliver(targets[k % len(targets)], message, settle=False)
+                else:
+                    self._start(below, settle=False)
+
+        if when == "closing":
+
+            def both() -> None:
+                begin()
+                follow()
+
+            self._run(both)
+            return
+        self._run(begin)
+        if when == "settled":
+            while self._release(covered):
+                self.bridge.settle()
+        self._run(follow)
+
+    def _release(self, covered: Sequence[Tracked]) -> bool:
+        """Open what holds the teardown of ``covered`` and their subtrees (their sessions'
+        flushes, their agents' held tools), and nothing else; whether anything was opened."""
+        ids = {d.id for t in covered for d in self._subtree_of(t)}
+        tools = {f"tool {s.id}" for s in self.spawns.values() if s.parent_id in ids}
+        gates = [self.sessions[i].gate for i in ids] + [g for g in self.held if g.name in tools]
+        opened = [g for g in gates if g is not None and not g.is_open]
+        for gate in opened:
+            gate.open()
+        return bool(opened)
+
+    def _subtree_of(self, tracked: Tracked) -> list[Tracked]:
+        return [t for t in self.tracked if t is tracked or self._below(t, tracked.node.agent)]
 
     @precondition(lambda self: bool(self.held))
     @rule(pick=picks)
@@ -859,6 +1048,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 assert tracked.oracle.state == tracked.node.control.snapshot(), tracked.id
         problems = [p for t in self.tracked for p in t.recorder.problems]
         assert not problems, problems
+        for check in [*self.refusals]:
+            what, error, oracle, fire = check
+            text = oracle.refusals.get(fire)
+            if text is None:
+                continue  # replayed at a later step
+            self.refusals.remove(check)
+            code = text.partition(": ")[0]
+            assert error.code == code, (
+                f"{what} was refused {error.code}; the table's row for {fire} says {text!r}"
+            )
 
     @invariant()
     def the_ledger_is_the_tables(self) -> None:
@@ -991,7 +1190,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         if spawn.aborted_first:
             assert not spawn.requests, f"{spawn.id}, spawned under an aborted turn, ran one"
         error = spawn.error
-        refused = isinstance(error, SubagentError) and error.code == "DRAINING"
+        refused = isinstance(error, SubagentError)  # with the table's code (_refused)
         assert refused == spawn.draining, (spawn.id, error, spawn.draining)
         if not closing:
             assert error is None or refused or isinstance(error, Aborted), (spawn.id, error)
