@@ -17,9 +17,12 @@ calls spawn, so a cancel or a drain lands first), then rules cancel that parent'
 child itself, dispose the parent activation during the spawn, or drain while it runs. Each
 program begins with a tree (:meth:`ActivationRaceMachine.grow`); other rules race four
 teardown callers on one activation, queue a message without waking, and land a message at an
-agent's idle before its watcher runs. One more follows each kind of drain with followups to
-what it drained and starts below their parent, while they close, after, or once they settled
-(:meth:`ActivationRaceMachine.drain_then`).
+agent's idle before its watcher runs. Two more make the moves that found the recent bugs: a
+message sent straight to an activation's agent (``act.agent.followup``, ``steer``,
+``inject``, ``send`` waking or not) at any moment, in the very call that began its teardown, or
+from a listener inside its agent's next cancel (:meth:`ActivationRaceMachine.send_straight`);
+and each kind of drain followed by followups to what it drained and starts below their parent,
+while they close, after, or once they settled (:meth:`ActivationRaceMachine.drain_then`).
 
 After each rule the invariants check that:
 
@@ -35,8 +38,12 @@ After each rule the invariants check that:
   teardown's :class:`~fsm_core.runtime.ActivationTeardownFailed` names exactly the failing
   activations of the subtree it tore down, in the documented text;
 - a teardown cancels with ``keep_inbox``: what was queued when it cancelled the agent is in its
-  capture; no turn starts while it is torn down; the settlement notice comes only after the
-  activation left the registry; ``drain_children`` never drains another parent's child;
+  capture; the settlement notice comes only after the activation left the registry;
+  ``drain_children`` never drains another parent's child;
+- once an activation's close began (a dispose, a drain reaching it, the natural end's dispose),
+  its agent makes no model request and starts no turn, whatever was sent to it and whatever it
+  was doing; what was sent straight to it after the close (before its capture) is in its
+  terminal capture, unless a user's clearing cancel discarded it since;
 - each start is admitted exactly when its parent is live (host-owned, or an active activation's
   agent) and no drain the program ran covers it (``drain()``, a ``drain_descendants`` naming
   it); each followup is delivered to an active activation, refused by a closing one (or resumed
@@ -110,6 +117,10 @@ __all__ = ["ActivationRaceMachine"]
 picks = st.integers(min_value=0, max_value=7)
 """Which activation (or gate) a rule takes, modulo how many there are."""
 
+_SENDS = ("followup", "steer", "inject", "wake", "quiet")
+"""How a rule sends straight to an agent: ``followup``, ``steer``, ``inject``, or ``send``
+waking (``wake``) or not (``quiet``)."""
+
 _NOTICE = re.compile(r"^(.+):settled:\d+$")
 _FAILED_TEXT = re.compile(r"^the teardown of (.+) failed at (\d+) (boundary|boundaries): (.+)$")
 
@@ -129,12 +140,20 @@ class Tracked:
     """The parent activation's stage when this one settled."""
     children: list[Tracked] = field(default_factory=list)
     pending_at_cancel: tuple[str, ...] = ()
+    """The messages queued when its teardown cancelled its agent (they must be captured)."""
     cleared: bool = False
     """A user's cancel discarded its queued work: a watcher waiting for that work waits on
     (nothing pokes it), so it need not end by itself (reported, not asserted)."""
     phase_at_cancel: str = ""
     """Its agent's phase when its teardown cancelled it (``idle``: nothing may wake it)."""
-    """The messages queued when its teardown cancelled its agent (they must be captured)."""
+    closed: bool = False
+    """Its close began (``close_inbox``): from here its agent's waking is shut."""
+    captured: bool = False
+    """Its teardown captured the terminal facts (``capture``)."""
+    owed: set[str] = field(default_factory=set)
+    """The messages its capture must hold: those queued at its teardown's cancel and those
+    sent straight to its agent after its close began, less what a user's clearing cancel
+    discarded since."""
 
     @property
     def id(self) -> str:
@@ -238,6 +257,14 @@ class _Model:
         self.machine = machine
 
     async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+        machine = self.machine
+        who = initiating_agent()
+        closed = None if who is None else machine.closed_agents.get(who)
+        if closed is not None:
+            machine.problems.append(
+                f"{request.agent_id} made a model request after its activation's close began "
+                f"({closed.node.stage})"
+            )
         asked = _instruction(request)
         if asked is not None:
             verb, child = asked
@@ -293,6 +320,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self._latest: dict[str, Tracked] = {}
         create = self.bridge.loop.run_until_complete(self.rt.create_agent("host"))
         self.host: Agent = create.agent
+        self.closed_agents: dict[Agent, Tracked] = {}
+        """The agent of each activation whose close began: none may make a model request or
+        start a turn any more."""
         self.last_refused: tuple[Oracle, Fire] | None = None
         """The last call a table refused (on an activation or the door), with its oracle."""
         self.refusals: list[tuple[str, SubagentError, Oracle, Fire]] = []
@@ -301,6 +331,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.drained_below: set[Agent] = set()
         """Every parent a drain_descendants call named (and did not refuse): admission below
         it is closed for good."""
+        self.at_cancel: dict[Agent, str] = {}
+        """Agents whose next cancel's notification sends them a message (how, as
+        :data:`_SENDS`), from inside the listener."""
         self._wrap(self.registry)
         self.door_oracle = Oracle(self.registry._door.spec)
         self.door = Recorder(
@@ -311,6 +344,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.rt.events.on("inbox/inserted", self._on_inserted)
         self.rt.events.on("turn/start", self._on_turn)
         self.rt.events.on("agent/status", self._on_status)
+        self.rt.events.on("agent/cancel-requested", self._on_cancel_requested)
         self.armed: dict[Agent, bool] = {}
         """Agents whose next idle gets a message before their watcher runs (True: quiet)."""
 
@@ -327,13 +361,19 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             perform = node.control._perform
 
             def snapshot(effect: Any) -> None:
-                if effect.name == "cancel_agent":
+                if effect.name == "close_inbox":
+                    tracked.closed = True  # from here no request, no turn of its agent
+                    self.closed_agents[node.agent] = tracked
+                elif effect.name == "cancel_agent":
                     inbox = node.agent.inbox
                     queued = (*inbox.next_step, *inbox.next_turn)
                     tracked.pending_at_cancel = tuple(m.id for m in queued)
+                    tracked.owed.update(tracked.pending_at_cancel)
                     tracked.phase_at_cancel = node.agent.phase
                 assert perform is not None
                 perform(effect)
+                if effect.name == "capture":
+                    tracked.captured = True
 
             node.control._perform = snapshot
             parent_tracked = None if parent is None else self._tracked_of(parent)
@@ -392,10 +432,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 f"{node.id} ended naturally in phase {tracked.phase_at_cancel} "
                 f"with {list(tracked.pending_at_cancel)} queued"
             )
+        # Its close shut its agent's waking: what was queued at its cancel, and what was sent
+        # straight to it after the close began, is parked for the capture, whatever the agent
+        # was doing (a user's clearing cancel since discarded it: then it is not owed).
         captured = node.terminal.pending if node.terminal is not None else ()
-        lost = set(tracked.pending_at_cancel) - set(captured)
-        if lost and tracked.phase_at_cancel == "idle":
-            self.problems.append(f"{node.id}'s teardown lost its queued {sorted(lost)}")
+        lost = tracked.owed - set(captured)
+        if lost:
+            self.problems.append(
+                f"{node.id}'s capture {list(captured)} lost {sorted(lost)} "
+                f"(its agent was {tracked.phase_at_cancel} at its teardown's cancel)"
+            )
         # A parent that is itself tearing down still gets the notice (without a wake-up);
         # only a disposed one has nobody left to tell.
         if node.parent_agent.phase != "disposed":
@@ -407,14 +453,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             )
 
     def _on_turn(self, event: Any) -> None:
-        node = self.registry._resident.get(event.agent.id)
-        if node is None or node.agent is not event.agent or node.stage == "active":
-            return
-        # An agent the teardown found idle has nothing to wake it: no notice of a child, no
-        # kept message. (One it found mid-turn keeps its wake-up with the kept inbox, and may
-        # take its queued work as one more turn: reported, not asserted here.)
-        if self._tracked_of(node).phase_at_cancel == "idle":
-            self.problems.append(f"{node.id} started a turn while torn down ({node.stage})")
+        agent = event.agent
+        closed = self.closed_agents.get(agent)
+        if closed is not None:
+            # Seed 004: disposal never latches, so teardown waits on no model turn. From its
+            # close on, the agent's waking is shut: nothing sent to it, before or after,
+            # starts a turn (agent.toml shut).
+            self.problems.append(
+                f"{agent.id} started a turn after its activation's close began "
+                f"({closed.node.stage}, {closed.phase_at_cancel or 'before its cancel'})"
+            )
 
     def _on_inserted(self, event: MessageInserted) -> None:
         found = _NOTICE.match(event.message.id)
@@ -423,6 +471,39 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             child = self._latest.get(found.group(1))
             if child is not None and self.registry._resident.get(child.id) is child.node:
                 self.problems.append(f"{child.id}'s notice came before it left the registry")
+
+    def _on_cancel_requested(self, event: Any) -> None:
+        agent = event.agent
+        how = self.at_cancel.pop(agent, None)
+        if how is not None:
+            tracked = next((t for t in self.tracked if t.node.agent is agent), None)
+            if tracked is not None:
+                # Inside the cancel's notification: the teardown's (its close shut the agent
+                # just before), a drain's, the natural end's in maintenance, or a user's.
+                self._send_straight(tracked, how)
+
+    def _send_straight(self, tracked: Tracked, how: str) -> None:
+        """Send to ``tracked``'s agent directly (``act.agent.followup``, ``send``,
+        ``inject``, ``steer``), not through the registry; whatever its activation's stage."""
+        agent = tracked.node.agent
+        self.counter += 1
+        message = UserMessage(f"d{self.counter}", how)
+        owed = tracked.closed and not tracked.captured
+        try:
+            if how == "followup":
+                agent.followup(message)
+            elif how == "steer":
+                agent.steer(message)
+            elif how == "inject":
+                agent.inject(message)
+            else:
+                agent.send(message, "next_turn", wakeup=how == "wake")
+        except Rejected as refused:
+            if agent.phase != "disposed" or not tracked.captured:
+                self.problems.append(f"{agent.id} ({agent.phase}) refused {how}: {refused}")
+            return
+        if owed:
+            tracked.owed.add(message.id)
 
     def _run(self, action: Callable[[], object]) -> None:
         self.bridge.run(action)
@@ -796,14 +877,51 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             self._user_cancel(tracked.node.agent)
 
     def _user_cancel(self, agent: Agent) -> None:
+        self._run(lambda: self._cancel_now(agent))
+
+    def _cancel_now(self, agent: Agent) -> None:
         """``agent.cancel()``: it clears the inbox, so a teardown already under way has
         nothing queued left to capture."""
-        for tracked in self.tracked:
-            if tracked.node.agent is agent:
-                tracked.pending_at_cancel = ()
-                if agent.inbox.pending:
-                    tracked.cleared = True
-        self._run(agent.cancel)
+        tracked = [t for t in self.tracked if t.node.agent is agent]
+        if agent.inbox.pending:
+            for each in tracked:
+                each.cleared = True
+        agent.cancel()
+        for each in tracked:  # discarded inside the call, a cancel listener's sends included
+            each.pending_at_cancel = ()
+            each.owed.clear()
+
+    @precondition(lambda self: any(t.node.stage != "settled" for t in self.tracked))
+    @rule(
+        pick=picks,
+        how=st.sampled_from(_SENDS),
+        when=st.sampled_from(("now", "closing", "at_cancel")),
+    )
+    def send_straight(self, pick: int, how: str, when: str) -> None:
+        """Send straight to an activation's agent, bypassing the registry
+        (``act.agent.followup``, ``steer``, ``inject``, ``send`` waking or not), at any
+        moment: ``now``, whatever its stage (active, closing, settled: its agent refuses then);
+        ``closing``: in the same call that began its teardown (a dispose), before anything
+        awaited; ``at_cancel``: from a listener inside its agent's next cancel notification
+        (its teardown's, under a drain, a dispose or the natural end in maintenance, or a
+        user's). Once its close began, no request and no turn may follow
+        (:meth:`_on_turn`, ``_Model``), and the message is in its capture
+        (:meth:`_on_settled`)."""
+        open_ = [t for t in self.tracked if t.node.stage != "settled"]
+        tracked = open_[pick % len(open_)]
+        if when == "at_cancel":
+            self.at_cancel[tracked.node.agent] = how
+            return
+        if when == "now":
+            self._run(lambda: self._send_straight(tracked, how))
+            return
+        begin = self._teardown_begin(tracked, lambda: self.registry.dispose(tracked.node.public))
+
+        def dispose_then_send() -> None:
+            begin()
+            self._send_straight(tracked, how)
+
+        self._run(dispose_then_send)
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
