@@ -17,12 +17,14 @@ calls spawn, so a cancel or a drain lands first), then rules cancel that parent'
 child itself, dispose the parent activation during the spawn, or drain while it runs. Each
 program begins with a tree (:meth:`ActivationRaceMachine.grow`); other rules race four
 teardown callers on one activation, queue a message without waking, and land a message at an
-agent's idle before its watcher runs. Two more make the moves that found the recent bugs: a
+agent's idle before its watcher runs. Three more make the moves that found the recent bugs: a
 message sent straight to an activation's agent (``act.agent.followup``, ``steer``,
 ``inject``, ``send`` waking or not) at any moment, in the very call that began its teardown, or
-from a listener inside its agent's next cancel (:meth:`ActivationRaceMachine.send_straight`);
-and each kind of drain followed by followups to what it drained and starts below their parent,
-while they close, after, or once they settled (:meth:`ActivationRaceMachine.drain_then`).
+from a listener inside its agent's next cancel (:meth:`ActivationRaceMachine.send_straight`); a
+user's cancel of a parent agent, clearing or keeping its inbox, while its children and
+grandchildren run (:meth:`ActivationRaceMachine.cancel_parent`); and each kind of drain followed
+by followups to what it drained and starts below their parent, while they close, after, or once
+they settled (:meth:`ActivationRaceMachine.drain_then`).
 
 After each rule the invariants check that:
 
@@ -44,6 +46,10 @@ After each rule the invariants check that:
   its agent makes no model request and starts no turn, whatever was sent to it and whatever it
   was doing; what was sent straight to it after the close (before its capture) is in its
   terminal capture, unless a user's clearing cancel discarded it since;
+- a user's cancel of a parent is local to its own agent: no continuable descendant's agent is
+  cancelled and no teardown begins in the call, each keeps its stage, phase and turns; a
+  keep_inbox cancel discards nothing queued; a cancelled agent starts no turn until a message
+  arrives, and a child's settlement notice wakes its live parent into a turn that takes it;
 - each start is admitted exactly when its parent is live (host-owned, or an active activation's
   agent) and no drain the program ran covers it (``drain()``, a ``drain_descendants`` naming
   it); each followup is delivered to an active activation, refused by a closing one (or resumed
@@ -331,6 +337,14 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.drained_below: set[Agent] = set()
         """Every parent a drain_descendants call named (and did not refuse): admission below
         it is closed for good."""
+        self.stopped: set[Agent] = set()
+        """Agents a user's cancel stopped, until a message arrives: none may start a turn."""
+        self.awaiting_turn: dict[Agent, set[str]] = {}
+        """Settlement notices that reached a live parent agent (one a user's cancel stopped
+        too): each must wake it into a turn that claims it, unless a later cancel of it
+        clears or parks it, or its activation's close or its disposal parks it."""
+        self.cancels: list[Agent] = []
+        """Every agent/cancel-requested, in order: whose cancel was requested."""
         self.at_cancel: dict[Agent, str] = {}
         """Agents whose next cancel's notification sends them a message (how, as
         :data:`_SENDS`), from inside the listener."""
@@ -463,17 +477,25 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 f"{agent.id} started a turn after its activation's close began "
                 f"({closed.node.stage}, {closed.phase_at_cancel or 'before its cancel'})"
             )
+        if agent in self.stopped:
+            self.problems.append(f"{agent.id} started a turn after a user's cancel stopped it")
 
     def _on_inserted(self, event: MessageInserted) -> None:
         found = _NOTICE.match(event.message.id)
+        agent = event.agent
         if found:
             self.notices[found.group(1)] += 1
             child = self._latest.get(found.group(1))
             if child is not None and self.registry._resident.get(child.id) is child.node:
                 self.problems.append(f"{child.id}'s notice came before it left the registry")
+            if agent.phase not in ("disposing", "disposed") and not agent.table_state["shut"]:
+                self.awaiting_turn.setdefault(agent, set()).add(event.message.id)
+        self.stopped.discard(agent)  # a message arrived: a turn may follow
 
     def _on_cancel_requested(self, event: Any) -> None:
         agent = event.agent
+        self.cancels.append(agent)
+        self.awaiting_turn.pop(agent, None)  # the cancel clears or parks what it did not take
         how = self.at_cancel.pop(agent, None)
         if how is not None:
             tracked = next((t for t in self.tracked if t.node.agent is agent), None)
@@ -876,20 +898,86 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         if tracked.node.agent.phase not in ("disposing", "disposed"):
             self._user_cancel(tracked.node.agent)
 
-    def _user_cancel(self, agent: Agent) -> None:
-        self._run(lambda: self._cancel_now(agent))
+    def _user_cancel(self, agent: Agent, keep_inbox: bool = False) -> None:
+        self._run(lambda: self._cancel_now(agent, keep_inbox))
 
-    def _cancel_now(self, agent: Agent) -> None:
-        """``agent.cancel()``: it clears the inbox, so a teardown already under way has
-        nothing queued left to capture."""
+    def _cancel_now(self, agent: Agent, keep_inbox: bool) -> None:
+        """``agent.cancel()`` (USER): unless ``keep_inbox``, it clears the inbox, so a
+        teardown already under way has nothing queued left to capture. Afterwards the agent
+        is stopped: its next turn needs a message to arrive first (a wake the cancel left
+        latched, as a keep_inbox cancel during maintenance may, replays)."""
         tracked = [t for t in self.tracked if t.node.agent is agent]
-        if agent.inbox.pending:
+        if not keep_inbox and agent.inbox.pending:
             for each in tracked:
                 each.cleared = True
-        agent.cancel()
-        for each in tracked:  # discarded inside the call, a cancel listener's sends included
-            each.pending_at_cancel = ()
-            each.owed.clear()
+        agent.cancel(keep_inbox=keep_inbox)
+        if not keep_inbox:  # discarded inside the call, a cancel listener's sends included
+            for each in tracked:
+                each.pending_at_cancel = ()
+                each.owed.clear()
+        if agent.phase not in ("disposing", "disposed") and not agent.table_state["latch"]:
+            self.stopped.add(agent)
+
+    def _parents(self) -> list[Agent]:
+        """The host and the live activations' agents that have a running continuable child."""
+        live = self._live()
+        agents = [self.host, *(t.node.agent for t in live)]
+        return [a for a in agents if any(t.node.parent_agent is a for t in live)]
+
+    @precondition(lambda self: bool(self._parents()))
+    @rule(pick=picks, keep_inbox=st.booleans(), answer=st.booleans())
+    def cancel_parent(self, pick: int, keep_inbox: bool, answer: bool) -> None:
+        """A user cancels a parent agent (the host, or an activation's agent) while its
+        children and grandchildren run, as ``parent.cancel()`` or with ``keep_inbox``.
+
+        The original runtime's behaviour, which fsm_core keeps: a parent's cancel is local to
+        its own agent. No continuable descendant's agent is cancelled and no teardown begins
+        in the call, every one keeps its stage, phase and turns once the loop settled; with
+        ``keep_inbox`` nothing queued for the parent is discarded. The parent is stopped: its
+        next turn needs a message to arrive (:meth:`_on_turn`), and a child's settlement
+        notice is one: it wakes the parent into a turn that claims it
+        (:meth:`a_notice_wakes_its_parent`). With ``answer``, a direct child's held
+        request is answered afterwards, so it ends its work and its notice arrives now."""
+        parents = self._parents()
+        parent = parents[pick % len(parents)]
+        below = [t for t in self._live() if self._below(t, parent)]
+        before = {t: self._activity(t) for t in below}
+        mark = len(self.cancels)
+        closes = sum(t.closed for t in self.tracked)
+
+        def cancel() -> None:
+            queued = [m.id for m in (*parent.inbox.next_step, *parent.inbox.next_turn)]
+            self._cancel_now(parent, keep_inbox)
+            reached = [
+                a.id for a in self.cancels[mark:] if a is not parent and self._activation_of(a)
+            ]
+            if reached:
+                self.problems.append(f"{parent.id}'s cancel cancelled the agents of {reached}")
+            if sum(t.closed for t in self.tracked) != closes:
+                self.problems.append(f"{parent.id}'s cancel began a teardown")
+            if keep_inbox:
+                kept = {m.id for m in (*parent.inbox.next_step, *parent.inbox.next_turn)}
+                if not set(queued) <= kept:
+                    self.problems.append(
+                        f"{parent.id}'s keep_inbox cancel discarded {set(queued) - kept}"
+                    )
+
+        self._run(cancel)
+        for t, then in before.items():
+            now = self._activity(t)
+            if now != then:
+                self.problems.append(
+                    f"{t.id} below {parent.id} changed with its parent's cancel: {then} -> {now}"
+                )
+        if answer:
+            children = [t for t in below if t.node.parent_agent is parent]
+            self._answer(children[pick % len(children)].id)
+
+    def _activity(self, tracked: Tracked) -> tuple[str, str, int]:
+        """What a user sees of an activation's work: its stage, its agent's phase, its turns."""
+        agent = tracked.node.agent
+        turns = sum(1 for e in agent.session.events if e.type == "turn/start")
+        return tracked.node.stage, agent.phase, turns
 
     @precondition(lambda self: any(t.node.stage != "settled" for t in self.tracked))
     @rule(
@@ -1253,6 +1341,22 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 raise AssertionError(f"{tracked.id} finished its work but did not end")
 
     @invariant()
+    def a_notice_wakes_its_parent(self) -> None:
+        """A child's settlement notice wakes its live parent agent into a turn that claims
+        it, a parent a user's cancel stopped included (the cancel was local to the parent's
+        own agent): an idle parent, not shut, with no driver scheduled, has claimed every
+        notice that reached it since its last cancel."""
+        for agent, notices in list(self.awaiting_turn.items()):
+            if agent.phase in ("disposing", "disposed") or agent.table_state["shut"]:
+                del self.awaiting_turn[agent]  # parked for its capture, or for nobody
+                continue
+            notices -= {str(e.data["id"]) for e in agent.session.events if e.type == "user/message"}
+            if not notices:
+                del self.awaiting_turn[agent]
+            elif agent.phase == "idle" and not agent.table_state["scheduled"]:
+                raise AssertionError(f"{agent.id} is idle and never took {sorted(notices)}")
+
+    @invariant()
     def nothing_leaks(self) -> None:
         registry = self.registry
         live = {t.id for t in self.tracked if t.node.stage != "settled"}
@@ -1389,6 +1493,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.each_activation_is_torn_down_once_child_first()
         self.failures_are_aggregated()
         self.nothing_leaks()
+        self.a_notice_wakes_its_parent()
         self.a_finished_activation_ends()
         self.spawns_answer_to_their_parent()
 
