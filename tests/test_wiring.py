@@ -89,9 +89,11 @@ def test_an_await_reads_the_agents_state() -> None:
             "call 'close.cancels_agent': args gives no value for the parameter 'keep_inbox'",
         ),
         (
-            'args = { parent = "parent" }\nclauses = ["S004.notify-by-name"]\n'
+            'args = { parent = "parent" }\n'
+            'clauses = ["S004.step-3-notify-parent", "R.root-notice"]\n'
             'doc = "A root\'s parent',
-            'args = { parent = "last" }\nclauses = ["S004.notify-by-name"]\n'
+            'args = { parent = "last" }\n'
+            'clauses = ["S004.step-3-notify-parent", "R.root-notice"]\n'
             'doc = "A root\'s parent',
             "call 'settle.notifies_host': args.parent: unknown name 'last' in 'last'",
         ),
