@@ -17,7 +17,14 @@ calls spawn, so a cancel or a drain lands first), then rules cancel that parent'
 child itself, dispose the parent activation during the spawn, or drain while it runs. Each
 program begins with a tree (:meth:`ActivationRaceMachine.grow`); other rules race four
 teardown callers on one activation, queue a message without waking, and land a message at an
-agent's idle before its watcher runs.
+agent's idle before its watcher runs. Three more make the moves that found the recent bugs: a
+message sent straight to an activation's agent (``act.agent.followup``, ``steer``,
+``inject``, ``send`` waking or not) at any moment, in the very call that began its teardown, or
+from a listener inside its agent's next cancel (:meth:`ActivationRaceMachine.send_straight`); a
+user's cancel of a parent agent, clearing or keeping its inbox, while its children and
+grandchildren run (:meth:`ActivationRaceMachine.cancel_parent`); and each kind of drain followed
+by followups to what it drained and starts below their parent, while they close, after, or once
+they settled (:meth:`ActivationRaceMachine.drain_then`).
 
 After each rule the invariants check that:
 
@@ -33,15 +40,29 @@ After each rule the invariants check that:
   teardown's :class:`~fsm_core.runtime.ActivationTeardownFailed` names exactly the failing
   activations of the subtree it tore down, in the documented text;
 - a teardown cancels with ``keep_inbox``: what was queued when it cancelled the agent is in its
-  capture; no turn starts while it is torn down; the settlement notice comes only after the
-  activation left the registry; every later admission after ``drain()`` is refused;
+  capture; the settlement notice comes only after the activation left the registry;
   ``drain_children`` never drains another parent's child;
+- once an activation's close began (a dispose, a drain reaching it, the natural end's dispose),
+  its agent makes no model request and starts no turn, whatever was sent to it and whatever it
+  was doing; what was sent straight to it after the close (before its capture) is in its
+  terminal capture, unless a user's clearing cancel discarded it since;
+- a user's cancel of a parent is local to its own agent: no continuable descendant's agent is
+  cancelled and no teardown begins in the call, each keeps its stage, phase and turns; a
+  keep_inbox cancel discards nothing queued; a cancelled agent starts no turn until a message
+  arrives, and a child's settlement notice wakes its live parent into a turn that takes it;
+- each start is admitted exactly when its parent is live (host-owned, or an active activation's
+  agent) and no drain the program ran covers it (``drain()``, a ``drain_descendants`` naming
+  it); each followup is delivered to an active activation, refused by a closing one (or resumed
+  cold after a natural end), and, once the child settled, resumed cold exactly when its parent
+  is live and admits, so after ``drain_children`` a settled child resumes and its parent admits
+  new children; every refusal's code is the one the table's row gives, as the oracle's replay
+  of that refused call reads it (never a code written into the test);
 - each spawn and fork: the tool runs as its parent before and after the call, the child's
   requests run as the child; a parent's aborted turn aborts the child with ``parent`` (its turn
   ends aborted, the tool raises Aborted and its result says aborted; one asked for under an
-  already aborted turn makes no model request); a spawn after ``drain()`` is refused
-  ``DRAINING`` and creates no agent; the child is disposed and unregistered once the call
-  returned;
+  already aborted turn makes no model request); a spawn after ``drain()`` is refused (with
+  the door table's code) and creates no agent; the child is disposed and unregistered once
+  the call returned;
 - a drain's error names every failing activation it tore down; every dispose of one activation
   ends the same way; a natural end happens in maintenance with nothing queued, and an idle
   activation with no child and nothing queued has ended;
@@ -94,13 +115,17 @@ from fsm_core.runtime import (
 from fsm_core.runtime._subagents import Subagents, _Node
 from fsm_core.testing import Gate
 from tests.race.bridge import LoopBridge
-from tests.race.lockstep import Oracle, Recorder
+from tests.race.lockstep import Fire, Oracle, Recorder
 from tests.runtime.subagent_support import HeldSession, turn_outcomes
 
 __all__ = ["ActivationRaceMachine"]
 
 picks = st.integers(min_value=0, max_value=7)
 """Which activation (or gate) a rule takes, modulo how many there are."""
+
+_SENDS = ("followup", "steer", "inject", "wake", "quiet")
+"""How a rule sends straight to an agent: ``followup``, ``steer``, ``inject``, or ``send``
+waking (``wake``) or not (``quiet``)."""
 
 _NOTICE = re.compile(r"^(.+):settled:\d+$")
 _FAILED_TEXT = re.compile(r"^the teardown of (.+) failed at (\d+) (boundary|boundaries): (.+)$")
@@ -121,12 +146,20 @@ class Tracked:
     """The parent activation's stage when this one settled."""
     children: list[Tracked] = field(default_factory=list)
     pending_at_cancel: tuple[str, ...] = ()
+    """The messages queued when its teardown cancelled its agent (they must be captured)."""
     cleared: bool = False
     """A user's cancel discarded its queued work: a watcher waiting for that work waits on
     (nothing pokes it), so it need not end by itself (reported, not asserted)."""
     phase_at_cancel: str = ""
     """Its agent's phase when its teardown cancelled it (``idle``: nothing may wake it)."""
-    """The messages queued when its teardown cancelled its agent (they must be captured)."""
+    closed: bool = False
+    """Its close began (``close_inbox``): from here its agent's waking is shut."""
+    captured: bool = False
+    """Its teardown captured the terminal facts (``capture``)."""
+    owed: set[str] = field(default_factory=set)
+    """The messages its capture must hold: those queued at its teardown's cancel and those
+    sent straight to its agent after its close began, less what a user's clearing cancel
+    discarded since."""
 
     @property
     def id(self) -> str:
@@ -206,10 +239,13 @@ class _Delegate:
             spawn.draining = registry.draining  # drain() or, once held, the runtime's close
         run = registry.fork if spawn.fork else registry.spawn
         spawn.aborted_first = signal.aborted
+        machine.last_refused = None
         try:
             result = await run(signal, SubagentSpec(spawn.id, "work"))
         except BaseException as error:
             spawn.error = error
+            if isinstance(error, SubagentError):
+                machine._refused(f"spawn {spawn.id}", error)
             raise
         finally:
             spawn.after = initiating_agent()
@@ -227,6 +263,14 @@ class _Model:
         self.machine = machine
 
     async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+        machine = self.machine
+        who = initiating_agent()
+        closed = None if who is None else machine.closed_agents.get(who)
+        if closed is not None:
+            machine.problems.append(
+                f"{request.agent_id} made a model request after its activation's close began "
+                f"({closed.node.stage})"
+            )
         asked = _instruction(request)
         if asked is not None:
             verb, child = asked
@@ -282,14 +326,39 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self._latest: dict[str, Tracked] = {}
         create = self.bridge.loop.run_until_complete(self.rt.create_agent("host"))
         self.host: Agent = create.agent
+        self.closed_agents: dict[Agent, Tracked] = {}
+        """The agent of each activation whose close began: none may make a model request or
+        start a turn any more."""
+        self.last_refused: tuple[Oracle, Fire] | None = None
+        """The last call a table refused (on an activation or the door), with its oracle."""
+        self.refusals: list[tuple[str, SubagentError, Oracle, Fire]] = []
+        """Each refusal a caller got, and the refused call it follows: once the oracle has
+        replayed that call, the caller's code must be the one the table's row gives."""
+        self.drained_below: set[Agent] = set()
+        """Every parent a drain_descendants call named (and did not refuse): admission below
+        it is closed for good."""
+        self.stopped: set[Agent] = set()
+        """Agents a user's cancel stopped, until a message arrives: none may start a turn."""
+        self.awaiting_turn: dict[Agent, set[str]] = {}
+        """Settlement notices that reached a live parent agent (one a user's cancel stopped
+        too): each must wake it into a turn that claims it, unless a later cancel of it
+        clears or parks it, or its activation's close or its disposal parks it."""
+        self.cancels: list[Agent] = []
+        """Every agent/cancel-requested, in order: whose cancel was requested."""
+        self.at_cancel: dict[Agent, str] = {}
+        """Agents whose next cancel's notification sends them a message (how, as
+        :data:`_SENDS`), from inside the listener."""
         self._wrap(self.registry)
-        self.door = Recorder(self.registry._door)
-        """Every event the registry fires on its door (specs/admission.toml)."""
         self.door_oracle = Oracle(self.registry._door.spec)
+        self.door = Recorder(
+            self.registry._door, lambda fire: self._note_refusal(self.door_oracle, fire)
+        )
+        """Every event the registry fires on its door (specs/admission.toml)."""
         self.rt.events.on("subagent/settled", self._on_settled)
         self.rt.events.on("inbox/inserted", self._on_inserted)
         self.rt.events.on("turn/start", self._on_turn)
         self.rt.events.on("agent/status", self._on_status)
+        self.rt.events.on("agent/cancel-requested", self._on_cancel_requested)
         self.armed: dict[Agent, bool] = {}
         """Agents whose next idle gets a message before their watcher runs (True: quiet)."""
 
@@ -306,19 +375,25 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             perform = node.control._perform
 
             def snapshot(effect: Any) -> None:
-                if effect.name == "cancel_agent":
+                if effect.name == "close_inbox":
+                    tracked.closed = True  # from here no request, no turn of its agent
+                    self.closed_agents[node.agent] = tracked
+                elif effect.name == "cancel_agent":
                     inbox = node.agent.inbox
                     queued = (*inbox.next_step, *inbox.next_turn)
                     tracked.pending_at_cancel = tuple(m.id for m in queued)
+                    tracked.owed.update(tracked.pending_at_cancel)
                     tracked.phase_at_cancel = node.agent.phase
                 assert perform is not None
                 perform(effect)
+                if effect.name == "capture":
+                    tracked.captured = True
 
             node.control._perform = snapshot
             parent_tracked = None if parent is None else self._tracked_of(parent)
-            tracked = Tracked(
-                node, Recorder(node.control), Oracle(node.control.spec), parent_tracked
-            )
+            oracle = Oracle(node.control.spec)
+            recorder = Recorder(node.control, lambda fire: self._note_refusal(oracle, fire))
+            tracked = Tracked(node, recorder, oracle, parent_tracked)
             if parent_tracked is not None:
                 parent_tracked.children.append(tracked)
             self.tracked.append(tracked)
@@ -371,10 +446,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 f"{node.id} ended naturally in phase {tracked.phase_at_cancel} "
                 f"with {list(tracked.pending_at_cancel)} queued"
             )
+        # Its close shut its agent's waking: what was queued at its cancel, and what was sent
+        # straight to it after the close began, is parked for the capture, whatever the agent
+        # was doing (a user's clearing cancel since discarded it: then it is not owed).
         captured = node.terminal.pending if node.terminal is not None else ()
-        lost = set(tracked.pending_at_cancel) - set(captured)
-        if lost and tracked.phase_at_cancel == "idle":
-            self.problems.append(f"{node.id}'s teardown lost its queued {sorted(lost)}")
+        lost = tracked.owed - set(captured)
+        if lost:
+            self.problems.append(
+                f"{node.id}'s capture {list(captured)} lost {sorted(lost)} "
+                f"(its agent was {tracked.phase_at_cancel} at its teardown's cancel)"
+            )
         # A parent that is itself tearing down still gets the notice (without a wake-up);
         # only a disposed one has nobody left to tell.
         if node.parent_agent.phase != "disposed":
@@ -386,27 +467,76 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             )
 
     def _on_turn(self, event: Any) -> None:
-        node = self.registry._resident.get(event.agent.id)
-        if node is None or node.agent is not event.agent or node.stage == "active":
-            return
-        # An agent the teardown found idle has nothing to wake it: no notice of a child, no
-        # kept message. (One it found mid-turn keeps its wake-up with the kept inbox, and may
-        # take its queued work as one more turn: reported, not asserted here.)
-        if self._tracked_of(node).phase_at_cancel == "idle":
-            self.problems.append(f"{node.id} started a turn while torn down ({node.stage})")
+        agent = event.agent
+        closed = self.closed_agents.get(agent)
+        if closed is not None:
+            # Seed 004: disposal never latches, so teardown waits on no model turn. From its
+            # close on, the agent's waking is shut: nothing sent to it, before or after,
+            # starts a turn (agent.toml shut).
+            self.problems.append(
+                f"{agent.id} started a turn after its activation's close began "
+                f"({closed.node.stage}, {closed.phase_at_cancel or 'before its cancel'})"
+            )
+        if agent in self.stopped:
+            self.problems.append(f"{agent.id} started a turn after a user's cancel stopped it")
 
     def _on_inserted(self, event: MessageInserted) -> None:
         found = _NOTICE.match(event.message.id)
+        agent = event.agent
         if found:
             self.notices[found.group(1)] += 1
             child = self._latest.get(found.group(1))
             if child is not None and self.registry._resident.get(child.id) is child.node:
                 self.problems.append(f"{child.id}'s notice came before it left the registry")
+            if agent.phase not in ("disposing", "disposed") and not agent.table_state["shut"]:
+                self.awaiting_turn.setdefault(agent, set()).add(event.message.id)
+        self.stopped.discard(agent)  # a message arrived: a turn may follow
+
+    def _on_cancel_requested(self, event: Any) -> None:
+        agent = event.agent
+        self.cancels.append(agent)
+        self.awaiting_turn.pop(agent, None)  # the cancel clears or parks what it did not take
+        how = self.at_cancel.pop(agent, None)
+        if how is not None:
+            tracked = next((t for t in self.tracked if t.node.agent is agent), None)
+            if tracked is not None:
+                # Inside the cancel's notification: the teardown's (its close shut the agent
+                # just before), a drain's, the natural end's in maintenance, or a user's.
+                self._send_straight(tracked, how)
+
+    def _send_straight(self, tracked: Tracked, how: str) -> None:
+        """Send to ``tracked``'s agent directly (``act.agent.followup``, ``send``,
+        ``inject``, ``steer``), not through the registry; whatever its activation's stage."""
+        agent = tracked.node.agent
+        self.counter += 1
+        message = UserMessage(f"d{self.counter}", how)
+        owed = tracked.closed and not tracked.captured
+        try:
+            if how == "followup":
+                agent.followup(message)
+            elif how == "steer":
+                agent.steer(message)
+            elif how == "inject":
+                agent.inject(message)
+            else:
+                agent.send(message, "next_turn", wakeup=how == "wake")
+        except Rejected as refused:
+            if agent.phase != "disposed" or not tracked.captured:
+                self.problems.append(f"{agent.id} ({agent.phase}) refused {how}: {refused}")
+            return
+        if owed:
+            tracked.owed.add(message.id)
 
     def _run(self, action: Callable[[], object]) -> None:
         self.bridge.run(action)
 
-    def _spawn(self, make: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+    def _spawn(
+        self, make: Callable[[], Coroutine[Any, Any, None]], name: str, settle: bool = True
+    ) -> None:
+        """Run ``make()`` as a task of the loop; with ``settle``, start it inside a step of
+        its own and let the loop settle, else only create it (inside a rule's action: it runs
+        when the loop next turns, after the tasks the action's calls began)."""
+
         async def run() -> None:
             await make()
 
@@ -415,7 +545,10 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-        self._run(start)
+        if settle:
+            self._run(start)
+        else:
+            start()
 
     def _teardown_call(
         self, tracked: Tracked | None, make: Callable[[], Any], covered: Sequence[Tracked] = ()
@@ -536,32 +669,62 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         running = self._running_spawns()
         self._start(running[pick % len(running)])
 
-    def _start(self, agent: Agent) -> None:
+    def _start(self, agent: Agent, settle: bool = True) -> None:
         self.counter += 1
         child_id = f"a{self.counter}"
         session = HeldSession()
         self.sessions[child_id] = session
 
-        drained = self.drained
-
         async def start() -> None:
+            what = f"start {child_id} below {agent.id}"
+            closed = self._admission_closed(agent)
+            self.last_refused = None
             try:
                 await self.registry.start(agent, child_id, "work", session=session.session)
-                if drained:
-                    self.problems.append(f"start {child_id} was admitted after drain()")
             except SubagentError as refused:
-                if refused.code not in ("DRAINING", "UNAUTHORIZED"):
-                    self.problems.append(f"start {child_id}: {refused.code} {refused}")
-                if refused.code == "DRAINING" and not self._drain_covers(agent):
-                    self.problems.append(f"start {child_id} refused DRAINING: {refused}")
+                self._refused(what, refused)
+                if closed is None:
+                    self.problems.append(
+                        f"{what} was refused {refused.code} ({refused}), though its parent is "
+                        "live and no drain covers it"
+                    )
+            except UsageError as refused:
+                self.problems.append(f"{what}: {refused}")
+            else:
+                if closed is not None:
+                    self.problems.append(f"{what} was admitted, but {closed}")
 
-        self._spawn(start, f"start {child_id}")
+        self._spawn(start, f"start {child_id}", settle)
 
-    def _drain_covers(self, agent: Agent) -> bool:
-        if self.registry.draining or agent in self.registry._drained_hosts:
-            return True
-        node = self.registry._resident.get(agent.id)
-        return node is not None and (node.value("draining") != "none" or node.stage != "active")
+    def _activation_of(self, agent: Agent) -> Tracked | None:
+        """The activation whose agent ``agent`` is, if it is one's (not host-owned)."""
+        return next((t for t in self.tracked if t.node.agent is agent), None)
+
+    def _admission_closed(self, agent: Agent) -> str | None:
+        """Why a start below ``agent`` must be refused now (the code is the table's), or
+        None: its parent is live and no drain the program ran covers it, so it is admitted."""
+        if self.drained:
+            return "drain() closed admission"
+        if agent in self.drained_below:
+            return f"a drain_descendants named {agent.id}"
+        if agent.phase in ("disposing", "disposed"):
+            return f"{agent.id} is {agent.phase}"
+        tracked = self._activation_of(agent)
+        if tracked is not None and tracked.node.stage != "active":
+            return f"{agent.id}'s activation is {tracked.node.stage}"
+        return None
+
+    def _refused(self, what: str, error: SubagentError) -> None:
+        """A caller was refused ``error``: it follows the table's refusal it reports, whose
+        code the oracle's replay gives (checked in :meth:`the_registry_runs_the_table`)."""
+        if self.last_refused is None:
+            self.problems.append(f"{what} was refused {error.code} with no table refusing it")
+            return
+        oracle, fire = self.last_refused
+        self.refusals.append((what, error, oracle, fire))
+
+    def _note_refusal(self, oracle: Oracle, fire: Fire) -> None:
+        self.last_refused = (oracle, fire)
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
@@ -569,19 +732,51 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.counter += 1
         self._deliver(self._any(pick).id, UserMessage(f"m{self.counter}", "more"))
 
-    def _deliver(self, child_id: str, message: UserMessage) -> None:
-        async def deliver() -> None:
-            try:
-                await self.registry.followup(child_id, message)
-            except SubagentError as refused:
-                if refused.code not in ("DRAINING", "ACTIVATION_CLOSING"):
-                    self.problems.append(f"followup {child_id}: {refused.code} {refused}")
-            except UsageError as refused:
-                # A settled child is forgotten once its parent agent is disposing.
-                if self._latest[child_id].node.parent_agent.phase not in ("disposing", "disposed"):
-                    self.problems.append(f"followup {child_id}: {refused}")
+    def _delivery(self, child_id: str) -> str | None:
+        """What ``rt.subagents.followup(child_id, ...)`` must do now: ``delivered`` (to the
+        resident active activation), ``resumed`` (cold: the child settled below a live parent
+        that admits), ``refused`` (a SubagentError, with the table's code), ``lost`` (refused
+        or unknown: its parent is disposing or gone), or None when either may happen (it
+        awaits a natural end's teardown, then resumes cold if it may then)."""
+        node = self._latest[child_id].node
+        if node.stage == "active":
+            return "delivered"
+        if node.stage != "settled":
+            return None if node.value("natural") and not self.drained else "refused"
+        parent = node.parent_agent
+        if parent.phase in ("disposing", "disposed"):
+            return "lost"
+        return "refused" if self._admission_closed(parent) else "resumed"
 
-        self._spawn(deliver, f"followup {child_id}")
+    def _deliver(self, child_id: str, message: UserMessage, settle: bool = True) -> None:
+        async def deliver() -> None:
+            what = f"followup {child_id}"
+            before = self._latest[child_id]
+            expected = self._delivery(child_id)
+            self.last_refused = None
+            try:
+                act = await self.registry.followup(child_id, message)
+            except SubagentError as refused:
+                self._refused(what, refused)
+                if expected in ("delivered", "resumed"):
+                    self.problems.append(f"{what} was refused {refused.code}, not {expected}")
+            except UsageError as refused:
+                if expected != "lost":
+                    self.problems.append(f"{what}: {refused}, not {expected}")
+            else:
+                latest = self._latest[child_id]
+                if expected in ("refused", "lost"):
+                    self.problems.append(f"{what} was taken ({act.stage}), not {expected}")
+                elif expected == "delivered" and act is not before.node.public:
+                    self.problems.append(f"{what} went to another activation than the active one")
+                elif expected == "resumed" and (
+                    latest is before
+                    or act is not latest.node.public
+                    or latest.node.parent_agent is not before.node.parent_agent
+                ):
+                    self.problems.append(f"{what} was not resumed cold below its parent")
+
+        self._spawn(deliver, f"followup {child_id}", settle)
 
     @rule(
         pick=picks,
@@ -703,15 +898,118 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         if tracked.node.agent.phase not in ("disposing", "disposed"):
             self._user_cancel(tracked.node.agent)
 
-    def _user_cancel(self, agent: Agent) -> None:
-        """``agent.cancel()``: it clears the inbox, so a teardown already under way has
-        nothing queued left to capture."""
-        for tracked in self.tracked:
-            if tracked.node.agent is agent:
-                tracked.pending_at_cancel = ()
-                if agent.inbox.pending:
-                    tracked.cleared = True
-        self._run(agent.cancel)
+    def _user_cancel(self, agent: Agent, keep_inbox: bool = False) -> None:
+        self._run(lambda: self._cancel_now(agent, keep_inbox))
+
+    def _cancel_now(self, agent: Agent, keep_inbox: bool) -> None:
+        """``agent.cancel()`` (USER): unless ``keep_inbox``, it clears the inbox, so a
+        teardown already under way has nothing queued left to capture. Afterwards the agent
+        is stopped: its next turn needs a message to arrive first (a wake the cancel left
+        latched, as a keep_inbox cancel during maintenance may, replays)."""
+        tracked = [t for t in self.tracked if t.node.agent is agent]
+        if not keep_inbox and agent.inbox.pending:
+            for each in tracked:
+                each.cleared = True
+        agent.cancel(keep_inbox=keep_inbox)
+        if not keep_inbox:  # discarded inside the call, a cancel listener's sends included
+            for each in tracked:
+                each.pending_at_cancel = ()
+                each.owed.clear()
+        if agent.phase not in ("disposing", "disposed") and not agent.table_state["latch"]:
+            self.stopped.add(agent)
+
+    def _parents(self) -> list[Agent]:
+        """The host and the live activations' agents that have a running continuable child."""
+        live = self._live()
+        agents = [self.host, *(t.node.agent for t in live)]
+        return [a for a in agents if any(t.node.parent_agent is a for t in live)]
+
+    @precondition(lambda self: bool(self._parents()))
+    @rule(pick=picks, keep_inbox=st.booleans(), answer=st.booleans())
+    def cancel_parent(self, pick: int, keep_inbox: bool, answer: bool) -> None:
+        """A user cancels a parent agent (the host, or an activation's agent) while its
+        children and grandchildren run, as ``parent.cancel()`` or with ``keep_inbox``.
+
+        The original runtime's behaviour, which fsm_core keeps: a parent's cancel is local to
+        its own agent. No continuable descendant's agent is cancelled and no teardown begins
+        in the call, every one keeps its stage, phase and turns once the loop settled; with
+        ``keep_inbox`` nothing queued for the parent is discarded. The parent is stopped: its
+        next turn needs a message to arrive (:meth:`_on_turn`), and a child's settlement
+        notice is one: it wakes the parent into a turn that claims it
+        (:meth:`a_notice_wakes_its_parent`). With ``answer``, a direct child's held
+        request is answered afterwards, so it ends its work and its notice arrives now."""
+        parents = self._parents()
+        parent = parents[pick % len(parents)]
+        below = [t for t in self._live() if self._below(t, parent)]
+        before = {t: self._activity(t) for t in below}
+        mark = len(self.cancels)
+        closes = sum(t.closed for t in self.tracked)
+
+        def cancel() -> None:
+            queued = [m.id for m in (*parent.inbox.next_step, *parent.inbox.next_turn)]
+            self._cancel_now(parent, keep_inbox)
+            reached = [
+                a.id for a in self.cancels[mark:] if a is not parent and self._activation_of(a)
+            ]
+            if reached:
+                self.problems.append(f"{parent.id}'s cancel cancelled the agents of {reached}")
+            if sum(t.closed for t in self.tracked) != closes:
+                self.problems.append(f"{parent.id}'s cancel began a teardown")
+            if keep_inbox:
+                kept = {m.id for m in (*parent.inbox.next_step, *parent.inbox.next_turn)}
+                if not set(queued) <= kept:
+                    self.problems.append(
+                        f"{parent.id}'s keep_inbox cancel discarded {set(queued) - kept}"
+                    )
+
+        self._run(cancel)
+        for t, then in before.items():
+            now = self._activity(t)
+            if now != then:
+                self.problems.append(
+                    f"{t.id} below {parent.id} changed with its parent's cancel: {then} -> {now}"
+                )
+        if answer:
+            children = [t for t in below if t.node.parent_agent is parent]
+            self._answer(children[pick % len(children)].id)
+
+    def _activity(self, tracked: Tracked) -> tuple[str, str, int]:
+        """What a user sees of an activation's work: its stage, its agent's phase, its turns."""
+        agent = tracked.node.agent
+        turns = sum(1 for e in agent.session.events if e.type == "turn/start")
+        return tracked.node.stage, agent.phase, turns
+
+    @precondition(lambda self: any(t.node.stage != "settled" for t in self.tracked))
+    @rule(
+        pick=picks,
+        how=st.sampled_from(_SENDS),
+        when=st.sampled_from(("now", "closing", "at_cancel")),
+    )
+    def send_straight(self, pick: int, how: str, when: str) -> None:
+        """Send straight to an activation's agent, bypassing the registry
+        (``act.agent.followup``, ``steer``, ``inject``, ``send`` waking or not), at any
+        moment: ``now``, whatever its stage (active, closing, settled: its agent refuses then);
+        ``closing``: in the same call that began its teardown (a dispose), before anything
+        awaited; ``at_cancel``: from a listener inside its agent's next cancel notification
+        (its teardown's, under a drain, a dispose or the natural end in maintenance, or a
+        user's). Once its close began, no request and no turn may follow
+        (:meth:`_on_turn`, ``_Model``), and the message is in its capture
+        (:meth:`_on_settled`)."""
+        open_ = [t for t in self.tracked if t.node.stage != "settled"]
+        tracked = open_[pick % len(open_)]
+        if when == "at_cancel":
+            self.at_cancel[tracked.node.agent] = how
+            return
+        if when == "now":
+            self._run(lambda: self._send_straight(tracked, how))
+            return
+        begin = self._teardown_begin(tracked, lambda: self.registry.dispose(tracked.node.public))
+
+        def dispose_then_send() -> None:
+            begin()
+            self._send_straight(tracked, how)
+
+        self._run(dispose_then_send)
 
     @precondition(lambda self: bool(self.tracked))
     @rule(pick=picks)
@@ -734,7 +1032,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
             self._teardown_begin(tracked, lambda: registry.dispose(node.public)),
             self._teardown_begin(None, lambda: registry.drain_children(parent, [node.id])),
-            self._teardown_begin(None, lambda: registry.drain_descendants([parent])),
+            self._teardown_begin(None, lambda: self._drain_below([parent])),
         ]
 
         def race() -> None:
@@ -757,7 +1055,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         parent = self._pick(pick)
         agent = self.host if host or parent is None else parent.node.agent
         covered = [t for t in self.tracked if t.node.stage != "settled" and self._below(t, agent)]
-        self._teardown_call(None, lambda: self.registry.drain_descendants([agent]), covered)
+        self._teardown_call(None, lambda: self._drain_below([agent]), covered)
 
     @precondition(lambda self: bool(self._live()) or bool(self._running_spawns()))
     @rule(picks=st.lists(picks, min_size=2, max_size=3))
@@ -771,7 +1069,14 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             for t in self.tracked
             if t.node.stage != "settled" and any(self._below(t, a) for a in agents)
         ]
-        self._teardown_call(None, lambda: self.registry.drain_descendants(agents), covered)
+        self._teardown_call(None, lambda: self._drain_below(agents), covered)
+
+    def _drain_below(self, agents: list[Agent]) -> Any:
+        """``drain_descendants(agents)``; unless it refused them, admission below each stays
+        closed for good."""
+        drained = self.registry.drain_descendants(agents)
+        self.drained_below.update(agents)
+        return drained
 
     def _below(self, tracked: Tracked, agent: Agent) -> bool:
         """Whether ``agent`` is an ancestor of ``tracked``'s activation."""
@@ -811,6 +1116,96 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             return drained
 
         self._teardown_call(None, drain)
+
+    @precondition(lambda self: bool(self._live()))
+    @rule(
+        kind=st.sampled_from(("drain", "descendants", "children")),
+        pick=picks,
+        when=st.sampled_from(("closing", "after", "settled")),
+        moves=st.lists(st.tuples(st.sampled_from(("followup", "start")), picks), max_size=3),
+    )
+    def drain_then(self, kind: str, pick: int, when: str, moves: list[tuple[str, int]]) -> None:
+        """A drain of each kind, then followups to the activations it drained and starts
+        below their parent: ``closing``, in the same call (the drained activations are still
+        closing when they run); ``after`` the loop settled; ``settled``, once every gate was
+        opened too, so the drained activations settled.
+
+        What each must do is the tables' to say (:meth:`_delivery`,
+        :meth:`_admission_closed`): a drain() refuses everything; a drain_descendants([p])
+        refuses every start below p and every followup to what it drained; a
+        drain_children(p, ids) closes nothing: a followup to a settled drained child resumes
+        it cold, and p admits new children. A refusal's code is the table row's
+        (:meth:`_refused`), whichever code the tables give a drained scope."""
+        live = self._live()
+        tracked = live[pick % len(live)]
+        parent = tracked.node.parent_agent
+        if kind == "drain":
+            self.drained = True
+            covered = [t for t in self.tracked if t.node.stage != "settled"]
+            targets = [t.id for t in self.tracked]
+
+            def make() -> Any:
+                return self.registry.drain()
+        elif kind == "descendants":
+            parents = [self.host, *(t.node.agent for t in live)]
+            parent = parents[pick % len(parents)]
+            covered = [
+                t for t in self.tracked if t.node.stage != "settled" and self._below(t, parent)
+            ]
+            targets = [t.id for t in self.tracked if self._below(t, parent)]
+            agents = [parent]
+
+            def make() -> Any:
+                return self._drain_below(agents)
+        else:
+            siblings = [t for t in self.tracked if t.node.parent_agent is parent]
+            named = [t.id for t in siblings if t.node.stage != "settled"][:2] or [tracked.id]
+            covered = [t for t in siblings if t.id in named and t.node.stage != "settled"]
+            targets = named
+            chosen = parent
+
+            def make() -> Any:
+                return self.registry.drain_children(chosen, named)
+
+        begin = self._teardown_begin(None, make, covered)
+        below = parent
+
+        def follow() -> None:
+            for verb, k in moves:
+                if verb == "followup" and targets:
+                    self.counter += 1
+                    message = UserMessage(f"m{self.counter}", "after the drain")
+                    self._deliver(targets[k % len(targets)], message, settle=False)
+                else:
+                    self._start(below, settle=False)
+
+        if when == "closing":
+
+            def both() -> None:
+                begin()
+                follow()
+
+            self._run(both)
+            return
+        self._run(begin)
+        if when == "settled":
+            while self._release(covered):
+                self.bridge.settle()
+        self._run(follow)
+
+    def _release(self, covered: Sequence[Tracked]) -> bool:
+        """Open what holds the teardown of ``covered`` and their subtrees (their sessions'
+        flushes, their agents' held tools), and nothing else; whether anything was opened."""
+        ids = {d.id for t in covered for d in self._subtree_of(t)}
+        tools = {f"tool {s.id}" for s in self.spawns.values() if s.parent_id in ids}
+        gates = [self.sessions[i].gate for i in ids] + [g for g in self.held if g.name in tools]
+        opened = [g for g in gates if g is not None and not g.is_open]
+        for gate in opened:
+            gate.open()
+        return bool(opened)
+
+    def _subtree_of(self, tracked: Tracked) -> list[Tracked]:
+        return [t for t in self.tracked if t is tracked or self._below(t, tracked.node.agent)]
 
     @precondition(lambda self: bool(self.held))
     @rule(pick=picks)
@@ -859,6 +1254,16 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 assert tracked.oracle.state == tracked.node.control.snapshot(), tracked.id
         problems = [p for t in self.tracked for p in t.recorder.problems]
         assert not problems, problems
+        for check in [*self.refusals]:
+            what, error, oracle, fire = check
+            text = oracle.refusals.get(fire)
+            if text is None:
+                continue  # replayed at a later step
+            self.refusals.remove(check)
+            code = text.partition(": ")[0]
+            assert error.code == code, (
+                f"{what} was refused {error.code}; the table's row for {fire} says {text!r}"
+            )
 
     @invariant()
     def the_ledger_is_the_tables(self) -> None:
@@ -936,6 +1341,22 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 raise AssertionError(f"{tracked.id} finished its work but did not end")
 
     @invariant()
+    def a_notice_wakes_its_parent(self) -> None:
+        """A child's settlement notice wakes its live parent agent into a turn that claims
+        it, a parent a user's cancel stopped included (the cancel was local to the parent's
+        own agent): an idle parent, not shut, with no driver scheduled, has claimed every
+        notice that reached it since its last cancel."""
+        for agent, notices in list(self.awaiting_turn.items()):
+            if agent.phase in ("disposing", "disposed") or agent.table_state["shut"]:
+                del self.awaiting_turn[agent]  # parked for its capture, or for nobody
+                continue
+            notices -= {str(e.data["id"]) for e in agent.session.events if e.type == "user/message"}
+            if not notices:
+                del self.awaiting_turn[agent]
+            elif agent.phase == "idle" and not agent.table_state["scheduled"]:
+                raise AssertionError(f"{agent.id} is idle and never took {sorted(notices)}")
+
+    @invariant()
     def nothing_leaks(self) -> None:
         registry = self.registry
         live = {t.id for t in self.tracked if t.node.stage != "settled"}
@@ -991,7 +1412,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         if spawn.aborted_first:
             assert not spawn.requests, f"{spawn.id}, spawned under an aborted turn, ran one"
         error = spawn.error
-        refused = isinstance(error, SubagentError) and error.code == "DRAINING"
+        refused = isinstance(error, SubagentError)  # with the table's code (_refused)
         assert refused == spawn.draining, (spawn.id, error, spawn.draining)
         if not closing:
             assert error is None or refused or isinstance(error, Aborted), (spawn.id, error)
@@ -1072,6 +1493,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         self.each_activation_is_torn_down_once_child_first()
         self.failures_are_aggregated()
         self.nothing_leaks()
+        self.a_notice_wakes_its_parent()
         self.a_finished_activation_ends()
         self.spawns_answer_to_their_parent()
 

@@ -78,8 +78,13 @@ class Fire:
 class Recorder:
     """Records every ``fire`` of ``hosted`` as a tree of :class:`Fire` nodes."""
 
-    def __init__(self, hosted: HostedMachine) -> None:
+    def __init__(
+        self, hosted: HostedMachine, refused: Callable[[Fire], None] | None = None
+    ) -> None:
         self.hosted = hosted
+        self._refused = refused
+        """Called with each root call the table refused (``Rejected``), once it returned: the
+        caller's refusal follows it, so a test can match the two."""
         self.spec = hosted.spec
         self.roots: list[Fire] = []
         self.problems: list[str] = []
@@ -131,6 +136,8 @@ class Recorder:
             node.after = self.hosted.snapshot()
             if parent is None:
                 self._observe(f"after {node}")
+                if node.outcome == "rejected" and self._refused is not None:
+                    self._refused(node)
 
     def _record_effect(self, effect: Effect) -> None:
         node = self.current
@@ -165,6 +172,9 @@ class Oracle:
         """How many roots have been replayed."""
         self.rows: list[str] = []
         """Every row the replay ran, in order, nested ones included."""
+        self.refusals: dict[Fire, str] = {}
+        """Each replayed call the table refused, with the table's refusal text (``CODE: why``
+        for a row's ``reject``): what the runtime's caller must be told, by the table's word."""
 
     @property
     def state(self) -> State:
@@ -199,9 +209,10 @@ class Oracle:
         args = spec.arguments(node.event, **node.kwargs)
         try:
             row = spec.select(self._store, node.event, args)
-        except Rejected:
+        except Rejected as refused:
             if node.outcome != "rejected":
                 raise fail(f"the table rejects it, the runtime's fire was {node.outcome}") from None
+            self.refusals[node] = str(refused)
             return
         except NotEnabled:
             if node.outcome != "not-enabled":

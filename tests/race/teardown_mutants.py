@@ -4,9 +4,10 @@ the subagent behaviour tests must kill.
 They use the runtime mutants' mechanism (:class:`~tests.race.runtime_mutants.RuntimeMutant`:
 exact textual edits of one function's source, switched on by monkeypatching in this process
 only). The killer is the behaviour suite itself: :func:`kills` runs :func:`killer_tests`
-(``tests/runtime/test_subagents.py``, ``_spawn.py``, ``_door.py`` and ``_host_disposal.py``)
-in order with the mutant on and reports the first that fails (a hang counts, through a
-watchdog alarm).
+(``tests/runtime/test_subagents.py``, ``_spawn.py``, ``_door.py``, ``_host_disposal.py``,
+``_shut.py`` and ``_parent_cancel.py``) in order with the mutant on and reports the first that
+fails (a hang counts, through a watchdog alarm). :data:`RACE_KILLED` names the mutants the
+activation race machine alone must kill too (:func:`race_kills`).
 :func:`hunt_by_name` is the entry point ``fsm-core mutants --runtime`` runs beside the agent
 mutants of ``runtime_mutants.py``.
 """
@@ -247,9 +248,35 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
             ),
         ),
     ),
+    RuntimeMutant(
+        "close_leaves_waking_open",
+        "the close does not shut the agent's waking (wiring close.shuts_agent): a message sent "
+        "straight to a closing activation's agent runs a model turn, or replays a latched wake, "
+        "while the teardown waits.",
+        (
+            _edit(
+                "_close_inbox",
+                'self._connect("activation", "close_inbox", (), node)',
+                "pass",
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "notice_parks_a_live_parent",
+        "a child's settlement notice reaches its live parent activation's agent parked, not "
+        "waking it: a parent idle while its child worked, or stopped by a user's cancel, never "
+        "takes it.",
+        (_edit("_notice_agent", "(wake,)", "(False,)"),),
+    ),
 )
 
 BY_NAME = {m.name: m for m in TEARDOWN_MUTANTS}
+
+RACE_KILLED = ("close_leaves_waking_open", "notice_parks_a_live_parent")
+"""The mutants the activation race machine alone must kill (:func:`race_kills`), under the
+``ci`` budget: the moves that would have found them (sends straight to a closing activation's
+agent, a parent's cancel while its children run) were added for bugs like these, and the old
+machine let both survive."""
 
 
 class _Hang(Exception):
@@ -299,16 +326,24 @@ def kills(
 
 def killer_tests() -> list[tuple[str, Callable[[], None]]]:
     """The subagent behaviour tests, in source order, but the deep chain (it costs seconds and
-    kills nothing the others do not)."""
+    kills nothing the others do not). The two newest modules come last: a mutant the older
+    tests kill is not held up by one these wedge (the watchdog's seconds)."""
     from tests.runtime import (
         test_subagents,
         test_subagents_door,
         test_subagents_host_disposal,
+        test_subagents_parent_cancel,
+        test_subagents_shut,
         test_subagents_spawn,
     )
 
     tests = behaviour_tests(
-        test_subagents, test_subagents_spawn, test_subagents_door, test_subagents_host_disposal
+        test_subagents,
+        test_subagents_spawn,
+        test_subagents_door,
+        test_subagents_host_disposal,
+        test_subagents_shut,
+        test_subagents_parent_cancel,
     )
     return [t for t in tests if "deep" not in t[0]]
 

@@ -219,3 +219,17 @@ def test_the_oracle_expects_the_same_refusals() -> None:
 
     with pytest.raises(LockstepError, match=r"the table rejects it, the runtime's fire was ok$"):
         Oracle(control.spec).follow(recorder.roots)
+
+
+def test_the_recorder_reports_each_refused_call_and_the_oracle_reads_the_tables_refusal() -> None:
+    control = hosted()
+    refused: list[str] = []
+    recorder = Recorder(control, lambda fire: refused.append(str(fire)))
+    control.fire("send", wake=True, lane="next_turn")
+    with pytest.raises(Rejected, match=r"^no driver owns the agent$"):
+        control.fire("claim")
+    assert refused == ["claim()"]  # the refused root, once it returned; the send was not
+
+    oracle = Oracle(control.spec)
+    oracle.follow(recorder.roots)
+    assert oracle.refusals == {recorder.roots[1]: "no driver owns the agent"}

@@ -1,5 +1,6 @@
 """Every teardown mutant is killed by the subagent behaviour tests, and the unmutated registry
-passes them (``tests/race/teardown_mutants.py``)."""
+passes them (``tests/race/teardown_mutants.py``); the activation race machine alone kills the
+mutants its newest moves were added for."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import logging
 import pytest
 
 from tests.race.runtime_mutants import RuntimeMutant
-from tests.race.teardown_mutants import BY_NAME, TEARDOWN_MUTANTS, killer_tests, kills
+from tests.race.teardown_mutants import (
+    BY_NAME,
+    RACE_KILLED,
+    TEARDOWN_MUTANTS,
+    killer_tests,
+    kills,
+    race_kills,
+)
 
 TESTS = killer_tests()
 
@@ -33,3 +41,11 @@ def test_the_catalogue_has_a_dozen_distinct_mutants_whose_edits_apply() -> None:
     for mutant in TEARDOWN_MUTANTS:
         assert mutant.doc.endswith("."), mutant.name
         mutant.compiled()  # every old text occurs exactly once
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", RACE_KILLED)
+def test_the_activation_race_machine_kills_the_mutant_its_moves_were_added_for(name: str) -> None:
+    killed = race_kills(BY_NAME[name])
+    assert killed is not None, f"{name} survived the activation race machine"
+    assert not killed.startswith("_Hang"), killed  # an invariant saw it, not the watchdog

@@ -330,10 +330,12 @@ def test_the_watcher_waits_while_the_child_owns_unsettled_children() -> None:
         await after_the_watcher(c, busy)
         assert c.stage == "active" and settled.log == []
         slow.open()
-        await settled.of("g", "c")
+        await settled.of("g")
+        await c.agent.when_idle()  # g's notice woke c (a parked one would wedge it: fail now)
+        assert turn_outcomes(c.agent) == ["completed", "completed"]  # woken by g's notice
+        await settled.of("c")
         assert settled.ids == ["g", "c"]
         assert turn_outcomes(g.agent) == ["completed"]  # never cancelled by c's disposal
-        assert turn_outcomes(c.agent) == ["completed", "completed"]  # woken by g's notice
 
     run(test)
 

@@ -30,8 +30,10 @@ def test_a_followup_to_an_idle_agent_whose_activation_closes_runs_no_turn() -> N
         await p.agent.when_idle()  # p's turn ended; its watcher waits for c
         teardown = rt.subagents.dispose(p)
         p.agent.followup(UserMessage("m2", "more"))
-        assert p.agent.table_state["scheduled"] is False  # parked: no driver woken
-        child_turn.open()
+        try:
+            assert p.agent.table_state["scheduled"] is False  # parked: no driver woken
+        finally:
+            child_turn.open()  # c ignores the signal: a failure here must not wedge the close
         await teardown
         assert len(models.signals["p"]) == 1  # the prompt's request, and no other
         assert turn_outcomes(p.agent) == ["completed"]
