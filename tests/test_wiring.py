@@ -236,3 +236,19 @@ def test_a_runtime_refuses_a_wiring_whose_awaits_it_does_not_implement(tmp_path:
     edit(specs / "wiring.toml", 'until = "quiescent"', 'until = "phase == idle"')
     with pytest.raises(FsmError, match=r"^the runtime and specs/wiring\.toml disagree on what "):
         Runtime(ScriptedModel(), specs=specs)
+
+
+def test_every_tree_property_names_the_clauses_it_proves() -> None:
+    """Each promise of seed 004 the tree proves is a named property with its clause, and each
+    clause is one of specs/clauses.toml's."""
+    from fsm_core.check._system import declared
+
+    catalogue = load_spec().clauses
+    own = {
+        p.name: p.clauses
+        for p in declared(load_model(models_dir() / "agent_tree.toml"))
+        if p.kind in ("always", "between", "delivered")
+    }
+    assert NO_TURN_AFTER_CLOSE in own and all(own.values()), own
+    assert {c for clauses in own.values() for c in clauses} <= set(catalogue)
+    assert own[NO_TURN_AFTER_CLOSE] == ("S004.never-latch", "D8")

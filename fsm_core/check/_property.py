@@ -70,6 +70,9 @@ class Property:
     predicate: Predicate | None = None
     formula: str = ""
     """The property as the table states it (an invariant's expression), if it is the table's."""
+    clauses: tuple[str, ...] = ()
+    """The clauses of specs/clauses.toml the property proves (an invariant's tags; a
+    composition's promises name theirs)."""
 
     @property
     def statement(self) -> str:
@@ -108,7 +111,8 @@ def table_properties(
     invariants, then, with ``contracts`` (when the checker looks inside rows), its step
     invariants and its effects' ``requires`` contracts."""
     own: list[Property] = [
-        Property(i.id, "invariant", i.doc or i.text, formula=i.text) for i in table.invariants
+        Property(i.id, "invariant", i.doc or i.text, formula=i.text, clauses=i.clauses)
+        for i in table.invariants
     ]
     if contracts:
         own += [
@@ -126,7 +130,7 @@ def table_properties(
             if e.requires is not None
         ]
     return tuple(
-        Property(at_node(p.name, node), p.kind, p.meaning, formula=p.formula)
+        Property(at_node(p.name, node), p.kind, p.meaning, formula=p.formula, clauses=p.clauses)
         for node in instances
         for p in own
     )

@@ -80,8 +80,9 @@ step invariants at each notifying effect and between steps. Tree properties besi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, cast
 
 from fsm_core.check._composed._compiled import CompiledEngine
@@ -110,6 +111,23 @@ DRAINED = "drained"
 """The door's state once ``drain()`` closed admission registry-wide (the runtime reads it so)."""
 AGENT = ":agent"
 """A node's agent is named by the node's path and this suffix (``a.1:agent``)."""
+
+PROPERTY_CLAUSES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        PARENT_LEAVES_AFTER_CHILDREN: ("S004.child-first", "S004.children-settled-first"),
+        NOTICE_DELIVERED: ("S004.notify-by-name", "S004.step-3-notify-parent"),
+        CALL_ACCEPTED: ("S004.notify-by-name", "S004.drain-gate"),
+        TEARDOWN_ONCE: ("S004.memoized-close", "S004.one-quiescence"),
+        NOTICE_ONCE: ("S004.step-3-notify-parent",),
+        NOTICE_AFTER_CHILDREN: ("S004.child-first", "S004.notice-between"),
+        NO_ACTIVE_AFTER_DRAIN: ("S004.drain-registry", "S004.drain-gate"),
+        CANCELS_SUBTREE: ("S004.child-first", "S004.dispose-up"),
+        NO_TURN_AFTER_CLOSE: ("S004.never-latch", "D8"),
+        NO_PARKED_WAKE: ("D9", "S000.observer-work"),
+        KEEPS_INBOX: ("S004.cancel-keep-inbox",),
+    }
+)
+"""The seed clause (or pinned decision) each tree property proves."""
 
 NEEDS = Needs(variables=("resident", "children"), events={"dispose": ("final_state_flushed",)})
 """What the tree reads of the node table by name (the rest is the wiring's, validated when
@@ -412,7 +430,7 @@ class TreeWiring:
                     lambda s, _: not s[discarded],
                 ),
             ]
-        return tuple(own)
+        return tuple(replace(p, clauses=PROPERTY_CLAUSES[p.name]) for p in own)
 
     def initial(self) -> tuple[Any, ...]:
         n = len(self._slots)
