@@ -44,7 +44,9 @@ existed is refused, naming the key to add.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -56,7 +58,7 @@ from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Property
 from fsm_core.check._system import declared
-from fsm_core.table._limits import DEFAULT_LIMITS, Limits
+from fsm_core.table._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, Limits
 from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
 from fsm_core.table._machine import Machine
 from fsm_core.table._wiring import Wiring, load_wiring
@@ -287,30 +289,38 @@ def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:
 
 
 _Key = tuple[object, ...]
-_LOADED: dict[_Key, Machine] = {}
-"""Tables already loaded and proven, by file, version and scale: a run of several models
-proves each table once, not once per model (a tree's wiring reads the agent table too)."""
+_LOADED: OrderedDict[_Key, Machine] = OrderedDict()
+"""Tables already loaded and proven, by content and scale, the last few used: a run of
+several models proves each table once, not once per model (a tree's wiring reads the agent
+table too)."""
+_KEEP = 16
 
 
 def _table(
     path: Path, constants: Mapping[str, int] | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> Machine:
-    """The table at ``path`` (with the catalogue beside it), loaded once per version: the
-    key holds both files' size and modification time, so an edited table is loaded anew."""
+    """The table at ``path`` (with the catalogue beside it), loaded once per content: the key
+    holds both files' bytes' digest, so an edited table is loaded anew."""
     catalogue = path.parent / "clauses.toml"
     versions = []
     for p in (path, catalogue):
         try:
-            st = p.stat()
-            versions.append((str(p.resolve()), st.st_mtime_ns, st.st_size))
-        except OSError:
-            versions.append((str(p), 0, 0))
+            if p.stat().st_size > MAX_FILE_BYTES:  # not read here: the loader refuses it
+                return load_table(path, load_clauses(catalogue), constants=constants or None,
+                                  limits=limits)  # fmt: skip
+            versions.append((str(p.resolve()), hashlib.sha256(p.read_bytes()).digest()))
+        except (OSError, RuntimeError):  # the loader reports it, naming the file
+            versions.append((str(p), b""))
     key: _Key = (*versions, tuple(sorted((constants or {}).items())), limits)
     found = _LOADED.get(key)
     if found is None:
         found = load_table(path, load_clauses(catalogue), constants=constants or None,
                            limits=limits)  # fmt: skip
         _LOADED[key] = found
+        if len(_LOADED) > _KEEP:
+            _LOADED.popitem(last=False)
+    else:
+        _LOADED.move_to_end(key)
     return found
 
 

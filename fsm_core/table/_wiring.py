@@ -39,9 +39,6 @@ from fsm_core.table._table import Clause
 
 __all__ = ["ANY", "WiredAwait", "WiredCall", "Wiring", "load_wiring"]
 
-Role = Literal["activation", "agent", "admission"]
-"""The machines the wiring connects, by their tables' names."""
-
 TARGETS: Mapping[str, Mapping[str, str]] = {
     "activation": {
         "self": "activation",
@@ -224,12 +221,13 @@ class _Loader:
                 )
         return ident, tags, f.text(where, body.get("doc", ""), "doc")
 
-    def _dotted(self, where: str, value: object, key: str, kind: str) -> tuple[str, str]:
+    def _dotted(self, where: str, value: object, key: str) -> tuple[str, str]:
+        """``MACHINE.NAME`` split, for ``key`` (``effect`` or ``event``)."""
         f = self.f
         text = f.text(where, value, key)
         machine, dot, name = text.partition(".")
         if not dot or machine not in TARGETS:
-            f.fail(where, f"{key} {echo(text)} is not MACHINE.{kind.upper()} (machines: "
+            f.fail(where, f"{key} {echo(text)} is not MACHINE.{key.upper()} (machines: "
                    f"{known(TARGETS)})")  # fmt: skip
         return machine, name
 
@@ -242,7 +240,7 @@ class _Loader:
         )  # fmt: skip
         where = f"call {echo(body['id'])}" if isinstance(body["id"], str) else where
         ident, tags, doc = self._head(where, body)
-        machine, effect = self._dotted(where, body["effect"], "effect", "effect")
+        machine, effect = self._dotted(where, body["effect"], "effect")
         source = self.machines[machine].table
         spec = source.effects.get(effect)
         if spec is None:
@@ -305,7 +303,7 @@ class _Loader:
         body = f.keys(where, body, ["id", "event", "target", "until"], ["args", "clauses", "doc"])
         where = f"await {echo(body['id'])}" if isinstance(body["id"], str) else where
         ident, tags, doc = self._head(where, body)
-        machine, event = self._dotted(where, body["event"], "event", "event")
+        machine, event = self._dotted(where, body["event"], "event")
         table = self.machines[machine].table
         spec = table.events.get(event)
         if spec is None:

@@ -278,6 +278,12 @@ class TreeWiring:
         self._discarded = layout.get("ghost.discarded")
         self._resident = m.names.index("resident")
         self._children = m.names.index("children")
+        # Where an agent keeps what the ghosts read (an agent table from before the wiring
+        # shut it has no ``shut``: only disposal parks its sends).
+        names = a.names if a is not None else ()
+        self._pending_index = names.index("pending") if a is not None else -1
+        self._closing_index = names.index("closing") if a is not None else -1
+        self._shut_index = names.index("shut") if "shut" in names else None
         self._stage = m.names.index(m.table.state_var)
         self._active = m.table.initial  # an activation begins active: resident and admitting
         self._registry = door.names.index(door.table.state_var)
@@ -499,14 +505,10 @@ class TreeWiring:
     def _shut(self, agent: Sequence[Any]) -> bool:
         """True iff no send wakes ``agent`` any more: disposing, or shut by its activation (an
         agent table without ``shut``, as before the wiring shut it, has only disposal)."""
-        a = self.agent
-        assert a is not None
-        shut = "shut" in a.names and a.get(agent, "shut")
-        return bool(shut or a.get(agent, "closing"))
+        shut = self._shut_index is not None and agent[self._shut_index]
+        return bool(shut or agent[self._closing_index])
 
     def _no_parked_wake(self, s: Sequence[Any], _: Notice | None) -> bool:
-        a = self.agent
-        assert a is not None
         for i in self._slots:
             agent = s[self._n + i]
             if agent is None or not s[self._owed[i]] or s[i][self._stage] != self._active:
@@ -704,11 +706,6 @@ class TreeWiring:
             root = call.machine == "activation" and self.shape.parent[i] is None
             facts["parent"] = "host" if root else "activation"
         return facts
-
-    @property
-    def _pending_index(self) -> int:
-        assert self.agent is not None
-        return self.agent.names.index("pending")
 
 
 def tree_engine(model: Model, *, interpreted: bool = False) -> Engine:
