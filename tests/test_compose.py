@@ -146,6 +146,7 @@ def test_a_tree_step_stopped_inside_shows_its_row_the_calls_inside_and_where_it_
         "budget.drain_child=0 "
         "budget.failures=0 ghost.closes.a=2 ghost.closes.a.1=1 ghost.notices.a=0 "
         "ghost.notices.a.1=1 ghost.broken=\n"
+        "clauses: S004.memoized-close, S004.one-quiescence (specs/clauses.toml)\n"
     )
 
 
@@ -171,6 +172,7 @@ def test_a_refused_settlement_notice_breaks_settlement_notice_delivered(tmp_path
         "budget.drain=0 budget.drain_child=0 budget.failures=0 ghost.closes.a=1 "
         "ghost.closes.a.1=1 ghost.notices.a=0 ghost.notices.a.1=1 "
         "ghost.broken=settlement_notice_delivered\n"
+        "clauses: S004.notify-by-name, S004.step-3-notify-parent (specs/clauses.toml)\n"
     )
 
 
@@ -310,10 +312,10 @@ def test_a_door_that_drops_the_roots_notice_breaks_settlement_notice_delivered(
     assert report.violation is not None
     assert report.violation.name == NOTICE_DELIVERED
     lines = format_trace(report).splitlines()
-    assert lines[-2].startswith(
+    assert lines[-3].startswith(
         "4. a.handle_disposed(failed=false) -> ledger.converge (stopped at notify_parent(false))"
     )
-    assert lines[-1].startswith(
+    assert lines[-2].startswith(
         "violated: settlement_notice_delivered (a parent refused its child's settlement notice) "
         "in state 4, at notify_parent(false) inside step 4: a.stage=settled "
     )

@@ -152,8 +152,8 @@ MODEL_FAULTS = [
         f"'{TREE_INVARIANT}@a.3' (it checks INVARIANT@NODE and EFFECT.requires@NODE for a node of "
         "its tree, parent_leaves_after_children, settlement_notice_delivered, "
         "wired_call_accepted, teardown_runs_once, notice_sent_once, notice_after_children, "
-        "drained_door_leaves_no_active_node, teardown_cancels_subtree, deadlock, "
-        "quiescence_reachable)",
+        "drained_door_leaves_no_active_node, teardown_cancels_subtree, "
+        "drained_scope_refuses_draining, deadlock, quiescence_reachable)",
         id="property-at-a-node-outside-the-tree",
     ),
     pytest.param(

@@ -162,9 +162,15 @@ def parse_call(m: re.Match[str]) -> Call:
     return Call(m["event"], {k: parse_value(v) for k, v in pairs}, row, m["stopped"] or "")
 
 
+def _steps(text: str) -> list[str]:
+    """The trace's lines up to the ``violated:`` line (without the clauses it breaks)."""
+    lines = text.splitlines()
+    return lines[:-1] if lines[-1].startswith("clauses: ") else lines
+
+
 def parse_trace(text: str) -> Trace:
     """Read :func:`format_trace`'s output back into calls; fail on any line it cannot read."""
-    lines = text.splitlines()
+    lines = _steps(text)
     first = INITIAL.match(lines[0])
     last = LAST.match(lines[-1])
     assert first is not None and last is not None, text
@@ -380,8 +386,8 @@ def test_a_reentrant_counterexample_replays_to_the_same_violation(refute: Refute
     assert [(effect, c.row) for effect, c in last.inside] == [
         ("enqueue(next_turn)", "dispose.maintenance")
     ]
-    assert text.splitlines()[-2] == "   inside enqueue(next_turn): dispose() -> dispose.maintenance"
-    assert text.splitlines()[-1].startswith(
+    assert _steps(text)[-2] == "   inside enqueue(next_turn): dispose() -> dispose.maintenance"
+    assert _steps(text)[-1].startswith(
         "violated: disposal_never_latches (closing implies not latch) in state 2: "
         "phase=maintenance holder=aborted reason=disposed "
     )
@@ -415,7 +421,7 @@ def test_a_step_cut_short_at_a_notification_replays_to_the_same_violation(
     trace = parse_trace(text)
     last = trace.steps[-1]
     assert (last.row, last.stopped) == ("converge.replay", "publish_status(idle)")
-    assert text.splitlines()[-1].startswith(
+    assert _steps(text)[-1].startswith(
         "violated: latch_only_while_busy (latch implies phase in {cancelling, maintenance}) "
         "in state 6, at publish_status(idle) inside step 6: phase=idle "
     )
@@ -435,13 +441,13 @@ def test_a_contract_broken_only_through_reentrancy_replays_to_the_same_violation
     assert trace.final["latch"] is True
     # Inside the last step, an abort observer's cancel discards; inside that cancel's
     # notification a wake latches again, and the discard's clear_inbox() runs with it set.
-    assert text.splitlines()[-3:-1] == [
+    assert _steps(text)[-3:-1] == [
         "   inside abort_holder(user): cancel(cause=parent, keep_inbox=false) -> cancel.discard "
         "(stopped at clear_inbox())",
         "      inside notify_cancel_requested(parent): send(wake=true, lane=next_step) "
         "-> send.latched",
     ]
-    assert text.splitlines()[-1].startswith(
+    assert _steps(text)[-1].startswith(
         "violated: clear_inbox.requires (clear_inbox requires not pending and not latch) "
         "in state 2, at clear_inbox() inside step 2: "
         "phase=maintenance "
@@ -462,12 +468,12 @@ def test_a_broken_step_invariant_replays_to_the_same_violation(refute: Refute) -
     assert trace.prop == "reason_first_wins"
     # Inside the cancel, a cancel-requested observer's dispose wins the reason; the cancel's
     # own abort then rewrites it, and its abort observers would see the second reason.
-    assert text.splitlines()[-3:-1] == [
+    assert _steps(text)[-3:-1] == [
         "   inside publish_status(running): cancel(cause=parent, keep_inbox=true) -> cancel.turn "
         "(stopped at abort_holder(parent))",
         "      inside notify_cancel_requested(parent): dispose() -> dispose.turn",
     ]
-    assert text.splitlines()[-1].startswith(
+    assert _steps(text)[-1].startswith(
         "violated: reason_first_wins (reason unchanged while holder == aborted) in state 2, "
         "at abort_holder(parent) inside step 2: "
         "phase=cancelling holder=aborted reason=parent "
@@ -674,7 +680,8 @@ def test_a_tree_trace_names_each_node_and_its_slot(tmp_path: Path) -> None:
         "false->true, a.1 absent->active{"
     )
     assert lines[2] == "   inside admit_below(): a.admit() -> admit"
-    assert lines[-1].startswith(f"violated: {report.violation.name} (")
+    assert lines[-2].startswith(f"violated: {report.violation.name} (")
+    assert lines[-1].startswith("clauses: S004.")
     doc = json.loads(json.dumps(to_itf(report)))
     assert doc["vars"][:2] == ["a", "a.1"]
     assert doc["states"][0]["a.1"] == {"tag": "None", "value": {"#tup": []}}

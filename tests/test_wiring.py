@@ -14,7 +14,7 @@ import pytest
 from fsm_core import SpecError, load_spec
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
-from fsm_core.check._composed._tree import KEEPS_INBOX, NO_TURN_AFTER_CLOSE
+from fsm_core.check._composed._tree import KEEPS_INBOX, NO_TURN_AFTER_CLOSE, REFUSES_DRAINING
 from fsm_core.check._report import format_trace
 from fsm_core.tools._row_edits import DropCall, Edit, SetCall, apply_edits, dump_toml
 from tests.helpers import copy_specs, edit, exactly
@@ -224,6 +224,55 @@ def test_a_teardown_that_clears_its_agents_inbox_discards_a_childs_prompt(tmp_pa
         "a.1:agent.cancel(cause=parent, keep_inbox=false) -> cancel.prerun (stopped at "
         "clear_inbox())" in format_trace(report)
     )
+
+
+def test_a_drain_that_finds_a_child_closing_makes_its_teardown_the_drains(tmp_path: Path) -> None:
+    """Before ``dispose.drain_covers``, a drain that found a subtree already closing by someone's
+    dispose left the teardowns below the node it named someone's: a followup to the child was
+    refused ACTIVATION_CLOSING while its drained parent was registered, where the original (and
+    the decision: one code per drained scope) answers DRAINING. Here drain_children() names the
+    root a user's dispose is tearing down: the root's teardown becomes the drain's, its child's
+    must too."""
+    specs = copy_specs(tmp_path)
+    edit(
+        specs / "activation.toml",
+        'guard = "drain and not by_drain"\ndo = ["by_drain := true", "cover_children()"]',
+        'guard = "drain and not by_drain"',
+    )
+    report = check(load_model(models_dir() / "activation_tree.toml", specs=specs))
+    assert report.violation is not None
+    assert report.violation.name == REFUSES_DRAINING
+    lines = format_trace(report).splitlines()
+    assert lines[-1] == "clauses: S004.drain-gate, S004.drain-admission (specs/clauses.toml)"
+    steps = [line.split("   changed")[0] for line in lines if line[0].isdigit()][1:]
+    assert steps == [
+        "1. door.admit(parent=activation) for a -> admit.below",
+        "2. a.dispose(final_state_flushed=false, drain=false) -> dispose.begin",
+        "3. a.drain_child(lineage=true) -> drain_child.covers",
+    ]
+    assert "a.1.dispose(final_state_flushed=false, drain=true) -> dispose.drain_covers" in (
+        format_trace(report)
+    )
+
+
+def test_drain_children_naming_a_closing_child_makes_its_teardown_the_drains() -> None:
+    """The same through drain_children() naming the child itself: the caller awaits the
+    teardown running, which from then on is the drain's (``drain_child.covers``). The tree's
+    property reads a drain's scope off the node it named, so this one row is pinned here."""
+    from fsm_core import Rejected
+
+    activation = load_spec().machines["activation"]
+    closing = activation.fire(
+        activation.initial, "dispose", final_state_flushed=False, drain=False
+    ).target
+    with pytest.raises(Rejected, match=r"^ACTIVATION_CLOSING: "):
+        activation.fire(closing, "deliver", drained=False)
+    drained = activation.fire(closing, "drain_child", lineage=True)
+    assert drained.row == "drain_child.covers"
+    with pytest.raises(Rejected, match=r"^DRAINING: "):
+        activation.fire(drained.target, "deliver", drained=False)
+    with pytest.raises(Rejected, match=r"^DRAINING: "):
+        activation.fire(drained.target, "admit")
 
 
 def test_a_runtime_refuses_a_wiring_whose_awaits_it_does_not_implement(tmp_path: Path) -> None:

@@ -10,6 +10,11 @@ changed, and last the property that broke and the state where it broke::
        inside publish_status(running): cancel(cause=user, keep_inbox=false) -> cancel.turn
     ...
     violated: reason_iff_aborted ((reason != none) == (holder == aborted)) in state 4: ...
+    clauses: S000.frozen-reason, S000.first-wins (specs/clauses.toml)
+
+The last line names the clauses of the seeds (or pinned decisions) the broken property proves,
+so a counterexample says which promise it breaks; ``--json`` lists them for the violation and,
+per model, every clause its properties prove.
 
 The same trace is available as Apalache's ITF JSON (:func:`to_itf`), for replay against the
 runtime or a port. The run ends with one line a script can read (:func:`done_line`)::
@@ -64,7 +69,15 @@ def format_trace(report: Report) -> str:
         where += f", at {at} inside step {n}"
     broken = _property(report, violation.name)
     lines.append(f"violated: {broken} in {where}: {_show_state(report, violation.state)}")
+    clauses = _clauses(report, violation.name)
+    if clauses:
+        lines.append(f"clauses: {', '.join(clauses)} (specs/clauses.toml)")
     return "\n".join(lines) + "\n"
+
+
+def _clauses(report: Report, name: str) -> tuple[str, ...]:
+    """The clauses the property ``name`` proves (an invariant's tags, a composition's own)."""
+    return next(p.clauses for p in report.properties if p.name == name)
 
 
 def _violation(report: Report) -> Violation[Any]:
@@ -328,6 +341,7 @@ def _model_json(r: Report) -> dict[str, Any]:
     if r.violation is not None:
         violation = {
             "property": r.violation.name,
+            "clauses": list(_clauses(r, r.violation.name)),
             "steps": len(r.violation.trace) - 1,
             "text": format_trace(r).splitlines(),
             "itf": to_itf(r),
@@ -347,6 +361,7 @@ def _model_json(r: Report) -> dict[str, Any]:
         "states_per_second": round(_rate(res.states, res.seconds)),
         "complete": res.complete,
         "dead_rows": list(r.dead_rows),
+        "clauses": sorted({c for p in r.properties for c in p.clauses}),
         "violation": violation,
         "expect": None
         if e is None

@@ -860,6 +860,14 @@ class Subagents:
                 assert isinstance(child, _Node)
                 self._cascade.append((node, child, join, call, values))
 
+    def _cover_children(self, node: _Node) -> None:
+        """The wiring's calls on every owned child, queued as :meth:`_dispose_children`'s are;
+        their teardowns already run (the parent's close disposed them), so nothing joins."""
+        for call in self._wiring.fired_by("activation", "cover_children"):
+            for child in self._targets(call, node):
+                assert isinstance(child, _Node)
+                self._cascade.append((node, child, False, call, ()))
+
     def _flush_final_state(self, node: _Node) -> None:
         node.flush_owed = True  # an effect cannot await: _finish awaits it
 
@@ -1196,6 +1204,7 @@ class Subagents:
             "close_inbox",
             "cancel_agent",
             "dispose_children",
+            "cover_children",
             "flush_final_state",
             "capture",
             "dispose_handle",

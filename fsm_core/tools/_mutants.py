@@ -68,6 +68,7 @@ from fsm_core.tools._row_edits import (
     AddRow,
     Block,
     DropCall,
+    DropRow,
     Edit,
     Insert,
     Move,
@@ -336,17 +337,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "dispose_not_memoized",
         "activation.toml",
         (
+            DropRow("dispose.memoized"),
             AddRow(
                 'id = "dispose.again"\n'
                 'on = "dispose"\n'
                 'from = ["joining", "awaiting_idle", "flushing", "releasing", "settled"]\n'
+                'guard = "not drain or by_drain"\n'
                 'to = "joining"\n'
                 'do = ["flushed := final_state_flushed", "close_inbox()", "cancel_agent(parent)", '
                 '"dispose_children(true, by_drain)"]\n'
                 'clauses = ["S004.memoized-close"]\n'
                 'doc = "A later dispose() runs finishDisposal again."\n'
             ),
-            Unignore("dispose"),
         ),
         "dispose() is not memoized: every later caller starts finishDisposal again.",
         TREE,

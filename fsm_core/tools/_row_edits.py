@@ -164,6 +164,16 @@ class AddRow:
 
 
 @dataclass(frozen=True, slots=True)
+class DropRow:
+    """Delete the row ``row``."""
+
+    row: str
+
+    def apply(self, data: dict[str, Any]) -> None:
+        data["rows"].remove(_row(data, self.row))
+
+
+@dataclass(frozen=True, slots=True)
 class Unignore:
     """Drop ``event`` from the one ``[[ignored]]`` entry (or ``[[rejected]]``, by ``kind``)
     that lists it."""
@@ -252,7 +262,7 @@ class MoveCall:
 
 
 Edit = (
-    Set | Insert | Remove | Replace | Move | AddRow | Unignore | DropEffect
+    Set | Insert | Remove | Replace | Move | AddRow | DropRow | Unignore | DropEffect
     | DropCall | SetCall | MoveCall
 )  # fmt: skip
 

@@ -621,7 +621,10 @@ class _Builder:
         width = len(m.names)
         group = f"moves of {model.name}"
         moves = [explored.ours(move) for move in c.moves]
-        for label, move in enumerate(moves):
+        # The moves the model takes: the compiled engine also labels steps it searched within a
+        # budget bound that no reachable state has left (they are no move of the model).
+        for label in sorted({label for _, label, _ in explored.edges}):
+            move = moves[label]
             if move is not None and move.inside:
                 self.cov.need(group, str(label))
         replayed: set[tuple[int, tuple[Any, ...]]] = set()

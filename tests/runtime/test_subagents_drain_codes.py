@@ -69,6 +69,30 @@ def test_a_followup_to_a_child_drain_children_is_tearing_down_is_refused_drainin
     run(test)
 
 
+@pytest.mark.parametrize("drain", ["drain_descendants", "drain_children"])
+def test_a_drain_that_finds_a_teardown_running_makes_it_the_drains(drain: str) -> None:
+    """Someone's dispose closes p (and so c) first; then a drain covers p. From then on the
+    drained scope answers DRAINING, not ACTIVATION_CLOSING: the teardowns already running
+    became the drain's (dispose.drain_covers, drain_child.covers)."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        p, c, gate = await _stubborn_child(rt, models, host)
+        teardown = rt.subagents.dispose(p)
+        assert (await _refused(rt, "c"))[0] == "ACTIVATION_CLOSING"
+        if drain == "drain_descendants":
+            drained = rt.subagents.drain_descendants([host])
+        else:
+            drained = rt.subagents.drain_children(host, ["p"])
+        assert (p.stage, c.stage) == ("joining", "joining")
+        assert (await _refused(rt, "c"))[0] == "DRAINING"
+        assert (await _refused(rt, "p"))[0] == "DRAINING"
+        gate.open()  # type: ignore[attr-defined]
+        await drained
+        await teardown
+
+    run(test)
+
+
 def test_someones_dispose_refuses_a_followup_and_an_admission_as_closing() -> None:
     """No drain: a plain dispose answers ACTIVATION_CLOSING to a delivery and to an
     admission below the activation alike."""

@@ -67,6 +67,14 @@ step invariants at each notifying effect and between steps. Tree properties besi
 - ``teardown_cancels_subtree``: between steps, every admitted child of a node that is tearing
   down is tearing down too: a teardown's cancel reaches the whole subtree inside the call that
   began it;
+- ``drained_scope_refuses_draining``: between steps, every admission to a drained scope still
+  registered is refused ``DRAINING``, whichever entry drained it and whatever closed a node
+  before: a delivery to a node, and an admission below it (the door's verdict first, then the
+  node's). A registry drain (the door drained) covers every node; a node a drain closed
+  (``by_drain``) covers its subtree, and one a drain named as the parent to drain below
+  (``draining``) the admissions below it and its subtree. The drain sets those on the node it
+  names (its own row); the property proves the wiring carries them down the tree and every
+  row answers the code (no ghost: one would split states the variables already tell apart);
 - with agents, ``no_turn_after_close``: no agent publishes ``turn/start`` while its activation
   is tearing down (seed 004: "disposal never latches, so teardown waits on no model turn");
 - with agents, ``no_parked_wake``: an agent of an active activation that is idle with no driver
@@ -85,6 +93,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, cast
 
+from fsm_core._errors import NotEnabled, Rejected
 from fsm_core.check._composed._compiled import CompiledEngine
 from fsm_core.check._composed._compose import BROKEN, Args, Engine, Layout, Offer, Reaction
 from fsm_core.check._config import Model
@@ -102,6 +111,7 @@ NOTICE_ONCE = "notice_sent_once"
 NOTICE_AFTER_CHILDREN = "notice_after_children"
 NO_ACTIVE_AFTER_DRAIN = "drained_door_leaves_no_active_node"
 CANCELS_SUBTREE = "teardown_cancels_subtree"
+REFUSES_DRAINING = "drained_scope_refuses_draining"
 NO_TURN_AFTER_CLOSE = "no_turn_after_close"
 NO_PARKED_WAKE = "no_parked_wake"
 KEEPS_INBOX = "teardown_keeps_inbox"
@@ -109,6 +119,8 @@ DOOR = "door"
 """The door's instance name, and the name of its slot in the layout."""
 DRAINED = "drained"
 """The door's state once ``drain()`` closed admission registry-wide (the runtime reads it so)."""
+NO_DRAIN = "none"
+"""A node's ``draining`` while no drain named it as the parent to drain below."""
 AGENT = ":agent"
 """A node's agent is named by the node's path and this suffix (``a.1:agent``)."""
 
@@ -122,6 +134,7 @@ PROPERTY_CLAUSES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         NOTICE_AFTER_CHILDREN: ("S004.child-first", "S004.notice-between"),
         NO_ACTIVE_AFTER_DRAIN: ("S004.drain-registry", "S004.drain-gate"),
         CANCELS_SUBTREE: ("S004.child-first", "S004.dispose-up"),
+        REFUSES_DRAINING: ("S004.drain-gate", "S004.drain-admission"),
         NO_TURN_AFTER_CLOSE: ("S004.never-latch", "D8"),
         NO_PARKED_WAKE: ("D9", "S000.observer-work"),
         KEEPS_INBOX: ("S004.cancel-keep-inbox",),
@@ -129,7 +142,9 @@ PROPERTY_CLAUSES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 """The seed clause (or pinned decision) each tree property proves."""
 
-NEEDS = Needs(variables=("resident", "children"), events={"dispose": ("final_state_flushed",)})
+NEEDS = Needs(
+    variables=("resident", "children", "by_drain"), events={"dispose": ("final_state_flushed",)}
+)
 """What the tree reads of the node table by name (the rest is the wiring's, validated when
 the wiring loaded against the same tables)."""
 
@@ -172,6 +187,9 @@ def door_lacking(door: Table, node: Table) -> str | None:
     spec = node.events.get("deliver")
     if spec is None or [t.kind for _, t in spec.params] != ["bool"]:
         return "an event deliver(drained: bool)"
+    draining = next((v for v in node.variables if v.name == "draining"), None)
+    if draining is None or NO_DRAIN not in draining.type.values:
+        return f"a variable draining that takes {NO_DRAIN}"
     return None
 
 
@@ -278,6 +296,8 @@ class TreeWiring:
         self._discarded = layout.get("ghost.discarded")
         self._resident = m.names.index("resident")
         self._children = m.names.index("children")
+        self._draining = m.names.index("draining")
+        self._by_drain = m.names.index("by_drain")
         # Where an agent keeps what the ghosts read (an agent table from before the wiring
         # shut it has no ``shut``: only disposal parks its sends).
         names = a.names if a is not None else ()
@@ -411,6 +431,13 @@ class TreeWiring:
                 "a node tears down while an admitted child is still active",
                 self._cancels_subtree,
             ),
+            Property(
+                REFUSES_DRAINING,
+                "between",
+                "an admission to a drained scope still registered (a delivery to a node, or an "
+                "admission below it) is accepted or refused with another code than DRAINING",
+                self._refuses_draining,
+            ),
         ]
         if self.agent is not None:
             late, discarded = cast(int, self._late), cast(int, self._discarded)
@@ -499,6 +526,31 @@ class TreeWiring:
             if node is None or node[stage] == active:
                 continue
             if any(s[c] is not None and s[c][stage] == active for c in self.shape.children[i]):
+                return False
+        return True
+
+    def _refuses_draining(self, s: Sequence[Any], _: Notice | None) -> bool:
+        """Every registered node in a drained scope refuses a delivery, and an admission below
+        it, ``DRAINING`` (nodes come parents first, so each inherits its parent's scope)."""
+        drained = self._is_drained(s)
+        draining, by_drain = self._draining, self._by_drain
+        covered = [drained] * self._n  # the node and its subtree are a drain's
+        for i in self._slots:
+            node = s[i]
+            if node is None:
+                continue
+            p = self.shape.parent[i]
+            if p is not None and (covered[p] or s[p][draining] != NO_DRAIN):
+                covered[i] = True
+            covered[i] = covered[i] or node[by_drain]
+            if not node[self._resident] or not (covered[i] or node[draining] != NO_DRAIN):
+                continue
+            if covered[i] and _code(self.machine, node, "deliver", (drained,)) != "DRAINING":
+                return False
+            admit = _code(self.door, s[self._door], "admit", ("activation",))
+            if admit is None:
+                admit = _code(self.machine, node, "admit", ())
+            if admit != "DRAINING":
                 return False
         return True
 
@@ -706,6 +758,18 @@ class TreeWiring:
             root = call.machine == "activation" and self.shape.parent[i] is None
             facts["parent"] = "host" if root else "activation"
         return facts
+
+
+def _code(machine: Machine, state: Sequence[Any], event: str, args: Args) -> str | None:
+    """The code ``machine`` refuses ``event(args)`` with in ``state`` (a reason's text before its
+    colon, as the runtime raises it), None if it takes or ignores the event."""
+    try:
+        machine.select(state, event, args)
+    except Rejected as refused:
+        return str(refused).partition(":")[0]
+    except NotEnabled:
+        return "no row"
+    return None
 
 
 def tree_engine(model: Model, *, interpreted: bool = False) -> Engine:
