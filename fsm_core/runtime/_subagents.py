@@ -56,7 +56,7 @@ from fsm_core.runtime._activation import (
 )
 from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._causes import CAUSES, PARENT
-from fsm_core.runtime._core import AgentCore, AgentHandle, _raise_if_cancelling
+from fsm_core.runtime._core import AgentContext, AgentCore, AgentHandle, _raise_if_cancelling
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._inbox import UserMessage
 from fsm_core.runtime._payloads import (
@@ -1091,7 +1091,7 @@ class Subagents:
                 return
             if call.event == "cancel":
                 context = CAUSES[str(args["cause"])]
-            cast(AgentCore, agent._core).fire_wired(call.event, context, args)
+            cast(AgentCore, agent._core).fire_wired(call.event, cast(AgentContext, context), args)
 
     def _agent_to_door(self, effect: str, context: _DrainBelow, kind: str | None) -> None:
         """An agent's ``effect`` (its disposal, seen on the bus) reaches the door as the
