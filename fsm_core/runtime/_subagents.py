@@ -422,8 +422,8 @@ def _nobody() -> None:
 
 
 def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException | None:
-    """``begin`` every item, even when one raises (a listener's BaseException held by
-    :meth:`Subagents._fire`): a drain begins every teardown it names inside the call.
+    """``begin`` every item, even when one raises (a listener's BaseException held until the
+    activations' outermost fire returned): a drain begins every teardown it names inside the call.
     Returns the first exception, for the caller to raise once its work has begun."""
     escaped: BaseException | None = None
     for item in items:
