@@ -7,8 +7,8 @@
 
 An :class:`Activation` only reads: every change to an activation goes through the registry
 (``rt.subagents``), which fires an event of specs/activation.toml for it. The registry's
-plumbing (``_subagents.py``) owns the hosted table, the effect handlers and the teardown task;
-this module imports none of it.
+plumbing (``_node.py``) owns the hosted table, the effect handlers and the teardown task; this
+module imports none of it.
 
 Errors carry a stable ``code`` (:data:`SubagentCode`) a caller can switch on; the text says
 what was refused and why.

@@ -6,11 +6,11 @@ cancellation holder, and teardown. It creates its agent (``core.agent``) and is 
 that fires table events; the agent reaches it through the ``_Core`` protocol of ``_agent.py``.
 
 Every phase, holder, latch and marker change happens by firing an event of the table; the
-effects the table lists run here, in the table's order, as the row reaches them
-(:meth:`AgentCore._perform`). What an event is about that the table does not model (the
-message a ``send`` enqueues, the cause a ``cancel`` requests) travels with the fire itself, as
-its ``context``, and the handler reads it back from the innermost fire
-(:attr:`HostedMachine.context`): listeners re-enter, and each fire keeps its own.
+effects the table lists run here, in the table's order, as the row reaches them, each by the
+handler declared for it (``@performs``), as ``_hosting.py`` hosts every table. What an event is
+about that the table does not model (the message a ``send`` enqueues, the cause a ``cancel``
+requests) travels with the fire itself, as its context (:data:`AgentContext`), and the handler
+reads it back from the innermost fire: listeners re-enter, and each fire keeps its own.
 
 The driver (:meth:`AgentCore._drive`) only sequences: start, claim (open the turn), take its
 prompt, run the turn's seams, retire, await the flush, converge; what each of those does to the
@@ -27,7 +27,7 @@ Whatever escapes, the table converges, so ``when_idle()`` and disposal always re
   ``KeyboardInterrupt``, ...) retires the open turn and *halts* the driver (the table's
   ``halt`` rows), then propagates; queued work stays parked until a later wake;
 - a listener's uncontained ``BaseException`` inside a row is held until the row completes,
-  then raised to whoever fired the event, so no row ever stops half-way.
+  then raised to whoever fired the event, so no row ever stops half-way (``_hosting.py``).
 
 Whoever owns agents (the :class:`~fsm_core.Runtime`, later seed 004's activation registry)
 uses one API: build an :class:`AgentCore` with the seams it lends (:class:`Seams`) and the
@@ -43,10 +43,9 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar, cast, final, get_args
+from typing import Any, Protocol, TypeAlias, TypeVar, cast, final, get_args
 
 from fsm_core._errors import FsmError, UsageError
-from fsm_core.host import HostedMachine
 from fsm_core.runtime._agent import Agent, Phase, Status
 from fsm_core.runtime._causes import (
     DISPOSED,
@@ -61,6 +60,7 @@ from fsm_core.runtime._causes import (
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._history import History
 from fsm_core.runtime._hooks import Hooks, run_hooks
+from fsm_core.runtime._hosting import Hosted, check_handlers, hosts, performs
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
@@ -88,13 +88,17 @@ from fsm_core.runtime._scope import context_for
 from fsm_core.runtime._session import ErrorCode, Session, SessionError
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 from fsm_core.runtime._teardown import Pending, persist
-from fsm_core.table import Effect, Machine
+from fsm_core.table import Machine
 from fsm_core.table._expr import Value
 
 __all__ = ["AgentCore", "AgentHandle", "Seams"]
 
 T = TypeVar("T")
 """What a maintenance task returns."""
+
+AgentContext: TypeAlias = UserMessage | UserCause | ParentCause
+"""What a fire of the agent table carries beside its arguments: the message a ``send``
+enqueues, or the cause a ``cancel`` requests (as the caller gave it, detached when published)."""
 
 log = logging.getLogger("fsm_core.runtime")
 
@@ -178,13 +182,11 @@ _CHECKED: weakref.WeakSet[Machine] = weakref.WeakSet()
 
 
 def _check_table(table: Machine) -> None:
-    """Raise :class:`FsmError` unless the runtime performs exactly the table's effects and
-    reads back its literal types (checked once per compiled table)."""
+    """Raise :class:`FsmError` unless :class:`AgentCore` performs exactly the table's effects
+    and reads back its literal types (checked once per compiled table)."""
     if table in _CHECKED:
         return
-    missing = set(table.table.effects) ^ set(_HANDLERS)
-    if missing:
-        raise FsmError(f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}")
+    check_handlers(AgentCore, table)
     _check_literals(table)
     _CHECKED.add(table)
 
@@ -203,14 +205,16 @@ class Seams(Protocol):
 
 
 @final
-class AgentCore:
+@hosts("agent")
+class AgentCore(Hosted[AgentContext]):
     """One agent's plumbing; ``core.agent`` is its public face. Build one per agent.
 
         core = AgentCore("a1", table, Session(), seams=rt, track=tasks.add, forget=names.pop)
         handle = AgentHandle(core)      # handle.agent is core.agent
 
     Raises :class:`FsmError` when the table and the runtime disagree on the effects to
-    perform or on the literal types the runtime reads back (``Phase``, ``Lane``, ``Status``).
+    perform (their handlers, declared below with ``@performs``) or on the literal types the
+    runtime reads back (``Phase``, ``Lane``, ``Status``).
     """
 
     def __init__(
@@ -234,8 +238,8 @@ class AgentCore:
         self.inbox = Inbox(self._remove)
         self._history = History()
         """What each request says, folded from the session as it grows."""
-        self.control = HostedMachine(table, perform=self._perform)
         _check_table(table)
+        self._host(table)
         # Invariant: _controller is set iff the table's holder is live or aborted.
         self._controller: AbortController | None = None
         self._status: Status = "idle"
@@ -266,17 +270,12 @@ class AgentCore:
         """The driver task last scheduled, if any."""
         self._started = False
         """True iff the driver task last scheduled has begun to run."""
-        self._firing = 0
-        """How many table events are being fired right now (listeners nest them)."""
-        self._reentered = False
-        """True iff, since the outermost fire in progress began, a listener fired another event
-        inside it. Until then the row runs as the loader proved it runs from a valid state, so
-        its effects' contracts are checked only from the first re-entry on."""
-        self._held: BaseException | None = None
-        """A listener's uncontained BaseException, raised once the outermost row completes."""
         self.agent = Agent(self)
         # Last: a refusal (the session has a live writer) leaves nothing of this agent behind.
         session._attach(agent_id)
+
+    def _who(self) -> str:
+        return f"agent {self.id}"
 
     # --- what the agent asks for: read access and one method per user call ------------------
 
@@ -305,7 +304,9 @@ class AgentCore:
         """Fire ``cancel``; the cause is the fire's context, for ``notify_cancel_requested``."""
         self._fire("cancel", cause, cause=cause.kind, keep_inbox=keep_inbox)
 
-    def fire_wired(self, event: str, context: object, args: Mapping[str, Value]) -> None:
+    def fire_wired(
+        self, event: str, context: AgentContext | None, args: Mapping[str, Value]
+    ) -> None:
         """Fire ``event`` as a call of specs/wiring.toml makes it (the hosting activation's
         close shutting the agent, its cancel, a child's notice), with the fire's
         ``context`` (the cause, the message) for the effects that need it."""
@@ -360,26 +361,6 @@ class AgentCore:
             self._fire("dispose_finish")
 
     # --- the driver -------------------------------------------------------------------------
-
-    def _fire(self, event: str, context: object = None, /, **args: Value) -> None:
-        """Fire a table event with its ``context``; a listener's held BaseException is raised
-        after the row."""
-        self._firing += 1
-        if self._firing > 1:
-            self._reentered = True
-        try:
-            self.control.fire(event, context, **args)
-        except BaseException:
-            if self._firing == 1:
-                self._held = None  # the fire's own failure is the one to report
-            raise
-        finally:
-            self._firing -= 1
-            if self._firing == 0:
-                self._reentered = False
-        if self._firing == 0 and self._held is not None:
-            held, self._held = self._held, None
-            raise held
 
     async def _drive(self) -> None:
         """One driver: start, then turns until the table says the agent converged.
@@ -646,35 +627,17 @@ class AgentCore:
 
     # --- effects: what the table's rows tell the runtime to do --------------------------------
 
-    def _perform(self, effect: Effect) -> None:
-        # The table's contract for this effect must hold as it runs; the loader and the checker
-        # prove it for the table, this catches a runtime that re-enters where the table does
-        # not say it may (before any re-entry, the loader's proof covers the row).
-        if self._reentered and self.control.unmet(effect):
-            requires = self.control.spec.table.effects[effect.name].requires_text
-            raise FsmError(
-                f"agent {self.id}: {effect} runs where its contract {requires!r} does not hold "
-                f"({self.control.spec.format_state(self.control.snapshot())})"
-            )
-        try:
-            getattr(self, _HANDLERS[effect.name])(*effect.args)
-        except Exception:
-            raise  # a fault of the runtime itself, not of a listener
-        except BaseException as error:
-            # A notification's or an abort's listener raised what emit and the signal do not
-            # contain. The row must complete, so it waits for the outermost _fire to return.
-            self._held = self._held or error
-
     def _value(self, name: str) -> Value:
         return self.control.get(name)
 
-    def _enqueue(self, table_lane: str) -> None:
-        message = self.control.context  # only send's rows enqueue: the message being sent
-        assert isinstance(message, UserMessage)
-        lane = cast(Lane, table_lane)  # _check_literals: the table's lanes
-        self.inbox._insert(message, lane)
-        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, lane)
+    @performs("enqueue")
+    def _enqueue(self, lane: str) -> None:
+        message = self._about(UserMessage)  # only send's rows enqueue: the message being sent
+        queued = cast(Lane, lane)  # _check_literals: the table's lanes
+        self.inbox._insert(message, queued)
+        self.events.notify("inbox/inserted", MessageInserted, self.agent, message, queued)
 
+    @performs("schedule_driver")
     def _schedule_driver(self) -> None:
         task = asyncio.get_running_loop().create_task(
             self._drive(), name=f"driver {self.id}", context=context_for(self.agent)
@@ -693,14 +656,16 @@ class AgentCore:
             except BaseException:
                 log.exception("agent %s: a listener raised while the driver halted", self.id)
 
+    @performs("notify_cancel_requested")
     def _notify_cancel_requested(self, cause: str) -> None:
-        requested = self.control.context  # only cancel's rows notify: the cause requested
+        requested = self._context  # only cancel's rows notify: the cause requested
         assert isinstance(requested, UserCause | ParentCause) and requested.kind == cause
         self.events.emit(
             "agent/cancel-requested",
             CancelRequested(self.agent, cast(AgentCancelCause, detach(requested))),
         )
 
+    @performs("clear_inbox")
     def _clear_inbox(self) -> None:
         self._discard(self.inbox._clear())
 
@@ -711,20 +676,25 @@ class AgentCore:
         for message in messages:
             self.events.notify("inbox/discarded", MessageDiscarded, self.agent, message)
 
+    @performs("abort_holder")
     def _abort_holder(self, signal_reason: str) -> None:
         assert self._controller is not None
         self._controller.abort(_INTERRUPTIONS[signal_reason])
 
+    @performs("open_holder")
     def _open_holder(self) -> None:
         self._controller = AbortController()
 
+    @performs("release_holder")
     def _release_holder(self) -> None:
         self._controller = None
 
+    @performs("publish_status")
     def _publish_status(self, status: str) -> None:
         self._status = cast(Status, status)
         self.events.notify("agent/status", StatusChanged, self.agent, self._status)
 
+    @performs("claim_inbox")
     def _claim_inbox(self) -> None:
         """The open turn's claim: every steering message and one next-turn message, recorded,
         then announced, the claim first, then each message (listeners may re-enter: the
@@ -738,6 +708,7 @@ class AgentCore:
         )
         self._announce_user_messages(controller.signal, claimed)
 
+    @performs("claim_steering")
     def _claim_steering(self) -> None:
         """A step boundary's claim of the steering messages, recorded, then announced."""
         controller = self._controller
@@ -758,6 +729,7 @@ class AgentCore:
         for message in messages:
             self.session.append("user/message", {"id": message.id, "text": message.text})
 
+    @performs("publish_turn_start")
     def _publish_turn_start(self) -> None:
         """Open the next turn, before its claim (specs/README.md): its prompt is still queued
         while turn/start observers run."""
@@ -768,6 +740,7 @@ class AgentCore:
         self.session.append("turn/start", {"turn": self._turn})
         self.events.notify("turn/start", TurnStarted, self.agent, controller.signal, self._turn)
 
+    @performs("publish_turn_end")
     def _publish_turn_end(self, outcome: str) -> None:
         durable: dict[str, str | int] = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
         code, self._error_code, self._model_error = self._error_code or "halted", None, None
@@ -781,6 +754,7 @@ class AgentCore:
         self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
         self.events.notify("turn/end", TurnEnded, self.agent, self._turn, durable)
 
+    @performs("publish_turn_error")
     def _publish_turn_error(self) -> None:
         """After turn/end: the failure again, with what the log never holds, the exception."""
         failed, self._failed = self._failed, None
@@ -796,23 +770,28 @@ class AgentCore:
                 return cast(int, event.data["step"])
         return 0
 
+    @performs("flush_session")
     def _flush_session(self) -> None:
         """An effect cannot await: the driver owes the flush, and awaits it before converge."""
         self._flush_owed = True
 
+    @performs("settle_idle")
     def _settle_idle(self) -> None:
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
+    @performs("finalize_disposal")
     def _finalize_disposal(self) -> None:
         self.session._detach()
         self._forget(self.id)
 
+    @performs("publish_disposing")
     def _publish_disposing(self) -> None:
         self.events.notify("agent/disposing", DisposalStarted, self.agent)
 
+    @performs("publish_disposed")
     def _publish_disposed(self) -> None:
         self.events.notify("agent/disposed", DisposalEnded, self.agent)
 
@@ -826,33 +805,6 @@ class AgentCore:
         assert message is not None
         self._discard([message])
         return True
-
-
-_HANDLERS: Mapping[str, str] = {
-    effect: f"_{effect}"
-    for effect in (
-        "enqueue",
-        "schedule_driver",
-        "notify_cancel_requested",
-        "clear_inbox",
-        "abort_holder",
-        "open_holder",
-        "release_holder",
-        "publish_status",
-        "claim_inbox",
-        "claim_steering",
-        "publish_turn_start",
-        "publish_turn_end",
-        "publish_turn_error",
-        "flush_session",
-        "settle_idle",
-        "finalize_disposal",
-        "publish_disposing",
-        "publish_disposed",
-    )
-}
-"""Each effect of specs/agent.toml and the :class:`AgentCore` method that performs it, looked
-up on the core when performed (a test may replace one on an instance)."""
 
 
 class AgentHandle:

@@ -112,7 +112,8 @@ from fsm_core.runtime import (
     UserMessage,
     initiating_agent,
 )
-from fsm_core.runtime._subagents import Subagents, _Node
+from fsm_core.runtime._node import Node as _Node
+from fsm_core.runtime._subagents import Subagents
 from fsm_core.testing import Gate
 from tests.race.bridge import LoopBridge
 from tests.race.lockstep import Fire, Oracle, Recorder
@@ -349,9 +350,9 @@ class ActivationRaceMachine(RuleBasedStateMachine):
         """Agents whose next cancel's notification sends them a message (how, as
         :data:`_SENDS`), from inside the listener."""
         self._wrap(self.registry)
-        self.door_oracle = Oracle(self.registry._door.spec)
+        self.door_oracle = Oracle(self.registry._door.control.spec)
         self.door = Recorder(
-            self.registry._door, lambda fire: self._note_refusal(self.door_oracle, fire)
+            self.registry._door.control, lambda fire: self._note_refusal(self.door_oracle, fire)
         )
         """Every event the registry fires on its door (specs/admission.toml)."""
         self.rt.events.on("subagent/settled", self._on_settled)
@@ -366,7 +367,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
 
     def _wrap(self, registry: Subagents) -> None:
         """Attach a recorder to each activation's table as the registry creates it."""
-        new_node = registry._new_node
+        new_node = registry._tree.plant
 
         def recorded(
             child_id: str, parent_agent: Agent, parent: _Node | None, session: Any
@@ -400,15 +401,15 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             self._latest[child_id] = tracked
             return node
 
-        registry._new_node = recorded  # type: ignore[method-assign]
-        create = registry._create
+        registry._tree.plant = recorded  # type: ignore[method-assign]
+        create = registry._tree.create
 
         def created(child_id: str, session: Session) -> Any:
             handle = create(child_id, session)
             self.created[child_id] = handle.agent
             return handle
 
-        registry._create = created
+        registry._tree.create = registry._door._create = created
 
     def _tracked_of(self, node: _Node) -> Tracked:
         return next(t for t in self.tracked if t.node is node)
@@ -1246,7 +1247,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
     def the_registry_runs_the_table(self) -> None:
         self.door_oracle.follow(self.door.roots)
         if not self.door.busy:
-            assert self.door_oracle.state == self.registry._door.snapshot(), "the door"
+            assert self.door_oracle.state == self.registry._door.control.snapshot(), "the door"
         assert not self.door.problems, self.door.problems
         for tracked in self.tracked:
             tracked.oracle.follow(tracked.recorder.roots)
@@ -1274,8 +1275,8 @@ class ActivationRaceMachine(RuleBasedStateMachine):
             resident = registry._resident.get(node.id) is node
             assert resident == node.value("resident"), (node.id, resident)
             if current:
-                assert (node.id in registry._slots) == node.value("slot"), node.id
-                assert (node.id in registry._owners) == node.value("owned"), node.id
+                assert (node.id in registry._ledger.slots) == node.value("slot"), node.id
+                assert (node.id in registry._ledger.owners) == node.value("owned"), node.id
             assert bool(node.owned) == node.value("children"), (node.id, list(node.owned))
             for child_id in node.owned:
                 child = registry._resident.get(child_id)
@@ -1360,21 +1361,26 @@ class ActivationRaceMachine(RuleBasedStateMachine):
     def nothing_leaks(self) -> None:
         registry = self.registry
         live = {t.id for t in self.tracked if t.node.stage != "settled"}
-        assert set(registry._slots) <= live, f"slots of settled activations: {registry._slots}"
-        watched = {t.get_name().removeprefix("watch ") for t in registry._watchers}
+        assert set(registry._ledger.slots) <= live, (
+            f"slots of settled activations: {registry._ledger.slots}"
+        )
+        watched = {t.get_name().removeprefix("watch ") for t in registry._watcher.tasks}
         assert watched <= live, f"watchers of settled activations: {watched - live}"
-        for parent, roots in registry._roots.items():
+        for parent, roots in registry._ledger.roots.items():
             assert roots, f"an empty entry for host parent {parent.id!r} outlives its last root"
             assert set(roots) <= live, f"settled roots: {roots}"
         if not live:
-            assert not registry._owners and not registry._slots, registry
+            assert not registry._ledger.owners and not registry._ledger.slots, registry
         # The cold-resume memory never outgrows the live parents: a host parent's settled
         # children go when it begins disposing, an activation's agent's when it is disposed.
         gone = [
             i
-            for i, d in registry._dormant.items()
+            for i, d in registry._ledger.dormant.items()
             if d.parent_agent.phase == "disposed"
-            or (d.parent_agent.phase == "disposing" and d.parent_agent.id not in registry._owners)
+            or (
+                d.parent_agent.phase == "disposing"
+                and d.parent_agent.id not in registry._ledger.owners
+            )
         ]
         assert not gone, f"settled children of disposing or disposed parents are remembered: {gone}"
 
@@ -1382,7 +1388,7 @@ class ActivationRaceMachine(RuleBasedStateMachine):
     def a_disposing_host_leaves_no_working_root(self) -> None:
         """Seed 004's cancel runs top-down: a root whose host parent began disposing was
         disposed inside that call (its agent cancelled with ``parent``), not left running."""
-        for parent, roots in self.registry._roots.items():
+        for parent, roots in self.registry._ledger.roots.items():
             for root_id in roots:
                 node = self.registry._resident[root_id]
                 if node.parent_agent.phase in ("disposing", "disposed"):
@@ -1462,8 +1468,12 @@ class ActivationRaceMachine(RuleBasedStateMachine):
                 leftover = [t for t in self.bridge.pending() if t is not closing]
                 assert not leftover, leftover
                 registry = self.registry
-                assert not registry._resident and not registry._slots and not registry._owners
-                assert not registry._watchers
+                assert (
+                    not registry._resident
+                    and not registry._ledger.slots
+                    and not registry._ledger.owners
+                )
+                assert not registry._watcher.tasks
                 assert not self.problems, self.problems
                 for spawn in self.spawns.values():
                     assert spawn.done, f"{spawn.id}'s spawn never returned"

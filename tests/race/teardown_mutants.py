@@ -23,10 +23,14 @@ from types import FrameType, ModuleType
 from tests.race.runtime_mutants import UNMUTATED, Edit, RuntimeKill, RuntimeMutant, activated
 
 REGISTRY = "fsm_core.runtime._subagents:Subagents"
+NODE = "fsm_core.runtime._node:Node"
+DOOR = "fsm_core.runtime._door:Door"
+WIRES = "fsm_core.runtime._wires:Wires"
+WATCHER = "fsm_core.runtime._watcher:Watcher"
 
 
-def _edit(method: str, old: str, new: str) -> Edit:
-    return Edit(f"{REGISTRY}.{method}", old, new)
+def _edit(method: str, old: str, new: str, owner: str = REGISTRY) -> Edit:
+    return Edit(f"{owner}.{method}", old, new)
 
 
 TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
@@ -35,9 +39,10 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "dispose_children disposes nobody: the parent's teardown leaves its children running.",
         (
             _edit(
-                "_dispose_children",
+                "queue_children",
                 "self._cascade.append((node, child, join, call, values))",
                 "pass",
+                WIRES,
             ),
         ),
     ),
@@ -49,8 +54,9 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
                 "_finish",
                 "            await asyncio.wait(pending)\n",
                 "            await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)\n"
-                "            if any(f.exception() for f in node.child_teardowns if f.done()):\n"
+                "            if any(f.exception() for f in self.child_teardowns if f.done()):\n"
                 "                break\n",
+                NODE,
             ),
         ),
     ),
@@ -60,8 +66,9 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_release_ownership",
-                "    del self._owners[node.id]\n",
-                "    del self._owners[node.id]\n    self._release_slot(node)\n",
+                "    self.tree.ledger.disown(self)\n",
+                "    self.tree.ledger.disown(self)\n    self._release_slot()\n",
+                NODE,
             ),
         ),
     ),
@@ -69,11 +76,12 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "notice_before_registry_exit",
         "the activation leaves the registry only when ownership is released, after the notice.",
         (
-            _edit("_leave_registry", "    del self._resident[node.id]\n", "    pass\n"),
+            _edit("_leave_registry", "    self.tree.ledger.leave(self)\n", "    pass\n", NODE),
             _edit(
                 "_release_ownership",
-                "    del self._owners[node.id]\n",
-                "    del self._owners[node.id]\n    del self._resident[node.id]\n",
+                "    self.tree.ledger.disown(self)\n",
+                "    self.tree.ledger.disown(self)\n    self.tree.ledger.leave(self)\n",
+                NODE,
             ),
         ),
     ),
@@ -87,7 +95,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
                 "asyncio.shield(self._dispose(node, False))",
                 "asyncio.shield(\n"
                 "        self._dispose(node, False) if node.closing is None\n"
-                "        else persist(lambda: self._finish(node), 'again')\n"
+                "        else persist(node._finish, 'again')\n"
                 "    )",
             ),
         ),
@@ -97,9 +105,10 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "the watcher judges pending work by the agent's status instead of its inbox.",
         (
             _edit(
-                "_watch_verdict",
+                "_verdict",
                 "pending = node.agent.inbox.pending",
                 'pending = node.agent.status == "running"',
+                WATCHER,
             ),
         ),
     ),
@@ -109,8 +118,10 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_watch",
-                "                self._watch_verdict(node, verdict, seen, busy=True)\n",
-                "                self._dispose(node, True)\n                return\n",
+                "                self._verdict(node, verdict, seen, busy=True)\n",
+                '                node.fire("dispose", final_state_flushed=True, drain=False)\n'
+                "                return\n",
+                WATCHER,
             ),
         ),
     ),
@@ -125,6 +136,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
                 "    args = call.keywords(values, facts)\n"
                 "    if 'keep_inbox' in args:\n"
                 "        args['keep_inbox'] = False\n",
+                WIRES,
             ),
         ),
     ),
@@ -134,20 +146,21 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_finish",
-                "node.failures[:0] = _failures(node.child_teardowns, escaped)",
-                "_failures(node.child_teardowns, escaped)",
+                "self.failures[:0] = failures(self.child_teardowns, escaped)",
+                "failures(self.child_teardowns, escaped)",
+                NODE,
             ),
         ),
     ),
     RuntimeMutant(
         "failure_swallowed",
         "the rethrow step is lost: a failed teardown resolves as if it succeeded.",
-        (_edit("_rethrow", "node.rethrow = True", "pass"),),
+        (_edit("_rethrow", "self.rethrow = True", "pass", NODE),),
     ),
     RuntimeMutant(
         "ownership_never_released",
         "ownership is never released: the child's id stays taken after it settled.",
-        (_edit("_release_ownership", "    del self._owners[node.id]\n", "    pass\n"),),
+        (_edit("_release_ownership", "    self.tree.ledger.disown(self)\n", "    pass\n", NODE),),
     ),
     RuntimeMutant(
         "drain_keeps_admitting",
@@ -155,9 +168,9 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "drain",
-                'self._door.fire("drain", escaped)',
+                'self._door.fire("drain", drain)',
                 "for root in [n for n in self._resident.values() if n.parent is None]:\n"
-                '            self._fire(root, "drain", scope="registry")',
+                '            root.fire("drain", scope="registry")',
             ),
         ),
     ),
@@ -169,7 +182,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "spawned_child_cancelled_as_user",
         "a spawned child is cancelled with the user cause when its parent's turn aborts.",
-        (_edit("_run_child", "child.cancel(PARENT)", "child.cancel()"),),
+        (_edit("_run_child", "child.cancel(PARENT)", "child.cancel()", DOOR),),
     ),
     RuntimeMutant(
         "child_of_disposed_parent_remembered",
@@ -178,11 +191,12 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_facts",
-                'facts["parent"] = self._parent_kind(source.parent_agent)[0]',
+                'facts["parent"] = self._ledger.parent_kind(source.parent_agent)[0]',
                 'facts["parent"] = (\n'
                 '            "host" if call.event == "release"\n'
-                "            else self._parent_kind(source.parent_agent)[0]\n"
+                "            else self._ledger.parent_kind(source.parent_agent)[0]\n"
                 "        )",
+                WIRES,
             ),
         ),
     ),
@@ -193,11 +207,12 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_facts",
-                'facts["parent"] = self._parent_kind(source.parent_agent)[0]',
+                'facts["parent"] = self._ledger.parent_kind(source.parent_agent)[0]',
                 'facts["parent"] = (\n'
                 '            "host" if call.event == "root_settled"\n'
-                "            else self._parent_kind(source.parent_agent)[0]\n"
+                "            else self._ledger.parent_kind(source.parent_agent)[0]\n"
                 "        )",
+                WIRES,
             ),
         ),
     ),
@@ -208,13 +223,15 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_close_below_host",
-                "self._drained_hosts[drain.parent] = None",
+                "self._ledger.drained_hosts[self._about(DrainBelow).parent] = None",
                 "pass",
+                DOOR,
             ),
             _edit(
                 "_dispose_roots",
                 "    )\n",
-                "    )\n    self._drained_hosts[drain.parent] = None\n",
+                "    )\n    self._ledger.drained_hosts[below.parent] = None\n",
+                DOOR,
             ),
         ),
     ),
@@ -222,7 +239,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "spawn_wakes_under_an_aborted_turn",
         "a child spawned under an already aborted parent turn is woken: it runs a model turn "
         "no abort reaches.",
-        (_edit("_run_child", '"run_child", (wake,)', '"run_child", (True,)'),),
+        (_edit("_run_child", '"run_child", (wake,)', '"run_child", (True,)', DOOR),),
     ),
     RuntimeMutant(
         "disposed_parent_not_forgotten",
@@ -230,9 +247,11 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "remembered.",
         (
             _edit(
-                "_parent_gone",
-                'self._agent_to_door("publish_disposed", _DrainBelow(ended.agent, None, []), None)',
+                "parent_gone",
+                'self._wires.agent_to_door("publish_disposed", '
+                "DrainBelow(ended.agent, None, []), None)",
                 "pass",
+                DOOR,
             ),
         ),
     ),
@@ -242,9 +261,10 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "nobody to hear them, and its settled children stay remembered while it disposes.",
         (
             _edit(
-                "_parent_disposing",
-                '    self._agent_to_door("publish_disposing", drain, kind)\n',
+                "parent_disposing",
+                '    self._wires.agent_to_door("publish_disposing", drain, kind)\n',
                 "    pass\n",
+                DOOR,
             ),
         ),
     ),
@@ -256,8 +276,9 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             _edit(
                 "_close_inbox",
-                'self._connect("activation", "close_inbox", (), node)',
+                'self.tree.wires.connect("activation", "close_inbox", (), self)',
                 "pass",
+                NODE,
             ),
         ),
     ),
@@ -266,7 +287,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "a child's settlement notice reaches its live parent activation's agent parked, not "
         "waking it: a parent idle while its child worked, or stopped by a user's cancel, never "
         "takes it.",
-        (_edit("_notice_agent", "(wake,)", "(False,)"),),
+        (_edit("_notice_agent", "(wake,)", "(False,)", NODE),),
     ),
 )
 

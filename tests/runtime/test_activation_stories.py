@@ -49,7 +49,7 @@ from fsm_core.runtime import (
     SubagentError,
     UserMessage,
 )
-from fsm_core.runtime._subagents import _Node
+from fsm_core.runtime._node import Node as _Node
 from fsm_core.table import load_spec
 from fsm_core.testing import Gate
 from tests.race.bridge import LoopBridge

@@ -114,7 +114,7 @@ class World:
         self.rt = Runtime(self.models, [self.spawner])
         self.spawner.rt = self.rt
         self.registry = self.rt.subagents
-        self.recorder = Recorder(self.registry._door)
+        self.recorder = Recorder(self.registry._door.control)
         self.gates: list[Gate] = []
         self.pending: list[Awaitable[Any]] = []
         self.host: Agent

@@ -255,7 +255,7 @@ def test_a_watcher_whose_agent_was_disposed_under_it_waits_instead_of_spinning()
         settled = Settlements(rt)
         (act,) = await roots(rt, models, host, "c")
         verdicts = 0
-        judge = rt.subagents._watch_verdict
+        judge = rt.subagents._watcher._verdict
 
         def counted(*args: Any, **kwargs: Any) -> None:
             nonlocal verdicts
@@ -264,7 +264,7 @@ def test_a_watcher_whose_agent_was_disposed_under_it_waits_instead_of_spinning()
                 raise RuntimeError("the watcher spins")
             judge(*args, **kwargs)
 
-        rt.subagents._watch_verdict = counted  # type: ignore[method-assign]
+        rt.subagents._watcher._verdict = counted  # type: ignore[method-assign]
         # No public call disposes an activation's agent alone (aclose drains the trees
         # first); a fault in the runtime could. The watcher must not spin on it.
         await act._node.handle.dispose()  # type: ignore[attr-defined]

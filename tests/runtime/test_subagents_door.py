@@ -148,7 +148,7 @@ def test_a_notice_the_door_allowed_but_the_parent_refused_is_raised_after_settli
         await gate.reached.wait()
         first, second = rt.subagents.dispose(c), rt.subagents.dispose(c)
         await h.dispose()
-        rt.subagents._parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
+        rt.subagents._ledger.parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
         gate.open()
         refused = (
             r"^activation c: a table allowed the wiring's call door\.notices_host, but 'h' "
@@ -179,7 +179,7 @@ def test_a_refused_notice_at_a_natural_end_is_logged_as_a_bug() -> None:
         turn_end.open()
         await gate.reached.wait()  # the natural end's teardown disposes c's handle
         await h.dispose()  # its dispose of its root c joins the teardown running
-        rt.subagents._parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
+        rt.subagents._ledger.parent_kind = lambda parent: ("host", None)  # type: ignore[method-assign]
         with logged() as records:
             gate.open()
             await settled.of("c")

@@ -36,8 +36,10 @@ def nothing_left(rt: Runtime) -> None:
     """No activation, pool slot, ownership, root or settled child is left behind."""
     subagents = rt.subagents
     assert subagents.resident == () and subagents.slots_held == 0
-    assert subagents.dormant == () and subagents._owners == {} and subagents._roots == {}
-    assert subagents._below == {} and subagents._drained_hosts == {}
+    assert (
+        subagents.dormant == () and subagents._ledger.owners == {} and subagents._ledger.roots == {}
+    )
+    assert subagents._ledger.below == {} and subagents._ledger.drained_hosts == {}
 
 
 async def working(rt: Runtime, models: Models, parent: Agent, name: str) -> Activation:
