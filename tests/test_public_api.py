@@ -7,6 +7,7 @@ examples import only public modules.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import types
@@ -15,6 +16,10 @@ from pathlib import Path
 import pytest
 
 import fsm_core
+
+PACKAGE: types.ModuleType = fsm_core
+"""fsm_core as a module object: its ``__all__`` is computed on first use, which mypy (shown the
+names by star imports) does not see."""
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,32 +63,66 @@ def _public(module: types.ModuleType) -> set[str]:
 
 
 def test_every_public_name_is_exported_and_exists() -> None:
-    assert len(set(fsm_core.__all__)) == len(fsm_core.__all__)  # ruff (RUF022) keeps it sorted
-    for name in fsm_core.__all__:
+    assert PACKAGE.__all__ == sorted(set(PACKAGE.__all__))
+    for name in PACKAGE.__all__:
         assert hasattr(fsm_core, name), name
 
 
 def test_no_undeclared_public_name_leaks() -> None:
-    for name in fsm_core.__all__:  # the lazy ones (PEP 562) are in vars() once looked up
+    for name in PACKAGE.__all__:  # the lazy ones (PEP 562) are in vars() once looked up
         getattr(fsm_core, name)
-    assert _public(fsm_core) == set(fsm_core.__all__)
+    assert _public(fsm_core) == set(PACKAGE.__all__)
     assert sorted(dir(fsm_core)) == sorted(vars(fsm_core))
 
 
 def test_importing_the_package_loads_no_submodule_until_a_name_is_used() -> None:
-    """``import fsm_core`` is cheap (a CLI run pays only for what it uses); the TYPE_CHECKING
-    imports in ``fsm_core/__init__.py`` show mypy the same names."""
+    """``import fsm_core`` is cheap, and a name's first use loads its own module and what that
+    module imports anyway (the runtime: the tables and the host), nothing else."""
     import subprocess
     import sys
 
     probe = (
         "import sys, fsm_core\n"
-        "print(sorted(m for m in sys.modules if m.startswith('fsm_core.') and '._' not in m))\n"
+        "loaded = lambda: [m[9:] for m in sorted(sys.modules) if m.startswith('fsm_core.')"
+        " and '._' not in m]\n"
+        "print(loaded())\n"
+        "fsm_core.load_spec\n"
+        "print(loaded())\n"
         "fsm_core.Runtime\n"
-        "print('fsm_core.runtime' in sys.modules, 'asyncio' in sys.modules)\n"
+        "print(loaded(), 'asyncio' in sys.modules)\n"
+        "fsm_core.spec_to_json\n"
+        "print(loaded())\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.splitlines() == ["[]", "True True"]
+    assert done.stdout.splitlines() == [
+        "[]",
+        "['table']",
+        "['host', 'runtime', 'table'] True",
+        "['export', 'host', 'runtime', 'table']",
+    ]
+
+
+def test_mypy_is_shown_the_names_the_package_exports_at_run_time() -> None:
+    """The ``TYPE_CHECKING`` imports in ``fsm_core/__init__.py`` star-import each part exported
+    whole and name the names picked from the others, so mypy sees exactly ``__all__``."""
+    tree = ast.parse((ROOT / "fsm_core" / "__init__.py").read_text(encoding="utf-8"))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING"
+    )
+    shown: dict[str, set[str] | None] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module is not None, ast.unparse(node)
+        if [alias.name for alias in node.names] == ["*"]:
+            shown[node.module] = None
+        else:
+            assert all(alias.asname == alias.name for alias in node.names), ast.unparse(node)
+            names = shown.setdefault(node.module, set())
+            assert names is not None
+            names.update(alias.name for alias in node.names)
+    parts = fsm_core._PARTS
+    assert shown == {m: None if names is None else set(names) for m, names in parts.items()}
 
 
 def test_the_submodules_import_fsm_core_always_bound_are_still_attributes() -> None:
