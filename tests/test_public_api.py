@@ -8,9 +8,13 @@ examples import only public modules.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import importlib
 import re
+import sys
 import types
+import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,3 +178,110 @@ def test_docs_and_examples_import_only_public_modules(doc: str) -> None:
 def test_errors_share_one_root() -> None:
     for name in ("SpecError", "TransitionError", "NotEnabled", "Rejected", "UsageError"):
         assert issubclass(getattr(fsm_core, name), fsm_core.FsmError)
+
+
+NOT_BUILT_BY_USERS: dict[str, str] = {
+    "Activation": "Subagents.spawn builds it around the child agent",
+    "Agent": "Runtime.create_agent builds it behind its AgentHandle",
+    "AgentHandle": "Runtime.create_agent returns it",
+    "Machine": "load_table and load_spec compile it from a table",
+}
+"""Exported classes whose constructor takes internal parts, so it is no public signature: the
+package builds them; you get one back."""
+
+INTERNAL_IN_PUBLIC: dict[str, str] = {
+    "fsm_core.table._machine.CompiledRow": "Machine's interpreter seam (select, lookup, "
+    "execute, run_effects, enabled), shared by the host, the checker and the vector tools",
+    "Perform (an alias)": "the effect callback of that seam (execute, run_effects)",
+    "fsm_core.table._machine.Refused": "Machine.lookup's refusal marker, of the same seam",
+    "Evaluator (an alias)": "WiredCall.args, WiredAwait's guard: compiled expressions the runtime "
+    "and the checker call; WiredCall.arguments() and keywords() are the public reading",
+    "Expr (an alias)": "WiredCall.arg_exprs, WiredAwait's parsed expressions, which export and "
+    "diagrams read; arg_text is the public reading",
+    "fsm_core.table._expr.*": "the node classes of Expr",
+    "Refused (an alias)": "WiredCall.refused, Literal['never', 'caller']: exporting it wants a "
+    "name apart from Machine.lookup's Refused and the Rejected error",
+    "fsm_core.table._limits.Limits": "load_table's limits, which the checker passes from a model",
+}
+"""Internal types (``*``: a pattern) that public signatures still show, each with who reads
+them: candidates to hide behind a leading underscore rather than to export."""
+
+
+def _annotated(owner: object) -> Iterator[tuple[str, object, dict[str, object]]]:
+    """Each public signature ``owner`` has: (where, the annotated object, its annotations)."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if not klass.__module__.startswith("fsm_core"):
+                continue
+            fields = vars(klass).get("__annotations__", {})
+            yield owner.__qualname__, klass, {k: v for k, v in fields.items() if k[0] != "_"}
+            for name, attr in vars(klass).items():
+                if name == "__init__" and owner.__name__ in NOT_BUILT_BY_USERS:
+                    continue
+                if name.startswith("_") and not name.endswith("__"):
+                    continue
+                function = attr.fget if isinstance(attr, property) else attr
+                function = getattr(function, "__func__", function)  # classmethod, staticmethod
+                if isinstance(function, types.FunctionType):
+                    where = f"{owner.__qualname__}.{name}"
+                    yield where, function, dict(function.__annotations__)
+    elif isinstance(owner, types.FunctionType):
+        yield owner.__qualname__, owner, dict(owner.__annotations__)
+
+
+def _internal_types_in(
+    annotated: object, annotations: dict[str, object], public: set[int], aliases: dict[int, str]
+) -> set[str]:
+    """The fsm_core types the annotations name that no public module exports: the classes
+    ``typing.get_type_hints`` resolves them to, and (which it would expand away) the aliases
+    each name in them refers to."""
+    namespace = vars(sys.modules[getattr(annotated, "__module__", "")])
+    exported = {name: getattr(fsm_core, name) for name in PACKAGE.__all__}  # TYPE_CHECKING imports
+    found: set[str] = set()
+    try:
+        hints = typing.get_type_hints(annotated, localns=exported)
+    except (NameError, TypeError):  # a typeshed-only name (StrPath), a recursive alias (JSON)
+        hints = {}
+    stack = [hints[name] for name in annotations if name in hints]
+    while stack:
+        hint = stack.pop()
+        stack.extend(hint if isinstance(hint, list) else typing.get_args(hint))  # Callable[[...]
+        module = getattr(hint, "__module__", "")
+        if isinstance(hint, type) and module.startswith("fsm_core") and id(hint) not in public:
+            found.add(f"{module}.{hint.__qualname__}")
+    for text in annotations.values():
+        if not isinstance(text, str):
+            continue
+        for node in ast.walk(ast.parse(f"[{text}]", mode="eval")):  # [...]: `*Fields` parses
+            if isinstance(node, ast.Name):
+                value = namespace.get(node.id, exported.get(node.id))
+                if id(value) in aliases and id(value) not in public:
+                    found.add(aliases[id(value)])
+    return found
+
+
+def test_public_signatures_name_only_exported_types() -> None:
+    """What a public function takes and returns, and a public class's fields, are types you can
+    import from a public module, so you can annotate what you pass and what you get back."""
+    modules = [fsm_core, *(importlib.import_module(name) for name in PUBLIC_MODULES)]
+    public = {id(getattr(module, name)) for module in modules for name in module.__all__}
+    aliases = {  # every alias an fsm_core module binds (bool | int | str, Literal[...], ...)
+        id(value): f"{alias} (an alias)"  # bound in several modules; named as written
+        for name, module in list(sys.modules.items())
+        if name.startswith("fsm_core")
+        for alias, value in vars(module).items()
+        if typing.get_origin(value) is not None or isinstance(value, types.UnionType)
+    }
+    leaks: dict[str, set[str]] = {}
+    for module in modules:
+        for name in module.__all__:
+            for where, annotated, hints in _annotated(getattr(module, name)):
+                for leaked in _internal_types_in(annotated, hints, public, aliases):
+                    leaks.setdefault(leaked, set()).add(where)
+    unexplained = {leaked: sorted(wheres) for leaked, wheres in leaks.items()}
+    for pattern in INTERNAL_IN_PUBLIC:
+        explained = fnmatch.filter(unexplained, pattern)
+        assert explained, f"{pattern} no longer leaks: drop it from INTERNAL_IN_PUBLIC"
+        for leaked in explained:
+            del unexplained[leaked]
+    assert unexplained == {}

@@ -34,22 +34,27 @@ The tools built on the checker (bench, mutants, vectors, stories) are in :mod:`f
 """
 
 from fsm_core.check._check import Backend, Report, check
+from fsm_core.check._config import Kind, Verdict
 from fsm_core.check._explore import Progress, Result, Violation
 from fsm_core.check._modelfile import Expectation, Model, load_model, load_models
 from fsm_core.check._moves import Move
-from fsm_core.check._property import DEADLOCK, QUIESCENCE, Property
+from fsm_core.check._property import DEADLOCK, QUIESCENCE, Predicate, Property, PropertyKind
 
 __all__ = [
     "DEADLOCK",
     "QUIESCENCE",
     "Backend",
     "Expectation",
+    "Kind",
     "Model",
     "Move",
+    "Predicate",
     "Progress",
     "Property",
+    "PropertyKind",
     "Report",
     "Result",
+    "Verdict",
     "Violation",
     "check",
     "load_model",

@@ -16,7 +16,9 @@ from fsm_core.table import Machine, Wiring
 __all__ = ["Expectation", "Kind", "Model", "Verdict"]
 
 Kind = Literal["table", "agent", "activation-tree"]
+"""What a model explores: one table, an agent with its parts, or a tree of activations."""
 Verdict = Literal["ok", "violation"]
+"""What a check found: every property holds in every reachable state, or one fails."""
 
 
 @dataclass(frozen=True, slots=True)

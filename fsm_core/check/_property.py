@@ -30,8 +30,11 @@ PropertyKind = Literal[
     "eventually",
     "deadlock-free",
 ]
+"""How a property is decided; :class:`Property` says what each kind means."""
 
 Predicate = Callable[[Sequence[Any], Notice | None], bool]
+"""``predicate(state, at)``: True iff a property holds in ``state`` (``at``: the notifying
+effect just taken, a ``(name, arguments)`` pair, or None)."""
 
 DEADLOCK = "deadlock"
 """The property name of a state with no successor that is not quiescent."""

@@ -43,7 +43,9 @@ class EventBus:
     def __init__(self) -> None:
         self._listeners: dict[str, list[Listener]] = {}
 
-    def on(self, name: str, listener: Listener) -> Callable[[], None]:
+    def on(self, name: str, listener: Callable[..., object]) -> Callable[[], None]:
+        """Call ``listener`` at each ``name``: ``listener(payload)`` for a notification,
+        ``await listener(payload, next)`` for a waterfall. Returns a disposer."""
         self._listeners.setdefault(name, []).append(listener)
 
         def dispose() -> None:

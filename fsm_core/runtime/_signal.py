@@ -55,7 +55,7 @@ class AbortSignal:
         """The detached frozen reason, or None while the signal is live."""
         return self._reason
 
-    def add_listener(self, listener: AbortListener) -> Callable[[], None]:
+    def add_listener(self, listener: Callable[[AbortSignal], object]) -> Callable[[], None]:
         """Call ``listener(signal)`` synchronously when the signal aborts; returns a disposer.
 
         A listener added after the abort is not called. Exceptions a listener raises are

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fsm_core._errors import SpecError, echo
 from fsm_core._paths import specs_dir
+from fsm_core.table._expr import Value
 from fsm_core.table._load import _exists, load_clauses, load_table
 from fsm_core.table._machine import Effect, Machine, State, Step
 from fsm_core.table._table import Clause
@@ -27,6 +28,7 @@ __all__ = [
     "Spec",
     "State",
     "Step",
+    "Value",
     "WiredAwait",
     "WiredCall",
     "Wiring",
