@@ -285,3 +285,26 @@ def test_public_signatures_name_only_exported_types() -> None:
         for leaked in explained:
             del unexplained[leaked]
     assert unexplained == {}
+
+
+OPEN_CLASSES: dict[str, str] = {
+    "FsmError": "the root error: fsm_core's errors subclass it, and you catch it",
+    "TransitionError": "NotEnabled and Rejected subclass it; you catch either with it",
+    "SubagentError": "ActivationTeardownFailed subclasses it; you catch either with it",
+    "ModelAdapter": "a Protocol: you implement it (subclassing it is one way)",
+    "Tool": "a Protocol: you implement it (subclassing it is one way)",
+}
+"""The exported classes meant to be subclassed, and why. Every other one is ``@final``: mypy
+refuses a subclass (there is no run-time refusal; see the README's public API section)."""
+
+
+def test_every_exported_class_is_final_unless_meant_for_subclassing() -> None:
+    modules = [fsm_core, *(importlib.import_module(name) for name in PUBLIC_MODULES)]
+    classes = {
+        value
+        for module in modules
+        for value in (getattr(module, name) for name in module.__all__)
+        if isinstance(value, type)
+    }
+    open_ = sorted(c.__name__ for c in classes if not getattr(c, "__final__", False))
+    assert open_ == sorted(OPEN_CLASSES)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, final
 
 from fsm_core.table import Machine, Wiring
 
@@ -21,6 +21,7 @@ Verdict = Literal["ok", "violation"]
 """What a check found: every property holds in every reachable state, or one fails."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Expectation:
     """The result a model recorded: a test and ``fsm-core check`` compare against it."""
@@ -35,6 +36,7 @@ class Expectation:
     that cannot reach them by construction); any other untaken row is a finding."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Model:
     """A loaded model file, with its table compiled at the model's scale."""

@@ -855,6 +855,7 @@ _HANDLERS: Mapping[str, str] = {
 up on the core when performed (a test may replace one on an instance)."""
 
 
+@final
 class AgentHandle:
     """Owns one agent's lifetime. ``dispose()`` is memoized: racing callers await one teardown."""
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, TypeVarTuple
+from typing import TypeVar, TypeVarTuple, final
 
 __all__ = ["EventBus"]
 
@@ -37,6 +37,7 @@ Listener = Callable[..., object]
 Next = Callable[[P], Awaitable[R]]
 
 
+@final
 class EventBus:
     """Listeners by event name. ``on`` returns a disposer."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import final
 
 from fsm_core.runtime._causes import Interruption, detach
 
@@ -28,6 +29,7 @@ log = logging.getLogger("fsm_core.runtime")
 AbortListener = Callable[["AbortSignal"], object]
 
 
+@final
 class Aborted(Exception):
     """Raised by cooperating work when its signal is aborted; carries the signal's reason."""
 
@@ -36,6 +38,7 @@ class Aborted(Exception):
         self.reason = reason
 
 
+@final
 class AbortSignal:
     """The read side: whether the turn was aborted, why, and a way to wait for it."""
 
@@ -106,6 +109,7 @@ class AbortSignal:
         return f"<AbortSignal {state}>"
 
 
+@final
 class AbortController:
     """The write side, owned by exactly one holder."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import final
 
 from fsm_core._errors import SpecError, echo
 from fsm_core._paths import specs_dir
@@ -45,6 +46,7 @@ _NOT_TABLES = frozenset({_CLAUSES_FILE, _WIRING_FILE})
 """The files of a specs directory that are no table."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Spec:
     """Every table of a specs directory, compiled, with the clause catalogue they cite and
