@@ -108,7 +108,7 @@ class Rejected(TransitionError):
 
 @final
 class UsageError(FsmError):
-    """The runtime refused a call at the door, before anything changed.
+    """The runtime refused a call on entry, before anything changed.
 
     A message that is not a :class:`~fsm_core.UserMessage` of strings, an id that is already
     pending, a waking send with no running event loop, a session another agent owns, an agent

@@ -294,8 +294,8 @@ OPEN_CLASSES: dict[str, str] = {
     "ModelAdapter": "a Protocol: you implement it (subclassing it is one way)",
     "Tool": "a Protocol: you implement it (subclassing it is one way)",
 }
-"""The exported classes meant to be subclassed, and why. Every other one is ``@final``: mypy
-refuses a subclass (there is no run-time refusal; see the README's public API section)."""
+"""The exported classes meant to be subclassed, and why. Every other one is ``@final``, which
+mypy enforces; nothing refuses a subclass at run time (README, "The public face")."""
 
 
 def test_every_exported_class_is_final_unless_meant_for_subclassing() -> None:

@@ -26,7 +26,8 @@ Where things are:
   of; :mod:`._check` runs a model and picks the backend; :mod:`._modelfile` and :mod:`._config`
   read ``models/*.toml``; :mod:`._report` renders a report;
 - :mod:`._system` wires a model to what explores it: a table model's generated successor
-  function (:mod:`fsm_core.table._codegen`, shared with the runtime's host), or a composition;
+  function (:mod:`fsm_core.table._codegen`, shared with :class:`~fsm_core.HostedMachine`), or
+  a composition;
 - :mod:`._composed`: the agent and activation-tree compositions, interpreted and compiled;
 - :mod:`._vector`: the NumPy backend for table models.
 

@@ -53,7 +53,7 @@ class Model:
     width: int = 0
     failures: int = 0
     door: Machine | None = None
-    """An ``activation-tree`` model's registry door (its ``[tree] door`` table)."""
+    """An ``activation-tree`` model's door: the registry's admission table (``[tree] door``)."""
     wiring: Wiring | None = None
     """An ``activation-tree`` model's connections (its ``[tree] wiring``)."""
     agent: Machine | None = None

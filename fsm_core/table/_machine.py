@@ -337,7 +337,7 @@ class Machine:
         args: Sequence[Value],
         perform: Perform,
     ) -> None:
-        """Run only ``row``'s effects in place, for a host that moves the state itself."""
+        """Run only ``row``'s effects in place, for a hosted machine that moves the state itself."""
         _run(row.ops, store, args, perform)
 
     def format_state(self, state: Sequence[Value]) -> str:
