@@ -148,14 +148,14 @@ def _raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
-def _check_literals(table: Machine) -> None:
+def _check_literals(machine: Machine) -> None:
     """Raise :class:`FsmError` unless the runtime's literal types are the table's.
 
     ``Phase``, ``Lane`` and ``Status`` type what the runtime reads back from the table; a table
     that renamed a state or a value would otherwise reach the runtime as a string its types
     say cannot occur.
     """
-    spec = table.table
+    spec = machine.table
 
     def values(name: str) -> Sequence[Value]:
         return spec.types[name].values if name in spec.types else ()
@@ -177,16 +177,16 @@ _CHECKED: weakref.WeakSet[Machine] = weakref.WeakSet()
 """The compiled tables :func:`_check_table` has accepted; each is checked once."""
 
 
-def _check_table(table: Machine) -> None:
+def _check_table(machine: Machine) -> None:
     """Raise :class:`FsmError` unless the runtime performs exactly the table's effects and
     reads back its literal types (checked once per compiled table)."""
-    if table in _CHECKED:
+    if machine in _CHECKED:
         return
-    missing = set(table.table.effects) ^ set(_HANDLERS)
+    missing = set(machine.table.effects) ^ set(_HANDLERS)
     if missing:
         raise FsmError(f"the runtime and specs/agent.toml disagree on effects: {sorted(missing)}")
-    _check_literals(table)
-    _CHECKED.add(table)
+    _check_literals(machine)
+    _CHECKED.add(machine)
 
 
 class Seams(Protocol):
@@ -216,7 +216,7 @@ class AgentCore:
     def __init__(
         self,
         agent_id: str,
-        table: Machine,
+        machine: Machine,
         session: Session,
         *,
         seams: Seams,
@@ -234,8 +234,8 @@ class AgentCore:
         self.inbox = Inbox(self._remove)
         self._history = History()
         """What each request says, folded from the session as it grows."""
-        self.control = HostedMachine(table, perform=self._perform)
-        _check_table(table)
+        self.control = HostedMachine(machine, perform=self._perform)
+        _check_table(machine)
         # Invariant: _controller is set iff the table's holder is live or aborted.
         self._controller: AbortController | None = None
         self._status: Status = "idle"

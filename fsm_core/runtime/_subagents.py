@@ -229,7 +229,7 @@ class Subagents:
 
     def __init__(
         self,
-        table: Machine,
+        machine: Machine,
         door: Machine,
         wiring: Wiring,
         *,
@@ -238,11 +238,11 @@ class Subagents:
         host_agent: Callable[[str], Agent | None],
         in_use: Callable[[str], bool],
     ) -> None:
-        self._table = table
-        missing = set(table.table.effects) ^ self._EFFECTS
+        self._table = machine
+        missing = set(machine.table.effects) ^ self._EFFECTS
         if missing:
             raise FsmError(
-                f"the runtime and {table.table.file} disagree on effects: {sorted(missing)}"
+                f"the runtime and {machine.table.file} disagree on effects: {sorted(missing)}"
             )
         missing = set(door.table.effects) ^ self._DOOR_EFFECTS
         if missing:
