@@ -9,356 +9,81 @@ on a state and read the next state and the ordered effects::
     step = agent.fire(agent.initial, "cancel", cause="user", keep_inbox=False)
     assert step.row == "cancel.noop" and step.effects == ()   # idle cancel: nothing at all
 
-Every public name is exported here. The packages behind them: :mod:`fsm_core.table` (load,
-validate, compile and interpret the tables), :mod:`fsm_core.host` (a table hosted in a
-``transitions`` machine), :mod:`fsm_core.runtime` (the asyncio reference runtime),
-:mod:`fsm_core.check` (the model checker and its models), :mod:`fsm_core.export` and
-:mod:`fsm_core.diagrams` (what ports and readers consume), :mod:`fsm_core.testing` (scripted
-models, tools and gates for tests).
+Every public name is exported here (``_PARTS`` below says from where). The packages behind
+them: :mod:`fsm_core.table` (load, validate, compile and interpret the tables),
+:mod:`fsm_core.host` (a table hosted in a ``transitions`` machine), :mod:`fsm_core.runtime`
+(the asyncio reference runtime), :mod:`fsm_core.check` (the model checker and its models),
+:mod:`fsm_core.export` and :mod:`fsm_core.diagrams` (what ports and readers consume),
+:mod:`fsm_core.testing` (scripted models, tools and gates for tests).
 """
 
 import importlib
 import typing
 
-from fsm_core._errors import (
-    FsmError,
-    NotEnabled,
-    Rejected,
-    SpecError,
-    TransitionError,
-    UsageError,
-)
+from fsm_core import _errors
+from fsm_core._errors import *  # noqa: F403 (its __all__: the errors, each of them public)
 
-if typing.TYPE_CHECKING:  # what mypy and readers see; at run time, __getattr__ below
-    from fsm_core.diagrams import check_diagrams, default_out_dir, render_diagrams, write_diagrams
-    from fsm_core.export import spec_to_json, spec_to_text
-    from fsm_core.host import HostedMachine
-    from fsm_core.runtime import (
-        DISPOSED,
-        ERROR_CODES,
-        EVENT_SHAPES,
-        OUTCOME_KINDS,
-        PARENT,
-        USER,
-        AbortController,
-        Aborted,
-        AbortSignal,
-        Activation,
-        ActivationSettled,
-        ActivationTeardownFailed,
-        Agent,
-        AgentCancelCause,
-        AgentHandle,
-        AgentRegistry,
-        AssembleContext,
-        AssistantMessageRecorded,
-        CancelRequested,
-        DisposalEnded,
-        DisposalStarted,
-        Disposed,
-        ErrorCode,
-        EventBus,
-        EventType,
-        Finish,
-        Flush,
-        HookDecision,
-        HookResult,
-        Hooks,
-        Inbox,
-        Interruption,
-        Lane,
-        MessageDiscarded,
-        MessageInserted,
-        MessagesClaimed,
-        ModelAdapter,
-        OutcomeKind,
-        ParentCause,
-        Phase,
-        PreStep,
-        Reply,
-        Request,
-        RequestError,
-        RunHookOptions,
-        Runtime,
-        Session,
-        SessionError,
-        SessionEvent,
-        Status,
-        StatusChanged,
-        StepBoundary,
-        SubagentCode,
-        SubagentError,
-        SubagentResult,
-        Subagents,
-        SubagentSpec,
-        TeardownFailure,
-        Terminal,
-        Tool,
-        ToolApproval,
-        ToolCall,
-        TurnEnded,
-        TurnFailed,
-        TurnStarted,
-        TurnStopping,
-        UserCause,
-        UserMessage,
-        UserMessageRecorded,
-        initiating_agent,
-        run_hook,
-    )
-    from fsm_core.table import (
-        Clause,
-        Effect,
-        Machine,
-        Spec,
-        State,
-        Step,
-        WiredAwait,
-        WiredCall,
-        Wiring,
-        load_clauses,
-        load_spec,
-        load_table,
-        load_wiring,
-    )
+if typing.TYPE_CHECKING:  # what mypy sees; at run time, __getattr__ below
+    from fsm_core.diagrams import *  # noqa: F403
+    from fsm_core.export import spec_to_json as spec_to_json
+    from fsm_core.export import spec_to_text as spec_to_text
+    from fsm_core.host import *  # noqa: F403
+    from fsm_core.runtime import *  # noqa: F403
+    from fsm_core.table import *  # noqa: F403
 
-_LAZY: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "check_diagrams",
-            "default_out_dir",
-            "render_diagrams",
-            "write_diagrams",
-        ),
-        "fsm_core.diagrams",
-    ),
-    **dict.fromkeys(
-        (
-            "spec_to_json",
-            "spec_to_text",
-        ),
-        "fsm_core.export",
-    ),
-    **dict.fromkeys(
-        ("HostedMachine",),
-        "fsm_core.host",
-    ),
-    **dict.fromkeys(
-        (
-            "DISPOSED",
-            "ERROR_CODES",
-            "EVENT_SHAPES",
-            "OUTCOME_KINDS",
-            "PARENT",
-            "USER",
-            "AbortController",
-            "Aborted",
-            "AbortSignal",
-            "Activation",
-            "ActivationSettled",
-            "ActivationTeardownFailed",
-            "Agent",
-            "AgentCancelCause",
-            "AgentHandle",
-            "AgentRegistry",
-            "AssembleContext",
-            "AssistantMessageRecorded",
-            "CancelRequested",
-            "DisposalEnded",
-            "DisposalStarted",
-            "Disposed",
-            "ErrorCode",
-            "EventBus",
-            "EventType",
-            "Finish",
-            "Flush",
-            "HookDecision",
-            "HookResult",
-            "Hooks",
-            "Inbox",
-            "Interruption",
-            "Lane",
-            "MessageDiscarded",
-            "MessageInserted",
-            "MessagesClaimed",
-            "ModelAdapter",
-            "OutcomeKind",
-            "ParentCause",
-            "Phase",
-            "PreStep",
-            "Reply",
-            "Request",
-            "RequestError",
-            "RunHookOptions",
-            "Runtime",
-            "Session",
-            "SessionError",
-            "SessionEvent",
-            "Status",
-            "StatusChanged",
-            "StepBoundary",
-            "SubagentCode",
-            "SubagentError",
-            "SubagentResult",
-            "Subagents",
-            "SubagentSpec",
-            "TeardownFailure",
-            "Terminal",
-            "Tool",
-            "ToolApproval",
-            "ToolCall",
-            "TurnEnded",
-            "TurnFailed",
-            "TurnStarted",
-            "TurnStopping",
-            "UserCause",
-            "UserMessage",
-            "UserMessageRecorded",
-            "initiating_agent",
-            "run_hook",
-        ),
-        "fsm_core.runtime",
-    ),
-    **dict.fromkeys(
-        (
-            "Clause",
-            "Effect",
-            "Machine",
-            "Spec",
-            "State",
-            "Step",
-            "WiredAwait",
-            "WiredCall",
-            "Wiring",
-            "load_clauses",
-            "load_spec",
-            "load_table",
-            "load_wiring",
-        ),
-        "fsm_core.table",
-    ),
+_PARTS: dict[str, tuple[str, ...] | None] = {
+    "fsm_core.table": None,
+    "fsm_core.export": ("spec_to_json", "spec_to_text"),
+    "fsm_core.host": None,
+    "fsm_core.runtime": None,
+    "fsm_core.diagrams": None,
 }
-"""Each public name a submodule defines, and that submodule: imported on first use (PEP 562),
-so ``import fsm_core`` (and a CLI run that needs only the tables) does not load the runtime,
-asyncio, the checker or graphviz."""
+"""The public modules whose names fsm_core exports: the whole of a module's ``__all__`` (None),
+or the names given (export's others describe the export file, not the package). So each public
+name is listed once, in the ``__all__`` of the module that makes it public (the errors: in
+``fsm_core._errors``); the imports above show mypy the same names (a test compares them).
 
+A name is imported on first use (PEP 562), so ``import fsm_core`` loads none of these modules
+and ``fsm_core.load_spec`` loads only the tables. A first use imports the modules exported whole,
+in this order, until one has the name. Each of them imports the ones before it anyway (the
+runtime: table and host), so a name costs only its own module, but for :mod:`fsm_core.diagrams`
+(last: it alone loads graphviz), whose names load the runtime as well. A name that is in none of
+them imports them all before it fails; a name starting with ``_`` imports nothing."""
 
-_SUBMODULES = {module.rpartition(".")[2]: module for module in _LAZY.values()}
+_SUBMODULES = {part.rpartition(".")[2]: part for part in _PARTS}
 """The submodules the package imported when it was not lazy, so ``fsm_core.table`` (which
 mypy accepts after ``import fsm_core``) is still an attribute: imported on first use."""
 
 
-def __getattr__(name: str) -> object:
-    if name in _SUBMODULES:
-        return importlib.import_module(_SUBMODULES[name])  # which binds it here
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fsm_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
+def _names(part: str) -> tuple[str, ...]:
+    """The names fsm_core exports from ``part``, importing it only if it exports all."""
+    picked = _PARTS[part]
+    if picked is None:
+        return tuple(importlib.import_module(part).__all__)
+    return picked
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_SUBMODULES})
+def _all() -> list[str]:
+    """Every public name: what ``__all__`` is, computed on first use (it imports every part)."""
+    return sorted({*_errors.__all__, *(name for part in _PARTS for name in _names(part))})
 
 
-__all__ = [
-    "DISPOSED",
-    "ERROR_CODES",
-    "EVENT_SHAPES",
-    "OUTCOME_KINDS",
-    "PARENT",
-    "USER",
-    "AbortController",
-    "AbortSignal",
-    "Aborted",
-    "Activation",
-    "ActivationSettled",
-    "ActivationTeardownFailed",
-    "Agent",
-    "AgentCancelCause",
-    "AgentHandle",
-    "AgentRegistry",
-    "AssembleContext",
-    "AssistantMessageRecorded",
-    "CancelRequested",
-    "Clause",
-    "DisposalEnded",
-    "DisposalStarted",
-    "Disposed",
-    "Effect",
-    "ErrorCode",
-    "EventBus",
-    "EventType",
-    "Finish",
-    "Flush",
-    "FsmError",
-    "HookDecision",
-    "HookResult",
-    "Hooks",
-    "HostedMachine",
-    "Inbox",
-    "Interruption",
-    "Lane",
-    "Machine",
-    "MessageDiscarded",
-    "MessageInserted",
-    "MessagesClaimed",
-    "ModelAdapter",
-    "NotEnabled",
-    "OutcomeKind",
-    "ParentCause",
-    "Phase",
-    "PreStep",
-    "Rejected",
-    "Reply",
-    "Request",
-    "RequestError",
-    "RunHookOptions",
-    "Runtime",
-    "Session",
-    "SessionError",
-    "SessionEvent",
-    "Spec",
-    "SpecError",
-    "State",
-    "Status",
-    "StatusChanged",
-    "Step",
-    "StepBoundary",
-    "SubagentCode",
-    "SubagentError",
-    "SubagentResult",
-    "SubagentSpec",
-    "Subagents",
-    "TeardownFailure",
-    "Terminal",
-    "Tool",
-    "ToolApproval",
-    "ToolCall",
-    "TransitionError",
-    "TurnEnded",
-    "TurnFailed",
-    "TurnStarted",
-    "TurnStopping",
-    "UsageError",
-    "UserCause",
-    "UserMessage",
-    "UserMessageRecorded",
-    "WiredAwait",
-    "WiredCall",
-    "Wiring",
-    "check_diagrams",
-    "default_out_dir",
-    "initiating_agent",
-    "load_clauses",
-    "load_spec",
-    "load_table",
-    "load_wiring",
-    "render_diagrams",
-    "run_hook",
-    "spec_to_json",
-    "spec_to_text",
-    "write_diagrams",
-]
+if not typing.TYPE_CHECKING:  # mypy sees the imports above, and refuses a name not among them
+
+    def __getattr__(name: str) -> object:
+        if name in _SUBMODULES:
+            return importlib.import_module(_SUBMODULES[name])  # which binds it here
+        if name == "__all__":
+            value = _all()
+        elif name.startswith("_"):  # no public name does: dunder probes import nothing
+            raise AttributeError(f"module 'fsm_core' has no attribute {name!r}")
+        else:
+            part = next((part for part in _PARTS if name in _names(part)), None)
+            if part is None:
+                raise AttributeError(f"module 'fsm_core' has no attribute {name!r}")
+            value = getattr(importlib.import_module(part), name)
+        globals()[name] = value  # once: later lookups do not come here
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_all(), *_SUBMODULES})

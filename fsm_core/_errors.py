@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import reprlib
 from collections.abc import Iterable
+from typing import final
 
 __all__ = ["FsmError", "NotEnabled", "Rejected", "SpecError", "TransitionError", "UsageError"]
 
@@ -66,6 +67,7 @@ class FsmError(Exception):
     """Root of every error fsm_core raises on purpose."""
 
 
+@final
 class SpecError(FsmError):
     """A table (or model file) is malformed; nothing of it was loaded.
 
@@ -86,6 +88,7 @@ class TransitionError(FsmError):
     """An event could not be applied to a machine's current state."""
 
 
+@final
 class NotEnabled(TransitionError):
     """No row of the table is enabled for this event, state and arguments.
 
@@ -94,6 +97,7 @@ class NotEnabled(TransitionError):
     """
 
 
+@final
 class Rejected(TransitionError):
     """The table refuses this event here on purpose (a ``reject`` row or a rejected pair).
 
@@ -102,8 +106,9 @@ class Rejected(TransitionError):
     """
 
 
+@final
 class UsageError(FsmError):
-    """The runtime refused a call at the door, before anything changed.
+    """The runtime refused a call on entry, before anything changed.
 
     A message that is not a :class:`~fsm_core.UserMessage` of strings, an id that is already
     pending, a waking send with no running event loop, a session another agent owns, an agent

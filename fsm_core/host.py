@@ -16,15 +16,15 @@ an agent fires goes through here and the interpreter's closures cost several tim
 You introspect it as you would a ``transitions`` model: ``hosted.state``,
 ``hosted.get_triggers("idle")``, ``hosted.may_trigger("cancel", cause="user", keep_inbox=False)``.
 Those answers come from one ``transitions.Machine`` per compiled table, built on first use and
-shared by every host of that table (``transitions`` keeps no per-model state of its own: each
-host passes itself as the model), so an agent that is never introspected costs no
-``transitions`` objects, and a thousand agents of one table share one set.
+shared by every hosted machine of that table (``transitions`` keeps no per-model state of its
+own: each hosted machine passes itself as the model), so an agent that is never introspected
+costs no ``transitions`` objects, and a thousand agents of one table share one set.
 
 How a table becomes a ``transitions`` machine:
 
 - one transition per (row, source state), added in table order, so ``transitions`` tries them in
   the order :meth:`Machine.select` does. Its one condition is the row's compiled guard, evaluated
-  on the host's live store and the event's keyword arguments;
+  on the hosted machine's live store and the event's keyword arguments;
 - a row with a target gets ``dest=row.target``; a row that stays is an internal transition
   (``dest=None``): ``transitions`` neither touches the state nor runs exit/enter callbacks;
 - the ``after`` callback runs the row's effects, in order, on the live store (``transitions``
@@ -32,8 +32,8 @@ How a table becomes a ``transitions`` machine:
 - a ``reject`` row raises :class:`Rejected` with its reason from its ``before`` callback;
 - an ``[[ignored]]`` pair is an internal transition with no condition and no callbacks;
 - an ``[[rejected]]`` pair gets no transition: to ``transitions`` the event is not a trigger of
-  that state (``get_triggers`` leaves it out), and the host raises ``Rejected`` with the table's
-  reason;
+  that state (``get_triggers`` leaves it out), and the hosted machine raises ``Rejected`` with
+  the table's reason;
 - a handled pair where no condition passes raises :class:`NotEnabled` with the interpreter's
   message.
 
@@ -88,9 +88,9 @@ class _Guard:
         self._row = row
 
     def __call__(self, data: EventData) -> bool:
-        host = data.model
-        assert isinstance(host, HostedMachine)
-        return bool(self._row.guard(host._store, host._arguments(self._row.row.event, data)))
+        hosted = data.model
+        assert isinstance(hosted, HostedMachine)
+        return bool(self._row.guard(hosted._store, hosted._arguments(self._row.row.event, data)))
 
     def __repr__(self) -> str:
         return f"<guard of {self._row.row.id}: {self._row.row.guard_text or 'true'}>"
@@ -106,10 +106,10 @@ class _Effects:
         self._row = row
 
     def __call__(self, data: EventData) -> None:
-        host = data.model
-        assert isinstance(host, HostedMachine)
-        args = host._arguments(self._row.row.event, data)
-        host.spec.run_effects(self._row, host._store, args, host._performer(self._row))
+        hosted = data.model
+        assert isinstance(hosted, HostedMachine)
+        args = hosted._arguments(self._row.row.event, data)
+        hosted.spec.run_effects(self._row, hosted._store, args, hosted._performer(self._row))
 
     def __repr__(self) -> str:
         return f"<effects of {self._row.row.id}>"
@@ -140,9 +140,9 @@ _Test = Callable[[Sequence[Value]], str | None]
 
 @final
 class _Code:
-    """One table's generated code, shared by its hosts: every row, every effect performed (a
-    row stops at each effect so the host performs it, then resumes it), and the named
-    definitions as they are asked for."""
+    """One table's generated code, shared by its hosted machines: every row, every effect
+    performed (a row stops at each effect so the hosted machine performs it, then resumes it),
+    and the named definitions as they are asked for."""
 
     __slots__ = ("rows", "spec", "tests")
 
@@ -154,7 +154,7 @@ class _Code:
     def test(self, definition: str) -> _Test:
         """The generated test of ``definition``; KeyError if the table defines no such name."""
         expr = self.spec.table.defs[definition].expr
-        # The generated code reads positions only, so a host's list store will do.
+        # The generated code reads positions only, so a hosted machine's list store will do.
         test = cast(_Test, compile_predicates(self.spec, {definition: expr}))
         self.tests[definition] = test
         return test
@@ -166,8 +166,8 @@ _CODE: weakref.WeakKeyDictionary[Machine, _Code] = weakref.WeakKeyDictionary()
 
 _EFFECTS: dict[tuple[str, tuple[Value, ...]], Effect] = {}
 """One :class:`Effect` per name and arguments: effects are immutable values, and a row's
-effects take few distinct arguments, so hosts hand out the same objects instead of building
-one per effect performed."""
+effects take few distinct arguments, so hosted machines hand out the same objects instead of
+building one per effect performed."""
 
 _EFFECTS_KEPT = 1 << 12
 
@@ -182,12 +182,12 @@ def _effect(key: tuple[str, tuple[Value, ...]]) -> Effect:
 
 
 def _transitions_of(spec: Machine) -> TransitionsMachine:
-    """The ``transitions`` machine of ``spec``, shared by every host of that table."""
+    """The ``transitions`` machine of ``spec``, shared by every hosted machine of that table."""
     machine = _SHARED.get(spec)
     if machine is not None:
         return machine
     # No model is registered: ``add_model`` would set trigger methods (``send``, ``may_send``,
-    # ...) onto it with setattr. Each host passes itself to the trigger as the model.
+    # ...) onto it with setattr. Each hosted machine passes itself to the trigger as the model.
     machine = TransitionsMachine(
         model=None,
         states=list(spec.table.state_names),
@@ -269,7 +269,7 @@ class HostedMachine:
 
     @property
     def machine(self) -> TransitionsMachine:
-        """The table's ``transitions`` machine, shared by every host of the same table."""
+        """The table's ``transitions`` machine, shared by every hosted machine of the same table."""
         return _transitions_of(self.spec)
 
     # --- the model ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, final
 
 from fsm_core.runtime._llm import Reply, Request
 from fsm_core.runtime._signal import AbortSignal
@@ -24,6 +24,7 @@ from fsm_core.runtime._signal import AbortSignal
 __all__ = ["Fail", "Gate", "ScriptedModel", "ScriptedTool", "Wait"]
 
 
+@final
 class Gate:
     """A barrier a test controls: work waits on it, the test opens (or fails) it.
 
@@ -75,6 +76,7 @@ class Gate:
         return f"<Gate {self.name} {'open' if self.is_open else 'closed'}>"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Wait:
     """Wait on ``gate`` (cooperating with the signal unless told not to), then give ``then``."""
@@ -84,6 +86,7 @@ class Wait:
     cooperate: bool = True
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Fail:
     """Raise ``error`` (a request error, a failing tool)."""
@@ -106,6 +109,7 @@ async def _play(step: Step, signal: AbortSignal) -> Any:
         return step
 
 
+@final
 class ScriptedModel:
     """A model adapter that plays ``script`` one step per request.
 
@@ -131,6 +135,7 @@ class ScriptedModel:
         return reply
 
 
+@final
 class ScriptedTool:
     """A tool that plays ``script`` one step per call; ``calls`` records args and signals."""
 

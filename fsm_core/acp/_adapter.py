@@ -20,7 +20,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, cast
+from typing import Any, cast, final
 
 import acp
 from acp import PROTOCOL_VERSION, RequestError, run_agent
@@ -76,6 +76,7 @@ LINE_LIMIT = 16 << 20
 ``Invalid request`` and skipped."""
 
 
+@final
 class EchoModel:
     """The default model: answers each prompt with ``echo: <the prompt>``, with no network.
 
@@ -132,6 +133,7 @@ def _invalid_params(detail: str, **data: Any) -> RequestError:
     return RequestError(-32602, "Invalid params", {"details": detail, **data})
 
 
+@final
 class AcpAgent:
     """An ACP agent (``acp.Agent``) whose sessions are the agents of one runtime."""
 

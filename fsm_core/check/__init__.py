@@ -26,7 +26,8 @@ Where things are:
   of; :mod:`._check` runs a model and picks the backend; :mod:`._modelfile` and :mod:`._config`
   read ``models/*.toml``; :mod:`._report` renders a report;
 - :mod:`._system` wires a model to what explores it: a table model's generated successor
-  function (:mod:`fsm_core.table._codegen`, shared with the runtime's host), or a composition;
+  function (:mod:`fsm_core.table._codegen`, shared with :class:`~fsm_core.HostedMachine`), or
+  a composition;
 - :mod:`._composed`: the agent and activation-tree compositions, interpreted and compiled;
 - :mod:`._vector`: the NumPy backend for table models.
 
@@ -34,22 +35,27 @@ The tools built on the checker (bench, mutants, vectors, stories) are in :mod:`f
 """
 
 from fsm_core.check._check import Backend, Report, check
+from fsm_core.check._config import Kind, Verdict
 from fsm_core.check._explore import Progress, Result, Violation
 from fsm_core.check._modelfile import Expectation, Model, load_model, load_models
 from fsm_core.check._moves import Move
-from fsm_core.check._property import DEADLOCK, QUIESCENCE, Property
+from fsm_core.check._property import DEADLOCK, QUIESCENCE, Predicate, Property, PropertyKind
 
 __all__ = [
     "DEADLOCK",
     "QUIESCENCE",
     "Backend",
     "Expectation",
+    "Kind",
     "Model",
     "Move",
+    "Predicate",
     "Progress",
     "Property",
+    "PropertyKind",
     "Report",
     "Result",
+    "Verdict",
     "Violation",
     "check",
     "load_model",

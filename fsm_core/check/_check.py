@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 from fsm_core.check._config import Model
 from fsm_core.check._explore import (
@@ -26,6 +26,7 @@ only), ``python`` (:mod:`fsm_core.check._explore`, every model), or ``auto``: ve
 the model fits. The results are the same, number for number and trace for trace."""
 
 
+@final
 @dataclass(slots=True)
 class Report:
     """What checking one model found."""

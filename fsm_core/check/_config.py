@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, final
 
 from fsm_core.table import Machine, Wiring
 
 __all__ = ["Expectation", "Kind", "Model", "Verdict"]
 
 Kind = Literal["table", "agent", "activation-tree"]
+"""What a model explores: one table, an agent with its parts, or a tree of activations."""
 Verdict = Literal["ok", "violation"]
+"""What a check found: every property holds in every reachable state, or one fails."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Expectation:
     """The result a model recorded: a test and ``fsm-core check`` compare against it."""
@@ -33,6 +36,7 @@ class Expectation:
     that cannot reach them by construction); any other untaken row is a finding."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Model:
     """A loaded model file, with its table compiled at the model's scale."""
@@ -49,7 +53,7 @@ class Model:
     width: int = 0
     failures: int = 0
     door: Machine | None = None
-    """An ``activation-tree`` model's registry door (its ``[tree] door`` table)."""
+    """An ``activation-tree`` model's door: the registry's admission table (``[tree] door``)."""
     wiring: Wiring | None = None
     """An ``activation-tree`` model's connections (its ``[tree] wiring``)."""
     agent: Machine | None = None

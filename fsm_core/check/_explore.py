@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, final
 
 S = TypeVar("S", bound=Hashable)
 
@@ -53,6 +53,7 @@ class System(Generic[S]):
     grouped: Grouped[S] | None = None
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Violation(Generic[S]):
     """The property ``name`` failed; ``trace`` is a shortest path to it, as (label, state) steps.
@@ -68,6 +69,7 @@ class Violation(Generic[S]):
         return self.trace[-1][1]
 
 
+@final
 @dataclass(slots=True)
 class Result(Generic[S]):
     name: str

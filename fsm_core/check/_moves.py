@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import final
 
 from fsm_core.table._expr import Value, show
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Move:
     """One labelled transition of a model.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 from fsm_core.table._expr import Value
 from fsm_core.table._table import Table
@@ -30,8 +30,11 @@ PropertyKind = Literal[
     "eventually",
     "deadlock-free",
 ]
+"""How a property is decided; :class:`Property` says what each kind means."""
 
 Predicate = Callable[[Sequence[Any], Notice | None], bool]
+"""``predicate(state, at)``: True iff a property holds in ``state`` (``at``: the notifying
+effect just taken, a ``(name, arguments)`` pair, or None)."""
 
 DEADLOCK = "deadlock"
 """The property name of a state with no successor that is not quiescent."""
@@ -40,6 +43,7 @@ QUIESCENCE = "quiescence_reachable"
 """The property name of "from every reachable state a quiescent state is reachable"."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Property:
     """One property a model is proven against: what it is called, when it is checked, what it

@@ -75,6 +75,7 @@ from fsm_core.runtime._session import (
 )
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
 from fsm_core.runtime._subagents import Subagents
+from fsm_core.runtime._teardown import Pending
 
 __all__ = [
     "DISPOSED",
@@ -116,6 +117,7 @@ __all__ = [
     "ModelAdapter",
     "OutcomeKind",
     "ParentCause",
+    "Pending",
     "Phase",
     "PreStep",
     "Reply",

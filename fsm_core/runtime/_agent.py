@@ -6,7 +6,7 @@
     agent.cancel()                            # same loop iteration: a pre-run cancel
     await agent.when_idle()                   # resolves: no turn opened, no status published
 
-An :class:`Agent` *originates*: each call refuses bad input at the door, then asks its core to
+An :class:`Agent` *originates*: each call refuses bad input on entry, then asks its core to
 fire one event of specs/agent.toml. How that event propagates (the hosted table, the effect
 handlers, the driver task, the cancellation holder) is plumbing, in a private core the agent
 holds but does not expose, as trio's ``CancelScope`` is apart from its ``CancelStatus``.

@@ -152,14 +152,14 @@ def _raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
-def _check_literals(table: Machine) -> None:
+def _check_literals(machine: Machine) -> None:
     """Raise :class:`FsmError` unless the runtime's literal types are the table's.
 
     ``Phase``, ``Lane`` and ``Status`` type what the runtime reads back from the table; a table
     that renamed a state or a value would otherwise reach the runtime as a string its types
     say cannot occur.
     """
-    spec = table.table
+    spec = machine.table
 
     def values(name: str) -> Sequence[Value]:
         return spec.types[name].values if name in spec.types else ()
@@ -181,14 +181,14 @@ _CHECKED: weakref.WeakSet[Machine] = weakref.WeakSet()
 """The compiled tables :func:`_check_table` has accepted; each is checked once."""
 
 
-def _check_table(table: Machine) -> None:
+def _check_table(machine: Machine) -> None:
     """Raise :class:`FsmError` unless :class:`AgentCore` performs exactly the table's effects
     and reads back its literal types (checked once per compiled table)."""
-    if table in _CHECKED:
+    if machine in _CHECKED:
         return
-    check_handlers(AgentCore, table)
-    _check_literals(table)
-    _CHECKED.add(table)
+    check_handlers(AgentCore, machine)
+    _check_literals(machine)
+    _CHECKED.add(machine)
 
 
 class Seams(Protocol):
@@ -220,7 +220,7 @@ class AgentCore(Hosted[AgentContext]):
     def __init__(
         self,
         agent_id: str,
-        table: Machine,
+        machine: Machine,
         session: Session,
         *,
         seams: Seams,
@@ -238,8 +238,8 @@ class AgentCore(Hosted[AgentContext]):
         self.inbox = Inbox(self._remove)
         self._history = History()
         """What each request says, folded from the session as it grows."""
-        _check_table(table)
-        self._host(table)
+        _check_table(machine)
+        self._host(machine)
         # Invariant: _controller is set iff the table's holder is live or aborted.
         self._controller: AbortController | None = None
         self._status: Status = "idle"
@@ -807,6 +807,7 @@ class AgentCore(Hosted[AgentContext]):
         return True
 
 
+@final
 class AgentHandle:
     """Owns one agent's lifetime. ``dispose()`` is memoized: racing callers await one teardown."""
 

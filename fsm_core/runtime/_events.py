@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, TypeVarTuple
+from typing import TypeVar, TypeVarTuple, final
 
 __all__ = ["EventBus"]
 
@@ -37,13 +37,16 @@ Listener = Callable[..., object]
 Next = Callable[[P], Awaitable[R]]
 
 
+@final
 class EventBus:
     """Listeners by event name. ``on`` returns a disposer."""
 
     def __init__(self) -> None:
         self._listeners: dict[str, list[Listener]] = {}
 
-    def on(self, name: str, listener: Listener) -> Callable[[], None]:
+    def on(self, name: str, listener: Callable[..., object]) -> Callable[[], None]:
+        """Call ``listener`` at each ``name``: ``listener(payload)`` for a notification,
+        ``await listener(payload, next)`` for a waterfall. Returns a disposer."""
         self._listeners.setdefault(name, []).append(listener)
 
         def dispose() -> None:

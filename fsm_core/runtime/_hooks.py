@@ -38,7 +38,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 from fsm_core.runtime._session import MAX_DEPTH
 from fsm_core.runtime._signal import AbortSignal
@@ -62,6 +62,7 @@ _spawn = asyncio.create_subprocess_exec
 _CHUNK = 65536
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class RunHookOptions:
     """How to run one hook. ``signal`` is required: it is how a turn stops its hooks.
@@ -90,6 +91,7 @@ class RunHookOptions:
             raise TypeError(f"RunHookOptions.limit is a byte count, not {self.limit!r}")
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class HookResult:
     """What a hook answered. ``killed`` is True iff its signal aborted while it ran; a killed
@@ -103,6 +105,7 @@ class HookResult:
     killed: bool = False
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Hooks:
     """The hook commands a :class:`~fsm_core.Runtime` runs at each seam, in order.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, final
 
 __all__ = ["Inbox", "Lane", "UserMessage"]
 
@@ -13,12 +13,14 @@ Lane = Literal["next_turn", "next_step"]
 """``next_turn`` waits for a turn to claim it; ``next_step`` steers the running turn."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class UserMessage:
     id: str
     text: str
 
 
+@final
 class Inbox:
     """Queued work of one agent. The agent changes it only through its table's effects.
 

@@ -1,4 +1,5 @@
-"""The initiator registry: a runtime's agents by id, and which agent initiated the work running.
+"""The agent registry, ``rt.agents``: a runtime's agents by id, and which agent initiated the
+work running.
 
 ``rt.agents`` is a read-only mapping of the live agents by id. It also answers which agent
 initiated the current work, and opens *boundaries*: work run on an agent's behalf from outside

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, final
 
 from fsm_core.runtime._signal import AbortSignal
 
@@ -20,6 +20,7 @@ Finish = Literal["stop", "tool_calls", "max_tokens", "blocked"]
 """Why the model stopped: done, wants tools run, hit its token limit, or refused (blocked)."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     id: str
@@ -27,6 +28,7 @@ class ToolCall:
     args: Mapping[str, Any] = field(default_factory=dict)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What the model answered: text and/or tool calls, and why it stopped."""
@@ -36,6 +38,7 @@ class Reply:
     finish: Finish = "stop"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Request:
     """One model request: the agent, the assembled messages and the available tools.

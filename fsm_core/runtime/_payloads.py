@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 from fsm_core.runtime._agent import Agent, Status
 from fsm_core.runtime._causes import AgentCancelCause
@@ -31,18 +31,21 @@ from fsm_core.runtime._session import ErrorCode, Session
 from fsm_core.runtime._signal import AbortSignal
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class StatusChanged:
     agent: Agent
     status: Status
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class CancelRequested:
     agent: Agent
     cause: AgentCancelCause
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class MessageInserted:
     agent: Agent
@@ -50,12 +53,14 @@ class MessageInserted:
     lane: Lane
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class MessageDiscarded:
     agent: Agent
     message: UserMessage
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class MessagesClaimed:
     agent: Agent
@@ -64,6 +69,7 @@ class MessagesClaimed:
     messages: tuple[UserMessage, ...]
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
     agent: Agent
@@ -71,6 +77,7 @@ class TurnStarted:
     turn: int
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class TurnEnded:
     agent: Agent
@@ -78,6 +85,7 @@ class TurnEnded:
     outcome: Mapping[str, str | int]
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class TurnFailed:
     """``turn/error``: the turn ended in ``error``, published after its ``turn/end``.
@@ -93,6 +101,7 @@ class TurnFailed:
     error: BaseException
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class UserMessageRecorded:
     """``user/message``: a claimed message was recorded, by the turn's claim (after
@@ -104,6 +113,7 @@ class UserMessageRecorded:
     message: UserMessage
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class AssistantMessageRecorded:
     """``assistant/message``: the model's answer was recorded, before its tool calls run."""
@@ -115,6 +125,7 @@ class AssistantMessageRecorded:
     reply: Reply
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class DisposalStarted:
     """``agent/disposing``: disposal has begun, inside the call that requested it; a live turn
@@ -123,6 +134,7 @@ class DisposalStarted:
     agent: Agent
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class DisposalEnded:
     """``agent/disposed``: teardown completed (after the final flush, failed or not); the
@@ -131,6 +143,7 @@ class DisposalEnded:
     agent: Agent
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class StepBoundary:
     """``step/start`` and ``step/end``."""
@@ -141,6 +154,7 @@ class StepBoundary:
     step: int
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class PreStep:
     agent: Agent
@@ -149,6 +163,7 @@ class PreStep:
     step: int
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class AssembleContext:
     """Prompt assembly for one step of a turn, before the step opens (no ``step/start``
@@ -160,6 +175,7 @@ class AssembleContext:
     messages: Sequence[Mapping[str, Any]]
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class RequestError:
     """A model request failed; listeners decide ``"retry"`` or ``"fail"`` (the default)."""
@@ -170,6 +186,7 @@ class RequestError:
     attempt: int
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class ToolApproval:
     """A tool call awaits approval; listeners return True to run it, False to refuse it."""
@@ -179,6 +196,7 @@ class ToolApproval:
     call: ToolCall
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class TurnStopping:
     agent: Agent
@@ -187,6 +205,7 @@ class TurnStopping:
     ending: str
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Flush:
     agent: Agent

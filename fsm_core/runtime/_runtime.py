@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import final
 
 from fsm_core._errors import SpecError, UsageError, echo, known
 from fsm_core.runtime._agent import Agent
@@ -24,6 +25,7 @@ __all__ = ["Runtime"]
 log = logging.getLogger("fsm_core.runtime")
 
 
+@final
 class Runtime:
     """Create agents that share one event bus, one model seam and one set of tools.
 

@@ -166,6 +166,7 @@ _RECORD_KEYS: Final = ("seq", "type", "data")
 _EVENT_TYPES: Final[Mapping[str, EventType]] = {name: name for name in _SHAPES}
 
 
+@final
 class SessionError(FsmError):
     """A session input or append was rejected; nothing of it was recorded.
 

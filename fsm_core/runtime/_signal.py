@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import final
 
 from fsm_core.runtime._causes import Interruption, detach
 
@@ -28,6 +29,7 @@ log = logging.getLogger("fsm_core.runtime")
 AbortListener = Callable[["AbortSignal"], object]
 
 
+@final
 class Aborted(Exception):
     """Raised by cooperating work when its signal is aborted; carries the signal's reason."""
 
@@ -36,6 +38,7 @@ class Aborted(Exception):
         self.reason = reason
 
 
+@final
 class AbortSignal:
     """The read side: whether the turn was aborted, why, and a way to wait for it."""
 
@@ -55,7 +58,7 @@ class AbortSignal:
         """The detached frozen reason, or None while the signal is live."""
         return self._reason
 
-    def add_listener(self, listener: AbortListener) -> Callable[[], None]:
+    def add_listener(self, listener: Callable[[AbortSignal], object]) -> Callable[[], None]:
         """Call ``listener(signal)`` synchronously when the signal aborts; returns a disposer.
 
         A listener added after the abort is not called. Exceptions a listener raises are
@@ -106,6 +109,7 @@ class AbortSignal:
         return f"<AbortSignal {state}>"
 
 
+@final
 class AbortController:
     """The write side, owned by exactly one holder."""
 

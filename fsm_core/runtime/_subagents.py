@@ -72,7 +72,7 @@ class Subagents:
 
     def __init__(
         self,
-        table: Machine,
+        machine: Machine,
         door: Machine,
         wiring: Wiring,
         *,
@@ -81,7 +81,7 @@ class Subagents:
         host_agent: Callable[[str], Agent | None],
         in_use: Callable[[str], bool],
     ) -> None:
-        check_handlers(Node, table)
+        check_handlers(Node, machine)
         declared = {(w.event, w.until_text) for w in wiring.awaits if w.machine == "activation"}
         if declared != AWAITS:
             raise FsmError(
@@ -94,7 +94,7 @@ class Subagents:
         self._door = wires.door
         """The registry's door (specs/admission.toml): registry-wide drains, live parents."""
         self._watcher = watcher = Watcher(ledger.resident)
-        self._tree = Tree(table, events, create, ledger, wires, watcher.start)
+        self._tree = Tree(machine, events, create, ledger, wires, watcher.start)
         self._resident = ledger.resident
         self._followups = 0
         events.on("inbox/inserted", watcher.poke)

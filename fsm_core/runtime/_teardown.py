@@ -22,10 +22,18 @@ __all__ = ["Pending", "persist"]
 
 @final
 class Pending:
-    """Work that began when it was asked for; await it for the outcome.
+    """Work that began when it was asked for; await it for the outcome, or do not.
 
-    ``refuse`` runs when it is awaited and raises where awaiting would wait for itself (an
-    agent's own turn awaiting its own disposal or idle).
+    ``dispose()``, ``aclose()``, ``when_idle()`` and ``rt.agents.close()`` return one. The work
+    runs whether or not you await it, so a synchronous listener can begin it and return::
+
+        pending = handle.dispose()      # disposal has begun
+        await pending                   # returns once the agent is disposed
+
+    ``done()`` says whether awaiting would return (or raise) at once. You never build one.
+
+    Awaiting one where that would wait for itself (an agent's own turn awaiting its own
+    disposal or idle) raises instead: ``refuse`` runs when it is awaited and raises there.
     """
 
     __slots__ = ("_future", "_refuse")

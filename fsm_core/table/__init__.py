@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import final
 
 from fsm_core._errors import SpecError, echo
 from fsm_core._paths import specs_dir
+from fsm_core.table._expr import Value
 from fsm_core.table._load import _exists, load_clauses, load_table
 from fsm_core.table._machine import Effect, Machine, State, Step
 from fsm_core.table._table import Clause
@@ -27,6 +29,7 @@ __all__ = [
     "Spec",
     "State",
     "Step",
+    "Value",
     "WiredAwait",
     "WiredCall",
     "Wiring",
@@ -43,6 +46,7 @@ _NOT_TABLES = frozenset({_CLAUSES_FILE, _WIRING_FILE})
 """The files of a specs directory that are no table."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Spec:
     """Every table of a specs directory, compiled, with the clause catalogue they cite and

@@ -27,6 +27,8 @@ from fsm_core._errors import echo, known
 from fsm_core.table._limits import MAX_EXPR_DEPTH, MAX_EXPR_LENGTH, MAX_EXPR_NODES, MAX_INT
 
 Value: TypeAlias = bool | int | str
+"""The value of a table variable or event argument: a bool, an int or an enum's member name.
+A state is a tuple of them; you pass them to ``fire`` and read them back from ``table_state``."""
 Kind = Literal["bool", "int", "enum"]
 
 

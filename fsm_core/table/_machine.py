@@ -14,7 +14,7 @@ import enum
 import itertools
 from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, final
 
 from fsm_core._errors import NotEnabled, Rejected, echo
 from fsm_core.table._expr import (
@@ -47,6 +47,7 @@ REFUSED = Refused.REFUSED
 """What :meth:`Machine.lookup` returns when the event is rejected or not enabled."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Effect:
     """One effect a row performs, with its arguments evaluated when it was reached."""
@@ -58,6 +59,7 @@ class Effect:
         return f"{self.name}({', '.join(show(a) for a in self.args)})"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Step:
     """The result of firing one event: which row ran, the next state and the effects in order.
@@ -109,6 +111,7 @@ class CompiledRow:
     ops: tuple[_Stmt, ...]
 
 
+@final
 class Machine:
     """A compiled table. Build it with :func:`fsm_core.table.load_spec`."""
 
@@ -334,7 +337,7 @@ class Machine:
         args: Sequence[Value],
         perform: Perform,
     ) -> None:
-        """Run only ``row``'s effects in place, for a host that moves the state itself."""
+        """Run only ``row``'s effects in place, for a hosted machine that moves the state itself."""
         _run(row.ops, store, args, perform)
 
     def format_state(self, state: Sequence[Value]) -> str:

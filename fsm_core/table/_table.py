@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, final
 
 from fsm_core.table._expr import Expr, Stmt, Type, Value
 
@@ -21,6 +21,7 @@ CLAUSE_ID = re.compile(r"[A-Za-z0-9_]+(?:[.-][A-Za-z0-9_]+)*")
 """A clause id or source key of the clause catalogue, e.g. ``S000.first-wins``, ``D1``."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Clause:
     """A seed sentence or pinned decision that rows implement, quoted verbatim.

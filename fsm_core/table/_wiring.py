@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, final
 
 from fsm_core._errors import echo, known
 from fsm_core.table._expr import (
@@ -74,6 +74,7 @@ ANY = "*"
 Refused = Literal["never", "caller"]
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class WiredCall:
     """Inside ``machine.effect``, fire ``event`` on every instance ``target`` names.
@@ -113,6 +114,7 @@ class WiredCall:
         return f"{self.machine}.{self.effect} -> {self.target}.{self.event}({args})"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class WiredAwait:
     """``machine.event`` fires as a step of its own once ``target`` satisfies ``until``.
@@ -144,6 +146,7 @@ class WiredAwait:
         return all(f is None or f(target_state, ()) == a for f, a in pairs)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Wiring:
     """Every connection between instances, as ``specs/wiring.toml`` declares it."""

@@ -27,7 +27,7 @@ What they cover, and where each comes from:
   invariants admit.
 - ``holds/...``: for each predicate a case where it holds and one where it fails, when the
   domain has one, from the reached states first.
-- ``call/...``: calls a host must refuse before anything changes (``bad-call``).
+- ``call/...``: calls an implementation must refuse before anything changes (``bad-call``).
 - ``story/...``: the hand-written stories of :mod:`fsm_core.tools._stories`, step by step,
   with the state each notification showed its listeners.
 - ``scenario/<model>/...``: for each move of a composed default model (an agent with
@@ -550,9 +550,9 @@ class _Builder:
     # --- bad calls -----------------------------------------------------------------------------
 
     def bad_calls(self) -> None:
-        """Calls a host refuses before anything changes, from the initial state: an unknown
-        event, an extra or a missing parameter, a value of the wrong JSON type or outside its
-        domain."""
+        """Calls an implementation refuses before anything changes, from the initial state: an
+        unknown event, an extra or a missing parameter, a value of the wrong JSON type or outside
+        its domain."""
         m = self.m
         calls: list[tuple[str, str, Json]] = [("unknown", "no_such_event", {})]
         for event, spec in self.t.events.items():

@@ -1,4 +1,4 @@
-"""Holes found by review of the subagent registry: each test failed before its fix."""
+"""Holes found by review of the activation registry: each test failed before its fix."""
 
 from __future__ import annotations
 
