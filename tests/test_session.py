@@ -9,6 +9,7 @@ message naming the source and the line. Every message is pinned in full.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import re
@@ -968,3 +969,80 @@ def test_overlapping_flushes_hand_the_writer_the_logs_in_order() -> None:
         assert written[-1] == session.to_jsonl()
 
     asyncio.run(main())
+
+
+def test_a_flush_waits_for_its_writer_flush_timeout_seconds_at_most() -> None:
+    """30 seconds unless the session says otherwise; None waits for good. Anything but a
+    number of seconds above 0 is refused when the session is built."""
+
+    async def store(_log: str) -> None:
+        pass
+
+    assert Session().flush_timeout == 30.0
+    assert Session(writer=store, flush_timeout=None).flush_timeout is None
+    assert Session(writer=store, flush_timeout=2).flush_timeout == 2
+    for bad, shown in ((0, "0"), (-1.0, "-1.0"), (float("nan"), "nan"), (True, "True")):
+        with pytest.raises(
+            UsageError,
+            match=exactly(
+                "a session's flush_timeout is a number of seconds above 0, or None to wait for "
+                f"the writer for good, not {shown}"
+            ),
+        ):
+            Session(writer=store, flush_timeout=bad)
+    with pytest.raises(UsageError, match=r"flush_timeout .*, not inf$"):
+        Session(writer=store, flush_timeout=float("inf"))
+    with pytest.raises(UsageError, match=r"flush_timeout .*, not '5'$"):
+        Session(writer=store, flush_timeout="5")  # type: ignore[arg-type]
+
+
+def test_a_writer_that_ignores_its_cancellation_is_never_called_twice_at_once() -> None:
+    """At the deadline the flush cancels the writer's call and stops waiting; a writer that
+    swallows that runs on, and the next flush, rather than call it over the stale call (an
+    older log could land last), waits for it within its own deadline and then refuses. Once
+    the call ended, a flush hands the writer the whole log again."""
+    taken: list[str] = []
+    released = asyncio.Event()
+
+    async def stubborn(log: str) -> None:
+        taken.append(log)
+        while not released.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await released.wait()
+
+    async def main() -> None:
+        session = Session(writer=stubborn, flush_timeout=0.01)
+        session.append("user/message", {"id": "m1", "text": "hi"})
+        with pytest.raises(
+            SessionError,
+            match=exactly(
+                "<session>: the writer did not return within 0.01 s; the flush cancelled the "
+                "call and stopped waiting for it, so the log is not known to be stored"
+            ),
+        ):
+            await asyncio.wait_for(session.flush(), 10)
+        session.append("user/message", {"id": "m2", "text": "again"})
+        with pytest.raises(
+            SessionError,
+            match=exactly(
+                "<session>: an earlier call of the writer had not returned within 0.01 s; the "
+                "flush did not call the writer, so the log is not stored"
+            ),
+        ):
+            await asyncio.wait_for(session.flush(), 10)
+        assert len(taken) == 1
+        released.set()
+        await asyncio.wait_for(session.flush(), 10)
+        assert taken[1:] == [session.to_jsonl()]
+
+    asyncio.run(main())
+
+
+def test_a_writer_raising_its_own_timeout_error_fails_the_flush_with_it() -> None:
+    """Only the flush's own deadline reads as the writer not returning."""
+
+    async def store(_log: str) -> None:
+        raise TimeoutError("the store's own")
+
+    with pytest.raises(TimeoutError, match=r"^the store's own$"):
+        asyncio.run(Session(writer=store, flush_timeout=5).flush())

@@ -30,7 +30,9 @@ class Runtime:
     """Create agents that share one event bus, one model seam and one set of tools.
 
     ``aclose()`` stops admitting agents, disposes every agent and returns only when all their
-    work has settled, including work that ignores its signal: nothing is raced or abandoned.
+    work has settled, including work that ignores its signal: nothing is raced or abandoned,
+    but a session writer's call past its flush deadline (:class:`~fsm_core.runtime.Session`'s
+    ``flush_timeout``), which the flush cancelled and stopped waiting for.
     """
 
     def __init__(

@@ -162,6 +162,9 @@ _CLASSIFICATION_MAX: Final = 64
 SAFE_INTEGER: Final = 2**53 - 1
 MAX_DEPTH: Final = 64
 
+_FLUSH_TIMEOUT: Final = 30.0
+"""How many seconds a session's flush waits for its writer unless told otherwise."""
+
 _RECORD_KEYS: Final = ("seq", "type", "data")
 _EVENT_TYPES: Final[Mapping[str, EventType]] = {name: name for name in _SHAPES}
 
@@ -259,6 +262,12 @@ def _thaw(value: JSON) -> Any:
     if isinstance(value, tuple):
         return [_thaw(item) for item in value]
     return value
+
+
+def _retrieved(call: asyncio.Future[None]) -> None:
+    """Read the outcome of a writer's call no flush awaits, so asyncio reports nothing."""
+    if not call.cancelled():
+        call.exception()
 
 
 def _dumps(value: object) -> str:
@@ -736,6 +745,29 @@ class Session:
     flush waits for it and raises what it raises. Overlapping flushes call it one at a time,
     in order, so the last log it took is the latest.
 
+    A flush waits for the writer ``flush_timeout`` seconds at most (30 by default; None waits
+    for good), so a writer that never returns cannot hold the agent's teardown, a drain or
+    ``aclose()``::
+
+        session = Session(writer=store, flush_timeout=5.0)
+
+    At the deadline the flush cancels the writer's call, stops waiting for it and raises
+    :class:`SessionError` (``the writer did not return within 5 s; ...``). That is a failed
+    flush like any other: the agent logs a turn's and goes on, as it does any failed flush;
+    an activation records its final flush as a ``final flush``
+    :class:`~fsm_core.runtime.TeardownFailure` and its agent's disposal flush as ``handle
+    dispose``; the teardown goes on and the activation settles failed. The log itself records
+    nothing of it. The bound is a deadline, not the teardown's signal: a teardown flushes
+    *after* it cancelled the agent (seed 004's finishDisposal), so that signal has already
+    aborted when the flush begins and could only skip the flush, never bound it.
+
+    The writer's call is not awaited past the deadline. One that swallows the cancellation
+    runs on, and the next flush waits (within its own deadline) for it to end before it
+    calls the writer again, so two calls never overlap and an older log never lands last: it
+    raises ``an earlier call of the writer had not returned ...`` while that call runs. Every
+    flush hands over the whole log, so the next flush that succeeds makes up for one that
+    timed out. A path's write is synchronous and is not bounded.
+
     A ``tool/result`` with ``ok`` false records a short error *classification* as its result
     (``"tool-error"``, ``"aborted"``, ``"invalid-args"``), never an exception's text: the
     shape rejects anything else, as it rejects any value that is not plain JSON.
@@ -745,10 +777,12 @@ class Session:
         "_agent",
         "_claim",
         "_events",
+        "_flush_timeout",
         "_lines",
         "_name",
         "_path",
         "_steps",
+        "_stray",
         "_target",
         "_writer",
         "_writing",
@@ -759,6 +793,7 @@ class Session:
         path: StrPath | None = None,
         *,
         writer: Callable[[str], Awaitable[None]] | None = None,
+        flush_timeout: float | None = _FLUSH_TIMEOUT,
     ) -> None:
         # Invariant: _events[i].seq == i; every event passed _check_data.
         self._events: list[SessionEvent] = []
@@ -784,6 +819,18 @@ class Session:
         self._writing = asyncio.Lock()
         """One writer call at a time, each taking the log when its turn comes: a slow write
         finishing after a later one would leave the older log as the last written."""
+        if flush_timeout is not None and (
+            type(flush_timeout) not in (int, float) or not 0 < flush_timeout < math.inf
+        ):
+            raise UsageError(
+                "a session's flush_timeout is a number of seconds above 0, or None to wait for "
+                f"the writer for good, not {echo(flush_timeout)}"
+            )
+        self._flush_timeout = flush_timeout
+        # Invariant: _stray is None or a call of _writer no flush is waiting for any more.
+        self._stray: asyncio.Future[None] | None = None
+        """The writer's call a flush stopped waiting for (its deadline passed, or its task was
+        cancelled), until a later flush saw it end: no call begins while it runs."""
         if self._path is not None and self._path.exists():
             loaded = Session.load(self._path)
             self._events, self._steps = loaded._events, loaded._steps
@@ -792,6 +839,11 @@ class Session:
     def events(self) -> Sequence[SessionEvent]:
         """Every event so far, in seq order: a live, read-only view."""
         return _Events(self._events)
+
+    @property
+    def flush_timeout(self) -> float | None:
+        """How many seconds a :meth:`flush` waits for the writer; None: no deadline."""
+        return self._flush_timeout
 
     @property
     def path(self) -> Path | None:
@@ -834,19 +886,59 @@ class Session:
         before the next turn and before idle, and once more when the agent is disposed. With
         neither path nor writer it returns at once. A failed write raises
         :class:`SessionError` naming the file; the file then still holds the last log written
-        whole. A writer is awaited unbounded: one that never returns holds the agent's
-        disposal (and the runtime's ``aclose()``) with it.
+        whole. A writer that has not returned within :attr:`flush_timeout` seconds (waiting
+        for an earlier call included) is cancelled and left: the flush raises
+        :class:`SessionError`, and the log is not known to be stored.
         """
         if self._target is not None:
             self._write(self._target, self._name)
         elif self._writer is not None:
-            async with self._writing:
-                taken = self._writer(self.to_jsonl())
-                if not inspect.isawaitable(taken):
-                    raise UsageError(
-                        f"a session's writer must return an awaitable; it returned {echo(taken)}"
-                    )
-                await taken
+            called: list[bool] = []
+            deadline = asyncio.timeout(self._flush_timeout)
+            try:
+                async with deadline, self._writing:
+                    await self._call(self._writer, called)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise  # the writer's own
+                raise SessionError(self._name, "", self._overdue(bool(called))) from None
+
+    async def _call(self, writer: Callable[[str], Awaitable[None]], called: list[bool]) -> None:
+        """Call ``writer`` with the log once no earlier call runs, and wait for it. Its own
+        task, so that a flush that stops waiting (:meth:`flush`'s deadline, or its task
+        cancelled) leaves it behind, cancelled, even if it ignores that."""
+        if self._stray is not None:
+            await asyncio.wait({self._stray})
+            self._stray = None
+        taken = writer(self.to_jsonl())
+        if not inspect.isawaitable(taken):
+            raise UsageError(
+                f"a session's writer must return an awaitable; it returned {echo(taken)}"
+            )
+        called.append(True)
+        call = asyncio.ensure_future(taken)
+        try:
+            await asyncio.wait({call})
+        except BaseException:
+            call.add_done_callback(_retrieved)
+            if not call.done():
+                call.cancel()
+                self._stray = call
+            raise
+        call.result()
+
+    def _overdue(self, called: bool) -> str:
+        """What a flush that reached its deadline says: which call it stopped waiting for."""
+        within = f"within {self._flush_timeout:g} s"
+        if called:
+            return (
+                f"the writer did not return {within}; the flush cancelled the call and "
+                "stopped waiting for it, so the log is not known to be stored"
+            )
+        return (
+            f"an earlier call of the writer had not returned {within}; the flush did not "
+            "call the writer, so the log is not stored"
+        )
 
     def _write(self, path: Path, name: str) -> None:
         try:
