@@ -1,0 +1,196 @@
+"""Issue 22, the initiator scope (``rt.agents``): faults 1, 3 and 11, each pinned as the
+behaviour intended, expected to fail (``strict``) until it is fixed.
+
+1. An agent's disposal waits for the work inside its boundaries before it publishes
+   ``agent/disposed`` and leaves ``rt.agents``.
+3. After the registry closed, ``run(None, ...)`` and ``current()`` refuse with UsageError.
+11. ``aclose()`` disposes the agents (disposeInitiators) before it closes the initiator scope
+    (closeInitiators).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+
+from fsm_core import Agent, Runtime, UsageError
+from fsm_core.runtime import DisposalEnded, DisposalStarted, Session
+from fsm_core.testing import ScriptedModel
+from tests.idle_loop import IdleLoop
+from tests.runtime.issue22_support import GUARD, bounded, drive, no_thread_left
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left() -> Iterator[None]:
+    with no_thread_left():
+        yield
+
+
+# --- fault 1: disposal waits for the work inside the agent's boundaries ------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 22 (1): disposal publishes agent/disposed and leaves rt.agents while "
+    "boundary work still runs",
+)
+def test_disposal_waits_for_the_work_inside_the_agents_boundaries() -> None:
+    """Work in ``rt.agents.run(agent, ...)`` that ignores every signal: the agent's
+    ``dispose()`` resolves, ``agent/disposed`` is published and the agent leaves
+    ``rt.agents`` only once that work settled."""
+
+    async def main(loop: IdleLoop) -> None:
+        rt = Runtime(model=ScriptedModel([]))
+        handle = await rt.create_agent("a1")
+        entered, release = asyncio.Event(), asyncio.Event()
+        disposed: list[bool] = []  # whether the boundary's work had settled by then
+
+        settled: list[bool] = []
+
+        async def work() -> str:
+            entered.set()
+            try:
+                await release.wait()  # no signal reaches it: it ignores the disposal
+            finally:
+                settled.append(True)
+            return "settled"
+
+        def seen(event: DisposalEnded) -> None:
+            disposed.append(bool(settled))
+
+        rt.events.on("agent/disposed", seen)
+        boundary = asyncio.ensure_future(rt.agents.run(handle.agent, work))
+        await entered.wait()
+        disposal = asyncio.ensure_future(bounded(handle.dispose(), GUARD))
+        await loop.idle()  # whatever could happen without the work settling has happened
+        early = (disposal.done(), list(disposed), "a1" in rt.agents)
+        release.set()
+        assert await boundary == "settled"
+        await disposal
+        await bounded(rt.aclose())
+        assert early == (False, [], True), (
+            "with the boundary's work still running: (dispose() resolved, agent/disposed "
+            "published, a1 in rt.agents)"
+        )
+        assert disposed == [True] and "a1" not in rt.agents
+
+    drive(main)
+
+
+# --- fault 3: the registry refuses, after its close, as a disposed scope does ------------------
+
+
+async def _closed_by_aclose(rt: Runtime) -> None:
+    await rt.aclose()
+
+
+async def _closed_by_registry_close(rt: Runtime) -> None:
+    await rt.agents.close()
+
+
+CLOSES: dict[str, Callable[[Runtime], Awaitable[None]]] = {
+    "aclose": _closed_by_aclose,
+    "agents.close": _closed_by_registry_close,
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 22 (3): run(None, work) after the registry closed raises AttributeError",
+)
+@pytest.mark.parametrize("close", CLOSES)
+def test_run_with_no_agent_after_the_close_is_a_usage_error(close: str) -> None:
+    async def main(loop: IdleLoop) -> None:
+        rt = Runtime(model=ScriptedModel([]))
+        await rt.create_agent("a1")
+        await CLOSES[close](rt)
+
+        async def work() -> None:
+            raise AssertionError("no boundary opens after the close")
+
+        try:
+            with pytest.raises(UsageError):
+                await rt.agents.run(None, work)  # type: ignore[arg-type]  # what is refused
+        finally:
+            await bounded(rt.aclose())
+
+    drive(main)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 22 (3): rt.agents.current() read after the close returns None",
+)
+@pytest.mark.parametrize("close", CLOSES)
+def test_current_after_the_close_refuses_as_a_disposed_scope(close: str) -> None:
+    async def main(loop: IdleLoop) -> None:
+        rt = Runtime(model=ScriptedModel([]))
+        await rt.create_agent("a1")
+        await CLOSES[close](rt)
+        try:
+            with pytest.raises(UsageError, match="agent initiator scope is disposed"):
+                rt.agents.current()
+        finally:
+            await bounded(rt.aclose())
+
+    drive(main)
+
+
+# --- fault 11: aclose disposes the agents, then closes the initiator scope ---------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 22 (11): aclose() closes the initiator scope in the same call that begins "
+    "the agents' disposal, so a boundary opened during a disposal is refused",
+)
+def test_aclose_disposes_the_agents_before_it_closes_the_initiator_scope() -> None:
+    """During each agent's disposal (an ``agent/disposing`` listener, and the final flush of
+    its log) a boundary still opens and ``current()`` still answers; once ``aclose()``
+    returned, both are closed: a new boundary is refused."""
+
+    async def main(loop: IdleLoop) -> None:
+        agents: dict[str, Agent] = {}
+        during: list[tuple[str, object]] = []
+
+        async def work() -> Agent | None:
+            return rt.agents.current()
+
+        async def opened(where: str, agent: Agent) -> None:
+            try:
+                during.append((where, await rt.agents.run(agent, work) is agent))
+            except UsageError as refused:
+                during.append((where, refused))
+
+        runs: list[asyncio.Future[None]] = []
+
+        def disposing(event: DisposalStarted) -> None:
+            during.append(("listener current()", rt.agents.current()))
+            runs.append(asyncio.ensure_future(opened("listener run", event.agent)))
+
+        async def write(_log: str) -> None:
+            agent = agents.get("a1")
+            if agent is not None and agent.phase == "disposing":
+                await opened("final flush run", agent)
+
+        rt = Runtime(model=ScriptedModel([]))
+        rt.events.on("agent/disposing", disposing)
+        agents["a1"] = (await rt.create_agent("a1", Session(writer=write))).agent
+        await bounded(rt.aclose())
+        await bounded(asyncio.gather(*runs))
+        assert sorted(during, key=str) == sorted(
+            [
+                ("final flush run", True),
+                ("listener current()", None),
+                ("listener run", True),
+            ],
+            key=str,
+        )
+        with pytest.raises(UsageError):  # after both: refused
+            await rt.agents.run(agents["a1"], work)
+
+    drive(main)
