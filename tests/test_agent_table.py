@@ -259,8 +259,14 @@ def test_disposal_aborts_with_disposed_and_never_latches() -> None:
     assert s.rows[4] == "dispose.turn"
     assert s.effects(4) == ["abort_holder(disposed)", "enqueue(next_turn)", "publish_disposing()"]
     assert (s.after(4)["latch"], s.after(4)["pending"]) == (False, True)
-    assert s.rows[5:8] == ["retire.disposed", "converge.disposing", "dispose.finish"]
-    assert s.refusal(8) == ("rejected", "the agent is disposed; it accepts no more messages")
+    assert s.rows[5:9] == [
+        "retire.disposed",
+        "converge.disposing",
+        "dispose.unwind",
+        "dispose.finish",
+    ]
+    assert s.effects(7) == ["close_session()"]
+    assert s.refusal(9) == ("rejected", "the agent is disposed; it accepts no more messages")
 
 
 @pytest.mark.parametrize("first", ["cancel", "dispose"])
@@ -274,8 +280,8 @@ def test_cancel_versus_dispose_ends_disposed_and_quiescent(first: str) -> None:
         assert s.rows[5] == "cancel.noop"
         assert s.after(5)["reason"] == "disposed"
     assert "publish_turn_end(disposed)" in s.effects(6)
-    assert s.after(8)["phase"] == "disposed"
-    assert quiescent(s.after(8))
+    assert s.after(9)["phase"] == "disposed"
+    assert quiescent(s.after(9))
 
 
 def test_disposal_cancels_a_scheduled_driver() -> None:
@@ -283,10 +289,10 @@ def test_disposal_cancels_a_scheduled_driver() -> None:
     assert s.rows[1] == "dispose.idle"
     kind, message = s.refusal(2)
     assert kind == "not-enabled"
-    assert message.startswith("agent: no row of dispose_finish() is enabled in disposing{")
+    assert message.startswith("agent: no row of scope_unwound() is enabled in disposing{")
     assert s.rows[3] == "start.disposing"
     assert s.effects(3)[-1] == "settle_idle()"
-    assert s.rows[4] == "dispose.finish"
+    assert s.rows[4:6] == ["dispose.unwind", "dispose.finish"]
 
 
 def test_driver_events_outside_a_driver_are_refused() -> None:
@@ -295,7 +301,8 @@ def test_driver_events_outside_a_driver_are_refused() -> None:
     assert s.refusal(1) == (
         "not-enabled",
         "agent: no row of start() is enabled in idle{holder=none, reason=none, turn=false, "
-        "pending=false, latch=false, marker=false, scheduled=false, closing=false, shut=false}",
+        "pending=false, latch=false, marker=false, scheduled=false, closing=false, shut=false, "
+        "unwound=false}",
     )
 
 

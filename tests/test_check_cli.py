@@ -124,7 +124,8 @@ def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
     assert r.err == (
         "fsm-core: models/bad.toml: [environment] budgets: unknown event 'sned' (events: send, "
         "cancel, dispose, shut, maintenance_start, remove, start, claim, take_prompt, "
-        "take_steering, retire, converge, halt, maintenance_finish, dispose_finish)\n"
+        "take_steering, retire, converge, halt, maintenance_finish, scope_unwound, "
+        "dispose_finish)\n"
     )
 
 
@@ -299,8 +300,8 @@ def test_a_model_that_does_not_match_its_expectation_exits_1_naming_the_numbers(
     assert r.code == 1
     mismatches = [line for line in r.out.splitlines() if line.startswith("mismatch:")]
     assert mismatches == [
-        "mismatch: small (models/small.toml) [expect] states: expected 1, found 179",
-        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 1615",
+        "mismatch: small (models/small.toml) [expect] states: expected 1, found 189",
+        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 1701",
         "mismatch: small (models/small.toml) [expect] depth: expected 3, found 7",
     ]
     assert r.out.splitlines()[1].split()[-1] == "✗"

@@ -157,8 +157,8 @@ def test_an_agent_check_reports_progress_every_4096_states(monkeypatch: pytest.M
     seen: list[int] = []
     model = next(m for m in COMPOSED if m.name == "agent_deep")
     report = check(model, progress=lambda states, *_: seen.append(states))
-    assert report.result.states == 20_574
-    assert len(seen) == 20_574 // 4096
+    assert report.result.states == 22_134
+    assert len(seen) == 22_134 // 4096
 
 
 def test_a_bounded_notice_cache_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:

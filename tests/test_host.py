@@ -120,11 +120,12 @@ def test_state_values_and_snapshot_read_the_live_store() -> None:
     assert hosted.values == {
         "phase": "running", "holder": "live", "reason": "none", "turn": False, "pending": True,
         "latch": False, "marker": False, "scheduled": False, "closing": False, "shut": False,
+        "unwound": False,
     }  # fmt: skip
     assert hosted.snapshot() == tuple(hosted.values.values())
     assert repr(hosted) == (
         "<HostedMachine agent running{holder=live, reason=none, turn=false, pending=true, "
-        "latch=false, marker=false, scheduled=false, closing=false, shut=false}>"
+        "latch=false, marker=false, scheduled=false, closing=false, shut=false, unwound=false}>"
     )
 
 
@@ -179,7 +180,7 @@ def test_no_enabled_row_raises_the_interpreters_message() -> None:
         match=(
             r"^agent: no row of dispose_finish\(\) is enabled in disposing\{holder=none, "
             r"reason=none, turn=false, pending=false, latch=false, marker=false, scheduled=true, "
-            r"closing=true, shut=false\}$"
+            r"closing=true, shut=false, unwound=false\}$"
         ),
     ):
         hosted.fire("dispose_finish")

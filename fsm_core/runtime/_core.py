@@ -62,6 +62,7 @@ from fsm_core.runtime._history import History
 from fsm_core.runtime._hooks import Hooks, run_hooks
 from fsm_core.runtime._hosting import Hosted, check_handlers, hosts, performs
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
+from fsm_core.runtime._initiators import refuse_inside_boundary_of
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
@@ -202,6 +203,10 @@ class Seams(Protocol):
     def tools(self) -> Mapping[str, Tool]: ...
     @property
     def hooks(self) -> Hooks: ...
+    def unwind(self, agent: Agent) -> Awaitable[None]:
+        """Dispose ``agent``'s scope: refuse new boundaries of it, and resolve once every
+        boundary run on its behalf settled (the seed's ``await machine.scope.dispose()``)."""
+        ...
 
 
 @final
@@ -266,6 +271,8 @@ class AgentCore(Hosted[AgentContext]):
         """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
         driver that halted before settling it leaves it owed to the next driver."""
         self._waiters: list[asyncio.Future[None]] = []
+        self._closing_write: asyncio.Future[None] | None = None
+        """The last write of the log, started by ``close_session``; disposal awaits it."""
         self.driver: asyncio.Task[None] | None = None
         """The driver task last scheduled, if any."""
         self._started = False
@@ -350,13 +357,19 @@ class AgentCore(Hosted[AgentContext]):
         self._fire("dispose")
 
     async def dispose(self) -> None:
-        """Teardown after the activity converged: write the whole log once more (teardown
-        work, not a turn's seam: no ``session/flush`` listener runs), then ``dispose_finish``.
-        A failed write is raised after disposal completed, so it reaches every caller of
-        ``dispose()`` and the agent is disposed either way."""
+        """The reverse teardown after ``dispose``'s cancel, as the table's rows order it:
+        await idle, dispose the scope (every boundary of the agent settles), then
+        ``scope_unwound`` closes the session's write path, and ``dispose_finish`` leaves the
+        registries and publishes ``agent/disposed``. A failed write is raised after disposal
+        completed, so it reaches every caller of ``dispose()`` and the agent is disposed
+        either way."""
         await self.when_idle()
+        await self.seams.unwind(self.agent)
+        self._fire("scope_unwound")
+        closing, self._closing_write = self._closing_write, None
+        assert closing is not None, "scope_unwound closes the session's write path"
         try:
-            await self.session.flush()
+            await closing
         finally:
             self._fire("dispose_finish")
 
@@ -782,6 +795,10 @@ class AgentCore(Hosted[AgentContext]):
             if not waiter.done():
                 waiter.set_result(None)
 
+    @performs("close_session")
+    def _close_session(self) -> None:
+        self._closing_write = asyncio.ensure_future(self.session.flush())
+
     @performs("finalize_disposal")
     def _finalize_disposal(self) -> None:
         self.session._detach()
@@ -825,9 +842,14 @@ class AgentHandle:
         synchronous listener may call it to begin disposal in-line and never await it.
         """
         disposal = asyncio.shield(self._begin())
-        refuse = self._core._refuse_own_turn(
+        own_turn = self._core._refuse_own_turn(
             "its disposal", "the disposal has begun, return from the turn"
         )
+
+        def refuse() -> None:
+            own_turn()
+            refuse_inside_boundary_of(self.agent, "its disposal")
+
         return Pending(disposal, refuse)
 
     def _begin(self) -> asyncio.Future[None]:

@@ -15,10 +15,17 @@ a step or a signal (seed 000: cancellation authority ends with one turn, while t
 scope follows every asynchronous descendant for the driver's whole life). Cancellation travels
 explicitly, as each seam's ``signal``.
 
+Each agent has a scope of its own: its disposal disposes it once the agent is idle (seed 004's
+``await machine.scope.dispose()``), refusing new boundaries of that agent and waiting for its
+active ones, however long they ignore the signal, before ``agent/disposed``. A boundary of an
+agent cannot await that agent's disposal (it would wait for itself): it is refused.
+
 Closing refuses new boundaries at once and waits for the active ones to settle. A boundary that
 itself awaits the close does not wait for itself: the close it awaits returns once every
 boundary is either gone or also waiting for the close, so two boundaries that both await it do
-not deadlock either.
+not deadlock either. ``rt.aclose()`` disposes every agent first and closes the registry last
+(seed 004: disposeInitiators, then closeInitiators); once closed, :meth:`current` refuses, as
+the original's disposed initiator scope does.
 """
 
 from __future__ import annotations
@@ -77,6 +84,10 @@ class AgentRegistry(Mapping[str, "Agent"]):
         self._closed: asyncio.Future[None] | None = None
         self._inside: list[tuple[asyncio.Future[None], tuple[_Boundary, ...]]] = []
         """close() waiters that started inside boundaries, with those boundaries."""
+        self._unwinding: dict[Agent, asyncio.Future[None]] = {}
+        """The agents whose scope their disposal disposed (no boundary of them opens again),
+        each with the future that resolves once its last boundary settled; an entry goes
+        with the agent (:meth:`_forget`)."""
 
     # --- the mapping ------------------------------------------------------------------------
 
@@ -95,9 +106,17 @@ class AgentRegistry(Mapping[str, "Agent"]):
 
     # --- the initiator ------------------------------------------------------------------------
 
-    @staticmethod
-    def current() -> Agent | None:
-        """The agent whose driver (or boundary) runs the current task; None outside any."""
+    def current(self) -> Agent | None:
+        """The agent whose driver (or boundary) runs the current task; None outside any.
+
+        Raises :class:`~fsm_core.UsageError` once the registry closed: the initiator scope
+        is disposed, so there is nothing left to ask.
+        """
+        if self._closed is not None and self._closed.done():
+            raise UsageError(
+                "agent initiator scope is disposed: the agent registry closed, and no agent "
+                "initiates work any more"
+            )
         return initiating_agent()
 
     @property
@@ -112,15 +131,21 @@ class AgentRegistry(Mapping[str, "Agent"]):
         Raises :class:`~fsm_core.UsageError` once :meth:`close` was called, and for an agent
         that is not a live agent of this runtime.
         """
-        if self._closed is not None:
-            raise UsageError(
-                f"the agent registry is closing; no new boundary opens for agent {echo(agent.id)}"
-            )
         agent_id = getattr(agent, "id", None)
+        if self._closed is not None:
+            named = echo(agent_id) if isinstance(agent_id, str) else echo(agent)
+            raise UsageError(
+                f"the agent registry is closing; no new boundary opens for agent {named}"
+            )
         handle = self._handles.get(agent_id) if isinstance(agent_id, str) else None
         if handle is None or handle.agent is not agent:
             raise UsageError(
                 f"{echo(agent)} is not a live agent of this runtime; a boundary needs one"
+            )
+        if agent in self._unwinding:
+            raise UsageError(
+                f"agent {echo(agent.id)} is disposing and its scope is disposed; no new "
+                f"boundary opens for it"
             )
         boundary = _Boundary(self, agent)
         self._active.add(boundary)
@@ -133,6 +158,27 @@ class AgentRegistry(Mapping[str, "Agent"]):
             _INITIATOR.reset(initiator)
             self._active.discard(boundary)
             self._settle()
+            self._unwound(agent)
+
+    def _unwind(self, agent: Agent) -> Awaitable[None]:
+        """Dispose ``agent``'s scope: no boundary of it opens from now on; the result resolves
+        once none is active (its disposal awaits it, once the agent is idle)."""
+        done = self._unwinding.get(agent)
+        if done is None:
+            done = self._unwinding[agent] = asyncio.get_running_loop().create_future()
+            self._unwound(agent)
+        return asyncio.shield(done)
+
+    def _unwound(self, agent: Agent) -> None:
+        """Resolve ``agent``'s unwinding once its last boundary settled."""
+        done = self._unwinding.get(agent)
+        idle = not any(b.agent is agent for b in self._active)
+        if done is not None and not done.done() and idle:
+            done.set_result(None)
+
+    def _forget(self, agent: Agent) -> None:
+        """``agent`` left the runtime: its scope's bookkeeping goes with it."""
+        self._unwinding.pop(agent, None)
 
     def close(self) -> Pending:
         """Refuse new boundaries, inside this call; await the result for the active ones to
@@ -212,6 +258,18 @@ class AgentRegistry(Mapping[str, "Agent"]):
         """Wait until no boundary is active (close() must have been called)."""
         assert self._closed is not None
         await asyncio.shield(self._closed)
+
+
+def refuse_inside_boundary_of(agent: Agent, call: str) -> None:
+    """Raise :class:`~fsm_core.UsageError` when the current context runs inside a boundary of
+    ``agent``: ``call`` would wait for that boundary to end."""
+    for boundary in _BOUNDARIES.get():
+        if boundary.agent is agent and boundary in boundary.registry._active:
+            raise UsageError(
+                f"a boundary of agent {echo(agent.id)} cannot await {call}, which waits for "
+                f"every boundary of the agent to end; the disposal has begun, return from the "
+                f"boundary"
+            )
 
 
 def _never() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import final
 
@@ -149,7 +149,6 @@ class Runtime:
                     escaped = escaped or error
                 assert handle._disposal is not None
                 disposals.append(handle._disposal)
-            self.agents._begin_close()  # no new boundary either
             self._closing = persist(lambda: self._close(disposals), "aclose")
             if escaped is not None:
                 raise escaped
@@ -167,6 +166,9 @@ class Runtime:
         # asyncio.wait, unlike gather, never cancels what it waits for.
         while pending := [t for t in (*disposals, *self._tasks) if not t.done()]:
             await asyncio.wait(pending)
+        # disposeInitiators, then closeInitiators (seed 004): every agent's disposal disposed
+        # its scope (its boundaries settled), and only then does the registry close.
+        self.agents._begin_close()
         await self.agents._wait_closed()
         failures = [t.exception() for t in disposals if t.exception() is not None]
         if failures:
@@ -189,4 +191,10 @@ class Runtime:
         return None if handle is None or self.subagents.holds(agent_id) else handle.agent
 
     def _forget(self, agent_id: str) -> None:
-        self._handles.pop(agent_id, None)
+        handle = self._handles.pop(agent_id, None)
+        if handle is not None:
+            self.agents._forget(handle.agent)
+
+    def unwind(self, agent: Agent) -> Awaitable[None]:
+        """Dispose ``agent``'s scope (:class:`~fsm_core.runtime._core.Seams`)."""
+        return self.agents._unwind(agent)

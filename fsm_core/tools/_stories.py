@@ -300,6 +300,7 @@ AGENT_STORIES = (
         Do("dispose", listen=(followup_inside("abort_holder"),)),
         INTERRUPTED,
         CONVERGE,
+        Do("scope_unwound"),
         Do("dispose_finish"),
         FOLLOWUP,
     ),
@@ -312,6 +313,7 @@ AGENT_STORIES = (
         Do("dispose"),
         INTERRUPTED,
         CONVERGE,
+        Do("scope_unwound"),
         Do("dispose_finish"),
     ),
     agent(
@@ -322,16 +324,18 @@ AGENT_STORIES = (
         cancel(),
         INTERRUPTED,
         CONVERGE,
+        Do("scope_unwound"),
         Do("dispose_finish"),
     ),
     agent(
         "disposal_cancels_a_scheduled_driver",
-        "Disposal of an idle agent with a driver scheduled: teardown waits for that driver, "
-        "which runs nothing.",
+        "Disposal of an idle agent with a driver scheduled: teardown (its scope first) waits "
+        "for that driver, which runs nothing.",
         FOLLOWUP,
         Do("dispose"),
-        Do("dispose_finish"),
+        Do("scope_unwound"),
         START,
+        Do("scope_unwound"),
         Do("dispose_finish"),
     ),
     agent(

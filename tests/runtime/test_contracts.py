@@ -62,10 +62,9 @@ def _create_agent_on(specs: Path) -> None:
         ),
         (
             'lane = ["next_turn", "next_step"]',
-            'lane = ["next_turn", "next_step", "broadcast"]',
+            'lane = ["next_turn", "steering"]',
             "the runtime and specs/agent.toml disagree on Lane: the runtime's Lane is "
-            "['next_step', 'next_turn'], the table's type lane is "
-            "['broadcast', 'next_step', 'next_turn']",
+            "['next_step', 'next_turn'], the table's type lane is ['next_turn', 'steering']",
         ),
     ],
     ids=["status", "lane"],

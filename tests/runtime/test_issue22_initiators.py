@@ -33,11 +33,6 @@ def _no_thread_left() -> Iterator[None]:
 # --- fault 1: disposal waits for the work inside the agent's boundaries ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (1): disposal publishes agent/disposed and leaves rt.agents while "
-    "boundary work still runs",
-)
 def test_disposal_waits_for_the_work_inside_the_agents_boundaries() -> None:
     """Work in ``rt.agents.run(agent, ...)`` that ignores every signal: the agent's
     ``dispose()`` resolves, ``agent/disposed`` is published and the agent leaves
@@ -98,10 +93,6 @@ CLOSES: dict[str, Callable[[Runtime], Awaitable[None]]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (3): run(None, work) after the registry closed raises AttributeError",
-)
 @pytest.mark.parametrize("close", CLOSES)
 def test_run_with_no_agent_after_the_close_is_a_usage_error(close: str) -> None:
     async def main(loop: IdleLoop) -> None:
@@ -121,10 +112,6 @@ def test_run_with_no_agent_after_the_close_is_a_usage_error(close: str) -> None:
     drive(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (3): rt.agents.current() read after the close returns None",
-)
 @pytest.mark.parametrize("close", CLOSES)
 def test_current_after_the_close_refuses_as_a_disposed_scope(close: str) -> None:
     async def main(loop: IdleLoop) -> None:
@@ -143,15 +130,13 @@ def test_current_after_the_close_refuses_as_a_disposed_scope(close: str) -> None
 # --- fault 11: aclose disposes the agents, then closes the initiator scope ---------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (11): aclose() closes the initiator scope in the same call that begins "
-    "the agents' disposal, so a boundary opened during a disposal is refused",
-)
 def test_aclose_disposes_the_agents_before_it_closes_the_initiator_scope() -> None:
-    """During each agent's disposal (an ``agent/disposing`` listener, and the final flush of
-    its log) a boundary still opens and ``current()`` still answers; once ``aclose()``
-    returned, both are closed: a new boundary is refused."""
+    """At the start of each agent's disposal (an ``agent/disposing`` listener) a boundary
+    still opens and ``current()`` still answers: aclose() closes the registry only after
+    every agent was disposed. The agent's own scope is disposed before its log's last write
+    (seed 004: ``await machine.scope.dispose()`` before ``await handle?.close()``), so a
+    boundary of it opened during that write is refused as the agent's, not the registry's;
+    once ``aclose()`` returned, a new boundary is refused."""
 
     async def main(loop: IdleLoop) -> None:
         agents: dict[str, Agent] = {}
@@ -164,7 +149,7 @@ def test_aclose_disposes_the_agents_before_it_closes_the_initiator_scope() -> No
             try:
                 during.append((where, await rt.agents.run(agent, work) is agent))
             except UsageError as refused:
-                during.append((where, refused))
+                during.append((where, str(refused)))
 
         runs: list[asyncio.Future[None]] = []
 
@@ -184,13 +169,17 @@ def test_aclose_disposes_the_agents_before_it_closes_the_initiator_scope() -> No
         await bounded(asyncio.gather(*runs))
         assert sorted(during, key=str) == sorted(
             [
-                ("final flush run", True),
+                (
+                    "final flush run",
+                    "agent 'a1' is disposing and its scope is disposed; no new boundary opens "
+                    "for it",
+                ),
                 ("listener current()", None),
                 ("listener run", True),
             ],
             key=str,
         )
-        with pytest.raises(UsageError):  # after both: refused
+        with pytest.raises(UsageError, match=r"^the agent registry is closing; "):
             await rt.agents.run(agents["a1"], work)
 
     drive(main)
