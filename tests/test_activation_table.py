@@ -27,7 +27,7 @@ def test_dispose_cancels_self_then_disposes_children() -> None:
 
 def test_dispose_is_memoized() -> None:
     s = story("dispose_is_memoized")
-    assert s.rows == ["dispose.begin", None]
+    assert s.rows == ["dispose.begin", "dispose.memoized"]
     assert s.effects(1) == []
     assert s.after(1)["flushed"] is False, "the first caller's finalStateFlushed stands"
 
