@@ -312,7 +312,7 @@ def test_a_child_that_finished_its_work_settles_on_its_own() -> None:
         assert c.agent.phase == "disposed"
         await host.when_idle()
         assert [e.data["text"] for e in host.session.events if e.type == "user/message"] == [
-            "subagent c settled"
+            "subagent c finished"
         ]
 
     run(test)
