@@ -133,7 +133,8 @@ class Ledger(Protocol):
         """Step 4: its id is free again."""
 
     def notice(self, child: Node, failed: bool) -> UserMessage:
-        """``child``'s settlement notice, the message its parent agent is sent."""
+        """``child``'s settlement notice, the message its parent agent is sent: an id that
+        agent holds no message of, and a text saying whether it finished, stopped or failed."""
 
 
 class Wires(Protocol):
