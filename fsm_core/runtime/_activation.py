@@ -210,7 +210,22 @@ class Activation:
 @final
 @dataclass(frozen=True, slots=True)
 class ActivationSettled:
-    """``subagent/settled``: convergence step 5, the activation's epoch ended."""
+    """``subagent/settled``: convergence step 5, the activation's epoch ended.
+
+        rt.events.on("subagent/settled", lambda e: e.failure and report(e.activation.id, e.failure))
+
+    ``failure`` is what its teardown failed with: the aggregated
+    :class:`ActivationTeardownFailed` (every failed boundary of its subtree, the same object
+    its teardown raises to whoever awaits it), or None if no boundary failed. It is the
+    failure a natural end's teardown has nobody to raise to. ``failed`` is ``failure is not
+    None``. The payload is not written to any durable log.
+    """
 
     activation: Activation
-    failed: bool
+    failure: BaseException | None
+    """The teardown's failure; None iff it succeeded."""
+
+    @property
+    def failed(self) -> bool:
+        """True iff some boundary of the teardown failed (``failure`` is not None)."""
+        return self.failure is not None

@@ -115,9 +115,25 @@ class Ledger:
         del self.owners[node.id]
 
     def notice(self, child: Node, failed: bool) -> UserMessage:
-        self._notices += 1
-        text = f"subagent {child.id} {'failed' if failed else 'settled'}"
-        return UserMessage(f"{child.id}:settled:{self._notices}", text)
+        """``child``'s settlement notice, for its parent agent (``child.parent_agent``, the
+        agent both the parent activation's ``notice_agent`` and the door's ``notice_host``
+        send it to). Its text says how the child ended: ``failed`` (some boundary of its
+        teardown failed), ``finished`` (its natural end: the watcher's ready verdict), or
+        ``stopped`` (someone's dispose or drain).
+
+        Its id is ``<child>:settled:<n>``, ``n`` counting the registry's notices, bumped past
+        any id the parent agent holds pending: the wiring's send skips the duplicate check a
+        user's send makes (:meth:`Agent.send`), so the check is made here, and a notice never
+        takes the id of a message its parent holds (a user's sending that id later is refused
+        as any pending id is)."""
+        pending = child.parent_agent.inbox
+        while True:
+            self._notices += 1
+            notice_id = f"{child.id}:settled:{self._notices}"
+            if not pending._holds(notice_id):
+                break
+        how = "failed" if failed else "finished" if child.value("natural") else "stopped"
+        return UserMessage(notice_id, f"subagent {child.id} {how}")
 
     # --- the door's effects ---------------------------------------------------------------------
 

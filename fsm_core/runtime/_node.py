@@ -133,7 +133,8 @@ class Ledger(Protocol):
         """Step 4: its id is free again."""
 
     def notice(self, child: Node, failed: bool) -> UserMessage:
-        """``child``'s settlement notice, the message its parent agent is sent."""
+        """``child``'s settlement notice, the message its parent agent is sent: an id that
+        agent holds no message of, and a text saying whether it finished, stopped or failed."""
 
 
 class Wires(Protocol):
@@ -236,6 +237,10 @@ class Node(Hosted[NodeContext]):
         BaseException): this teardown goes on, and raises it last."""
         self.terminal: Terminal | None = None
         self.failed: bool | None = None
+        # Invariant: failure is not None iff failed is True.
+        self.failure: ActivationTeardownFailed | None = None
+        """What the teardown failed with, once settled: what ``subagent/settled`` carries and
+        the teardown raises last (step 6)."""
         self.pokes = 0
         """How many messages were inserted into or discarded from the agent's inbox (the
         watcher's pokes)."""
@@ -292,7 +297,8 @@ class Node(Hosted[NodeContext]):
         if self.escaped is not None:
             raise self.escaped  # a child's listener's, raised once this activation settled too
         if self.rethrow:
-            raise ActivationTeardownFailed(self.id, self.failures)
+            assert self.failure is not None  # the settle step ran before rethrow
+            raise self.failure
 
     async def _boundary(self, boundary: _Boundary, work: Awaitable[None]) -> None:
         """Await one boundary of the teardown. Whatever it raises is that boundary's failure
@@ -379,8 +385,10 @@ class Node(Hosted[NodeContext]):
 
     @performs("settle")
     def _settle(self, failed: bool) -> None:
+        """Step 5: ``subagent/settled`` carries the failure object, the one step 6 raises."""
         self.failed = failed
-        self.tree.events.emit("subagent/settled", ActivationSettled(self.public, failed))
+        self.failure = ActivationTeardownFailed(self.id, self.failures) if failed else None
+        self.tree.events.emit("subagent/settled", ActivationSettled(self.public, self.failure))
 
     @performs("rethrow")
     def _rethrow(self) -> None:
@@ -422,11 +430,19 @@ class Node(Hosted[NodeContext]):
 
 
 def read(what: str, teardown: asyncio.Future[None]) -> None:
-    """A teardown with no caller (``what``: a natural end's, or one a host's disposal began):
-    a failure reaches its settlement, but a bug between the tables (an :class:`FsmError`) is
-    logged, not dropped."""
-    if not teardown.cancelled() and isinstance(teardown.exception(), FsmError):
-        log.error("%s found a bug", what, exc_info=teardown.exception())
+    """A teardown with no caller (``what``: a natural end's, or one a host's disposal began).
+
+    Its failure (:class:`ActivationTeardownFailed`: a session that could not be written, say)
+    reaches its settlement (``subagent/settled``'s ``failure``) and the parent's notice; it is
+    logged as the ordinary failure it is, naming the activation, since nobody may be
+    listening. A bug between the tables (any other :class:`FsmError`) is logged as one."""
+    if teardown.cancelled():
+        return
+    error = teardown.exception()
+    if isinstance(error, ActivationTeardownFailed):
+        log.error("activation %r: %s failed", error.activation, what, exc_info=error)
+    elif isinstance(error, FsmError):
+        log.error("%s found a bug", what, exc_info=error)
 
 
 def failures(

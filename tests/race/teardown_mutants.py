@@ -27,6 +27,7 @@ NODE = "fsm_core.runtime._node:Node"
 DOOR = "fsm_core.runtime._door:Door"
 WIRES = "fsm_core.runtime._wires:Wires"
 WATCHER = "fsm_core.runtime._watcher:Watcher"
+LEDGER = "fsm_core.runtime._ledger:Ledger"
 
 
 def _edit(method: str, old: str, new: str, owner: str = REGISTRY) -> Edit:
@@ -267,6 +268,26 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
                 DOOR,
             ),
         ),
+    ),
+    RuntimeMutant(
+        "notice_refusal_swallowed",
+        "a settlement notice the tables allowed but the parent agent refused is dropped "
+        "without a word, not raised to the teardown's callers as a bug between the tables.",
+        (
+            _edit(
+                "connect",
+                "                self.scope.held = self.scope.held or bug\n",
+                '                if "notice" not in call.id:\n'
+                "                    self.scope.held = self.scope.held or bug\n",
+                WIRES,
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "notice_id_unchecked",
+        "a settlement notice takes the next id of its scheme even when its parent holds a "
+        "message of that id: the parent's inbox holds the id twice and drifts from its table.",
+        (_edit("notice", "    if not pending._holds(notice_id):\n", "    if True:\n", LEDGER),),
     ),
     RuntimeMutant(
         "close_leaves_waking_open",

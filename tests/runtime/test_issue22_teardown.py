@@ -3,8 +3,7 @@ pinned as the behaviour intended, expected to fail (``strict``) until it is fixe
 
 2. A settlement notice's id never collides with a message its parent already holds.
 4. A natural end whose final flush fails is logged as a failure, not a bug, and
-   ``subagent/settled`` carries the failure object (``failure``, a name that does not exist
-   yet: today the event has only ``failed: bool``).
+   ``subagent/settled`` carries the failure object (``failure``).
 5. The notice says whether the child finished, was stopped or failed.
 6. An activation's own tool awaiting a teardown that covers it is refused with UsageError.
 7. A listener's non-Exception BaseException during a teardown propagates once, and the
@@ -102,11 +101,6 @@ def notices_to(rt: Runtime, parent: str) -> list[UserMessage]:
 # --- fault 2: a notice's id never collides with a message the parent holds --------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (2): a settlement notice takes the id <child>:settled:<n> even when its "
-    "parent already holds a message of that id",
-)
 @pytest.mark.parametrize("parent", ["activation", "host"])
 def test_a_settlement_notice_never_collides_with_a_message_the_parent_holds(parent: str) -> None:
     """The parent holds a pending message ``c:settled:1`` (the id today's first notice
@@ -161,11 +155,6 @@ def _natural_end_failing(
     return start
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (4): a natural end whose flush fails is logged as 'found a bug' (an "
-    "ActivationTeardownFailed is an FsmError)",
-)
 def test_a_natural_end_whose_flush_fails_is_logged_as_a_failure_not_a_bug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -197,11 +186,6 @@ def test_a_natural_end_whose_flush_fails_is_logged_as_a_failure_not_a_bug(
     assert told, "the natural end's failed teardown is logged as a failure"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (4): subagent/settled carries only failed: bool, no failure object "
-    "(the field 'failure' does not exist yet)",
-)
 def test_the_settlement_carries_the_failure_object() -> None:
     """``ActivationSettled.failure``: the ActivationTeardownFailed (or the boundary's
     exception) of a failed teardown, None for one that succeeded."""
@@ -235,9 +219,6 @@ def test_the_settlement_carries_the_failure_object() -> None:
 # --- fault 5: the notice says how the child ended ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 22 (5): the notice of a child that finished reads 'settled'"
-)
 def test_the_notice_of_a_child_that_finished_says_finished() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, _models, host = await runtime()
@@ -254,9 +235,6 @@ def test_the_notice_of_a_child_that_finished_says_finished() -> None:
     drive(main)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 22 (5): the notice of a child that was stopped reads 'settled'"
-)
 def test_the_notice_of_a_child_that_was_stopped_says_stopped() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, models, host = await runtime()

@@ -312,8 +312,44 @@ def test_a_child_that_finished_its_work_settles_on_its_own() -> None:
         assert c.agent.phase == "disposed"
         await host.when_idle()
         assert [e.data["text"] for e in host.session.events if e.type == "user/message"] == [
-            "subagent c settled"
+            "subagent c finished"
         ]
+
+    run(test)
+
+
+def test_a_notice_takes_an_id_its_parent_does_not_hold_and_says_how_its_child_ended() -> None:
+    """The parent holds a user's message ``c:settled:1``, the id c's notice would take: the
+    notice takes the next number instead, so the parent's inbox holds each id once and takes
+    each back. A child that finished its work is ``finished``; one disposed inside its turn,
+    ``stopped``."""
+
+    async def test(rt: Runtime, models: Models, host: Agent) -> None:
+        settled = Settlements(rt)
+        hold, slow = Gate("p"), Gate("d")
+        models.script("p", Wait(hold, Reply("p done"), cooperate=False))
+        models.script("d", Wait(slow, Reply("late")))
+        p = await rt.subagents.start(host, "p", "work")
+        await hold.reached.wait()  # p stays in its turn: what it is sent stays queued
+        try:
+            await rt.subagents.followup("p", UserMessage("c:settled:1", "mine"))
+            await rt.subagents.start(p.agent, "c", "work")
+            d = await rt.subagents.start(p.agent, "d", "work")
+            await settled.of("c")
+            await slow.reached.wait()
+            await rt.subagents.dispose(d)
+            queued = [(m.id, m.text) for m in p.agent.inbox.next_turn]
+            assert queued == [
+                ("c:settled:1", "mine"),
+                ("c:settled:2", "subagent c finished"),
+                ("d:settled:3", "subagent d stopped"),
+            ]
+            assert [p.agent.inbox.remove(i) for i, _ in queued] == [True, True, True]
+            assert not p.agent.inbox.pending
+        finally:
+            hold.open()  # p's turn ignores its signal: only the gate ends it
+        await settled.of("p")
+        assert settled.log == [("c", False), ("d", False), ("p", False)]
 
     run(test)
 
