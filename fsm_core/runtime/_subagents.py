@@ -106,6 +106,7 @@ class Subagents:
 
     def get(self, child_id: str) -> Activation | None:
         """The resident activation ``child_id``, if any."""
+        _check_str("get()", "a child id", child_id)
         node = self._resident.get(child_id)
         return None if node is None else node.public
 
@@ -121,6 +122,7 @@ class Subagents:
 
     def owner(self, child_id: str) -> str | None:
         """The id of the agent owning ``child_id`` until convergence step 4, or None."""
+        _check_str("owner()", "a child id", child_id)
         return self._ledger.owners.get(child_id)
 
     @property
@@ -135,6 +137,7 @@ class Subagents:
 
     def holds(self, agent_id: str) -> bool:
         """True iff ``agent_id`` is an activation's id until its ownership is released."""
+        _check_str("holds()", "an agent id", agent_id)
         return agent_id in self._ledger.owners
 
     # --- admission --------------------------------------------------------------------------
@@ -223,6 +226,7 @@ class Subagents:
         of a live parent (never a continuable child here, or its parent agent is disposed, or
         is a host-owned agent disposing, whichever side of that disposal the child settled on).
         """
+        _check_str("followup()", "a child id", child_id)
         self._followups += 1
         message = self._message(message, f"{child_id}:followup:{self._followups}")
         while True:
@@ -321,8 +325,9 @@ class Subagents:
         resident activation are skipped.
         """
         self._live_parent(parent)
-        if isinstance(child_ids, str):
-            raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
+        given: object = child_ids  # typed as the caller should pass it, checked as it may not
+        if isinstance(given, str) or not isinstance(given, Iterable):
+            raise UsageError(f"child ids are a collection of str, not {echo(given)}")
         child_ids = list(child_ids)
         if not all(type(i) is str for i in child_ids):
             raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
@@ -410,6 +415,11 @@ class Subagents:
     def __repr__(self) -> str:
         state = " draining" if self.draining else ""
         return f"<Subagents resident={len(self._resident)} slots={len(self._ledger.slots)}{state}>"
+
+
+def _check_str(call: str, what: str, value: object) -> None:
+    if type(value) is not str:
+        raise UsageError(f"{call} takes {what}, a str, not {echo(value)}")
 
 
 def _check_id(child_id: object) -> None:

@@ -522,12 +522,29 @@ BAD_CALLS: dict[str, tuple[object, Callable[[Runtime, Agent], object]]] = {
     "drain_children(host, None)": (None, lambda rt, h: rt.subagents.drain_children(h, None)),  # type: ignore[arg-type]
     "drain_children(host, 5)": (5, lambda rt, h: rt.subagents.drain_children(h, 5)),  # type: ignore[arg-type]
     "get(['c1'])": (["c1"], lambda rt, _h: rt.subagents.get(["c1"])),  # type: ignore[arg-type]
+    # the rest of Subagents' public methods, audited for the same class of bug
+    "get(5)": (5, lambda rt, _h: rt.subagents.get(5)),  # type: ignore[arg-type]
+    "owner(['c1'])": (["c1"], lambda rt, _h: rt.subagents.owner(["c1"])),  # type: ignore[arg-type]
+    "holds(['c1'])": (["c1"], lambda rt, _h: rt.subagents.holds(["c1"])),  # type: ignore[arg-type]
+    "followup(None, ...)": (None, lambda rt, _h: rt.subagents.followup(None, "x")),  # type: ignore[arg-type]
+    "start(host, ['c1'], ...)": (
+        ["c1"],
+        lambda rt, h: rt.subagents.start(h, ["c1"], "x"),  # type: ignore[arg-type]
+    ),
+    "drain_children(host, [['c1']])": (
+        [["c1"]],
+        lambda rt, h: rt.subagents.drain_children(h, [["c1"]]),  # type: ignore[list-item]
+    ),
+    "drain_children(host, 'c1')": ("c1", lambda rt, h: rt.subagents.drain_children(h, "c1")),
+    "drain_descendants(5)": (5, lambda rt, _h: rt.subagents.drain_descendants(5)),  # type: ignore[arg-type]
+    "drain_descendants('host')": (
+        "host",
+        lambda rt, _h: rt.subagents.drain_descendants("host"),  # type: ignore[arg-type]
+    ),
+    "dispose('c1')": ("c1", lambda rt, _h: rt.subagents.dispose("c1")),  # type: ignore[arg-type]
 }
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 22 (9): a bad child id or id collection raises a bare TypeError"
-)
 @pytest.mark.parametrize("call", BAD_CALLS)
 def test_a_bad_child_id_argument_is_a_usage_error_naming_it(call: str) -> None:
     async def main(loop: IdleLoop) -> None:
