@@ -47,7 +47,7 @@ from fsm_core.runtime._node import AWAITS, Admission, Delivery, Node, Tree, fail
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
-from fsm_core.runtime._teardown import Pending, persist
+from fsm_core.runtime._teardown import Pending, persist, reported_elsewhere
 from fsm_core.runtime._watcher import Watcher
 from fsm_core.runtime._wires import Wires
 from fsm_core.table import Machine, Wiring
@@ -67,7 +67,9 @@ class Subagents:
 
     Every teardown entry (``dispose``, the three drains, the settlement watcher) begins its
     work inside the call, before its first await, and returns an awaitable of the one
-    memoized teardown of each activation it reached.
+    memoized teardown of each activation it reached. Nobody need await it: each activation's
+    settlement tells its failure (``subagent/settled``, :attr:`Activation.failed`, the
+    parent's notice), and asyncio is given nothing to warn about.
     """
 
     def __init__(
@@ -263,7 +265,7 @@ class Subagents:
             raise UsageError(
                 f"dispose() takes an Activation of this runtime, not {echo(activation)}"
             )
-        return Pending(asyncio.shield(self._dispose(node, False)), _nobody)
+        return _pending(asyncio.shield(self._dispose(node, False)))
 
     def _dispose(self, node: Node, flushed: bool) -> asyncio.Future[None]:
         node.fire("dispose", final_state_flushed=flushed, drain=False)
@@ -279,9 +281,8 @@ class Subagents:
         drain = Drain()
         self._door.fire("drain", drain)
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
-        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = _pending(asyncio.shield(self._join("the drain", closing)))
         if drain.escaped:
-            _unclaimed(drained)
             raise drain.escaped[0]
         return drained
 
@@ -302,9 +303,8 @@ class Subagents:
         below: list[Node] = []
         escaped = _each(parents, partial(self._drain_below, below))
         closing = [c.closing for c in below if c.closing is not None]
-        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = _pending(asyncio.shield(self._join("the drain", closing)))
         if escaped is not None:
-            _unclaimed(drained)
             raise escaped
         return drained
 
@@ -342,9 +342,8 @@ class Subagents:
                     ) from None
         escaped = _each(named, lambda node: node.fire("drain_child", lineage=True))
         closing = [n.closing for n in named if n.closing is not None]
-        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = _pending(asyncio.shield(self._join("the drain", closing)))
         if escaped is not None:
-            _unclaimed(drained)
             raise escaped
         return drained
 
@@ -431,6 +430,12 @@ def _nobody() -> None:
     """No task awaits its own teardown through these entries; nothing to refuse."""
 
 
+def _pending(teardown: asyncio.Future[None]) -> Pending:
+    """The :class:`Pending` of a (shielded) teardown: a failure nobody awaits is no asyncio
+    warning, as each activation's settlement tells its own."""
+    return Pending(reported_elsewhere(teardown), _nobody)
+
+
 def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException | None:
     """``begin`` every item, even when one raises (a listener's BaseException held until the
     activations' outermost fire returned): a drain begins every teardown it names inside the call.
@@ -442,18 +447,6 @@ def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException |
         except BaseException as error:
             escaped = escaped or error
     return escaped
-
-
-def _unclaimed(drained: Pending) -> None:
-    """A drain that raises a listener's exception returns no :class:`Pending`: nobody can
-    await its outcome, whose failures each activation's settlement tells. Read it when it
-    settles, so asyncio does not log it as never retrieved."""
-    drained._future.add_done_callback(_retrieve)
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _last_text(session: Session) -> str:

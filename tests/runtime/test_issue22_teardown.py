@@ -584,11 +584,6 @@ UNAWAITED: dict[str, Callable[[Runtime, Agent, Activation], object]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (10): a failed teardown nobody awaits makes asyncio log 'Future "
-    "exception was never retrieved'",
-)
 @pytest.mark.parametrize("begin", UNAWAITED)
 def test_a_failed_teardown_nobody_awaits_leaves_nothing_unretrieved(begin: str) -> None:
     async def main(loop: IdleLoop) -> None:
