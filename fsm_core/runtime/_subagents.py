@@ -19,11 +19,18 @@ whole subtree is cancelled before the first await. Dispose converges bottom-up
 starts the one teardown task) and every later ``dispose`` or ``drain`` is ignored by the
 table, and a ``drain_child`` by the child's own parent joins it, so every caller awaits that
 one teardown.
+
+A teardown cannot be awaited from inside what it tears down: the activation's own turn, or any
+turn below it (a child's, a spawned child's), would wait for itself. Every entry asks who
+initiated the call (``rt.agents.current()``) and refuses that with
+:class:`~fsm_core.UsageError` inside the call, before anything is torn down; awaiting a
+:class:`Pending` from there later is refused as well.
 """
 
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TypeVar, cast, final
@@ -47,7 +54,7 @@ from fsm_core.runtime._node import AWAITS, Admission, Delivery, Node, Tree, fail
 from fsm_core.runtime._scope import initiating_agent
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
-from fsm_core.runtime._teardown import Pending, persist
+from fsm_core.runtime._teardown import Pending, persist, reported_elsewhere
 from fsm_core.runtime._watcher import Watcher
 from fsm_core.runtime._wires import Wires
 from fsm_core.table import Machine, Wiring
@@ -67,7 +74,13 @@ class Subagents:
 
     Every teardown entry (``dispose``, the three drains, the settlement watcher) begins its
     work inside the call, before its first await, and returns an awaitable of the one
-    memoized teardown of each activation it reached.
+    memoized teardown of each activation it reached. Nobody need await it: each activation's
+    settlement tells its failure (``subagent/settled``, :attr:`Activation.failed`, the
+    parent's notice), and asyncio is given nothing to warn about.
+
+    An activation's own turn (or a turn below it) calling an entry that tears the activation
+    down is refused with :class:`~fsm_core.UsageError`, nothing torn down: awaiting the
+    teardown there would wait for that turn to end.
     """
 
     def __init__(
@@ -97,6 +110,9 @@ class Subagents:
         self._tree = Tree(machine, events, create, ledger, wires, watcher.start)
         self._resident = ledger.resident
         self._followups = 0
+        self._spawners: dict[Agent, Agent] = {}
+        """A child :meth:`spawn` runs -> the agent whose tool spawned it, until it is disposed:
+        the lineage a teardown covering the spawner covers too."""
         events.on("inbox/inserted", watcher.poke)
         events.on("inbox/discarded", watcher.poke)
         events.on("agent/disposing", self._door.parent_disposing)
@@ -106,6 +122,7 @@ class Subagents:
 
     def get(self, child_id: str) -> Activation | None:
         """The resident activation ``child_id``, if any."""
+        _check_str("get()", "a child id", child_id)
         node = self._resident.get(child_id)
         return None if node is None else node.public
 
@@ -121,6 +138,7 @@ class Subagents:
 
     def owner(self, child_id: str) -> str | None:
         """The id of the agent owning ``child_id`` until convergence step 4, or None."""
+        _check_str("owner()", "a child id", child_id)
         return self._ledger.owners.get(child_id)
 
     @property
@@ -135,6 +153,7 @@ class Subagents:
 
     def holds(self, agent_id: str) -> bool:
         """True iff ``agent_id`` is an activation's id until its ownership is released."""
+        _check_str("holds()", "an agent id", agent_id)
         return agent_id in self._ledger.owners
 
     # --- admission --------------------------------------------------------------------------
@@ -223,6 +242,7 @@ class Subagents:
         of a live parent (never a continuable child here, or its parent agent is disposed, or
         is a host-owned agent disposing, whichever side of that disposal the child settled on).
         """
+        _check_str("followup()", "a child id", child_id)
         self._followups += 1
         message = self._message(message, f"{child_id}:followup:{self._followups}")
         while True:
@@ -252,14 +272,17 @@ class Subagents:
 
         The subtree is cancelled inside this call. Awaiting raises
         :class:`ActivationTeardownFailed` if some boundary failed, after the activation
-        settled.
+        settled. Raises :class:`~fsm_core.UsageError`, tearing nothing down, from the turn of
+        ``activation``'s own agent or of an agent below it: that teardown waits for the turn.
         """
         node = activation._node if type(activation) is Activation else None
         if not isinstance(node, Node) or node.tree is not self._tree:
             raise UsageError(
                 f"dispose() takes an Activation of this runtime, not {echo(activation)}"
             )
-        return Pending(asyncio.shield(self._dispose(node, False)), _nobody)
+        covers = partial(operator.is_, node)
+        self._refuse_inside("dispose()", covers, begun=False)
+        return self._pending(asyncio.shield(self._dispose(node, False)), "dispose()", covers)
 
     def _dispose(self, node: Node, flushed: bool) -> asyncio.Future[None]:
         node.fire("dispose", final_state_flushed=flushed, drain=False)
@@ -270,14 +293,21 @@ class Subagents:
         """Close admission registry-wide, then tear every root down; await them all.
 
         Every later admission is refused with ``DRAINING``. Failures are raised together
-        as one :class:`ActivationTeardownFailed` naming each.
+        as one :class:`ActivationTeardownFailed` naming each. Raises
+        :class:`~fsm_core.UsageError`, draining nothing, from the turn of an activation's agent
+        or of an agent below one: the drain waits for that turn.
         """
+        self._refuse_inside("drain()", _everything, begun=False)
+        return self._drain()
+
+    def _drain(self) -> Pending:
         drain = Drain()
         self._door.fire("drain", drain)
         closing = [n.closing for n in self._resident.values() if n.closing is not None]
-        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = self._pending(
+            asyncio.shield(self._join("the drain", closing)), "drain()", _everything
+        )
         if drain.escaped:
-            _unclaimed(drained)
             raise drain.escaped[0]
         return drained
 
@@ -285,9 +315,10 @@ class Subagents:
         """Tear down every continuable descendant of the exact live ``parents``.
 
         Every parent is named first: ``UNAUTHORIZED``, draining nothing, when some parent is
-        not live here. Then the door drains below each in turn, admission below it closing
-        first; a parent a listener disposed meanwhile drains nothing, and its
-        ``UNAUTHORIZED`` is raised once the others' drains began.
+        not live here; :class:`~fsm_core.UsageError`, draining nothing, from the turn of a
+        descendant's agent or of an agent below one. Then the door drains below each in turn,
+        admission below it closing first; a parent a listener disposed meanwhile drains
+        nothing, and its ``UNAUTHORIZED`` is raised once the others' drains began.
         """
         given: object = parents  # typed as the caller should pass it, checked as it may not
         if isinstance(given, str | Agent) or not isinstance(given, Iterable):
@@ -295,12 +326,19 @@ class Subagents:
         parents = list(parents)
         for parent in parents:
             self._live_parent(parent)
+        named = frozenset(parents)
+
+        def covers(node: Node) -> bool:
+            return node.parent_agent in named
+
+        self._refuse_inside("drain_descendants()", covers, begun=False)
         below: list[Node] = []
         escaped = _each(parents, partial(self._drain_below, below))
         closing = [c.closing for c in below if c.closing is not None]
-        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = self._pending(
+            asyncio.shield(self._join("the drain", closing)), "drain_descendants()", covers
+        )
         if escaped is not None:
-            _unclaimed(drained)
             raise escaped
         return drained
 
@@ -318,11 +356,14 @@ class Subagents:
 
         Lineage is checked for every id before anything is torn down: ``UNAUTHORIZED`` if
         ``parent`` is not live or some named child is not its direct child. Ids of no
-        resident activation are skipped.
+        resident activation are skipped. Raises :class:`~fsm_core.UsageError`, draining
+        nothing, from the turn of a named child's agent or of an agent below one: the drain
+        waits for that turn.
         """
         self._live_parent(parent)
-        if isinstance(child_ids, str):
-            raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
+        given: object = child_ids  # typed as the caller should pass it, checked as it may not
+        if isinstance(given, str) or not isinstance(given, Iterable):
+            raise UsageError(f"child ids are a collection of str, not {echo(given)}")
         child_ids = list(child_ids)
         if not all(type(i) is str for i in child_ids):
             raise UsageError(f"child ids are a collection of str, not {echo(child_ids)}")
@@ -335,13 +376,61 @@ class Subagents:
                     raise SubagentError(
                         "UNAUTHORIZED", f"{parent.id!r} cannot drain {node.id!r}: {refused}"
                     ) from None
+        covers = frozenset(named).__contains__
+        self._refuse_inside("drain_children()", covers, begun=False)
         escaped = _each(named, lambda node: node.fire("drain_child", lineage=True))
         closing = [n.closing for n in named if n.closing is not None]
-        drained = Pending(asyncio.shield(self._join("the drain", closing)), _nobody)
+        drained = self._pending(
+            asyncio.shield(self._join("the drain", closing)), "drain_children()", covers
+        )
         if escaped is not None:
-            _unclaimed(drained)
             raise escaped
         return drained
+
+    def _pending(
+        self, teardown: asyncio.Future[None], call: str, covers: Callable[[Node], bool]
+    ) -> Pending:
+        """The :class:`Pending` of ``call``'s (shielded) ``teardown``: awaiting it from inside
+        what ``covers`` is refused, and a failure nobody awaits is no asyncio warning (each
+        activation's settlement tells its own)."""
+        refuse = partial(self._refuse_inside, call, covers, begun=True)
+        return Pending(reported_elsewhere(teardown), refuse)
+
+    def _refuse_inside(self, call: str, covers: Callable[[Node], bool], *, begun: bool) -> None:
+        """Raise :class:`~fsm_core.UsageError` when the initiating agent (``rt.agents.
+        current()``) is the agent of an activation ``covers`` says ``call`` tears down, or
+        descends from one (a child activation's, a spawned child's): ``call``'s teardown
+        awaits that activation's idle, which waits for the initiator's turn to end."""
+        initiator = initiating_agent()
+        node = self._covering(initiator, covers)
+        if node is None:
+            return
+        assert initiator is not None
+        what = (
+            f"its activation {echo(node.id)}"
+            if node.agent is initiator
+            else f"activation {echo(node.id)} above it"
+        )
+        after = "the teardown has begun" if begun else "nothing was torn down"
+        raise UsageError(
+            f"agent {echo(initiator.id)}: its own turn cannot await {call}, which tears down "
+            f"{what} and so waits for that turn to end; {after}, return from the turn"
+        )
+
+    def _covering(self, agent: Agent | None, covers: Callable[[Node], bool]) -> Node | None:
+        """The first activation ``covers`` names among ``agent``'s own and its ancestors'
+        (the activations above it, the spawners of the spawned children on the way)."""
+        seen: set[Agent] = set()
+        while agent is not None and agent not in seen:
+            seen.add(agent)
+            node = self._resident.get(agent.id)
+            if node is not None and node.agent is agent:
+                if covers(node):
+                    return node
+                agent = node.parent_agent
+            else:
+                agent = self._spawners.get(agent)
+        return None
 
     async def _join(self, what: str, closing: list[asyncio.Future[None]]) -> None:
         """Await every teardown in ``closing``; raise their failures as one."""
@@ -353,8 +442,8 @@ class Subagents:
 
     def _close(self) -> asyncio.Future[None]:
         """The runtime's final switch: drain, inside the caller's call; also await every
-        teardown already running."""
-        drained = self.drain()._future
+        teardown already running. Never refused: ``aclose()`` refuses its own way."""
+        drained = self._drain()._future
         everything = [n.closing for n in self._resident.values() if n.closing is not None]
         return persist(lambda: self._join("the runtime's close", [drained, *everything]), "drain")
 
@@ -383,7 +472,7 @@ class Subagents:
     async def _spawn_child(
         self, parent_signal: AbortSignal, spec: SubagentSpec, session: Session
     ) -> SubagentResult:
-        self._initiator("spawn")
+        parent = self._initiator("spawn")
         if type(spec) is not SubagentSpec:
             raise UsageError(f"spawn() and fork() take a SubagentSpec, not {echo(spec)}")
         _check_id(spec.child_id)
@@ -399,11 +488,15 @@ class Subagents:
         try:
             self._door.ask("spawn", run, None, aborted=parent_signal.aborted)
             assert run.handle is not None
+            self._spawners[run.handle.agent] = parent
             await run.handle.agent.when_idle()
         finally:
             run.off()
             if run.handle is not None:
-                await run.handle.dispose()
+                try:
+                    await run.handle.dispose()
+                finally:
+                    self._spawners.pop(run.handle.agent, None)
         parent_signal.raise_if_aborted()
         return SubagentResult(spec.child_id, last_outcome(session), _last_text(session))
 
@@ -412,13 +505,19 @@ class Subagents:
         return f"<Subagents resident={len(self._resident)} slots={len(self._ledger.slots)}{state}>"
 
 
+def _check_str(call: str, what: str, value: object) -> None:
+    if type(value) is not str:
+        raise UsageError(f"{call} takes {what}, a str, not {echo(value)}")
+
+
+def _everything(node: Node) -> bool:
+    """A registry-wide drain tears every activation down."""
+    return True
+
+
 def _check_id(child_id: object) -> None:
     if type(child_id) is not str or not 0 < len(child_id) <= 200 or not child_id.isprintable():
         raise UsageError(f"a child id is 1 to 200 printable characters, not {echo(child_id)}")
-
-
-def _nobody() -> None:
-    """No task awaits its own teardown through these entries; nothing to refuse."""
 
 
 def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException | None:
@@ -432,18 +531,6 @@ def _each(items: Iterable[_T], begin: Callable[[_T], object]) -> BaseException |
         except BaseException as error:
             escaped = escaped or error
     return escaped
-
-
-def _unclaimed(drained: Pending) -> None:
-    """A drain that raises a listener's exception returns no :class:`Pending`: nobody can
-    await its outcome, whose failures each activation's settlement tells. Read it when it
-    settles, so asyncio does not log it as never retrieved."""
-    drained._future.add_done_callback(_retrieve)
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _last_text(session: Session) -> str:

@@ -8,7 +8,10 @@ written to be repeatable (it waits for settled work, then finishes once).
 
 ``dispose()``, ``aclose()`` and ``when_idle()`` are plain methods, not coroutines: the seeds'
 disposal begins *inside* the call, so a synchronous listener can begin it (or register for
-idle) in-line and await the :class:`Pending` it gets back later, or never.
+idle) in-line and await the :class:`Pending` it gets back later, or never. A failure that
+reaches its caller some other way too (an activation's settlement tells its own) is
+:func:`reported_elsewhere`: awaiting still raises it, and nobody awaiting is no bug for asyncio to
+warn about.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, final
 
-__all__ = ["Pending", "persist"]
+__all__ = ["Pending", "persist", "reported_elsewhere"]
 
 
 @final
@@ -70,3 +73,19 @@ def persist(work: Callable[[], Coroutine[Any, Any, None]], name: str) -> asyncio
 
     start()
     return outcome
+
+
+def reported_elsewhere(future: asyncio.Future[None]) -> asyncio.Future[None]:
+    """Mark ``future``'s exception retrieved once it settles, and return it.
+
+    For a future whose failure is reported another way (logged once, or told by each
+    activation's settlement): a caller awaiting it still gets the exception, but when nobody
+    does, asyncio has nothing to log as "never retrieved".
+    """
+    future.add_done_callback(_retrieve)
+    return future
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -168,7 +168,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         "drain() tears the roots down but does not close admission.",
         (
             _edit(
-                "drain",
+                "_drain",
                 'self._door.fire("drain", drain)',
                 "for root in [n for n in self._resident.values() if n.parent is None]:\n"
                 '            root.fire("drain", scope="registry")',

@@ -303,10 +303,6 @@ class Teardown:
         return "returned"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (6): an activation's tool awaiting a teardown covering itself deadlocks",
-)
 @pytest.mark.parametrize("teardown", TEARDOWNS)
 def test_an_activations_own_turn_cannot_await_a_teardown_covering_it(teardown: str) -> None:
     """``c`` (a child of the activation ``p``, a root of ``host``) runs a tool that awaits a
@@ -333,6 +329,193 @@ def test_an_activations_own_turn_cannot_await_a_teardown_covering_it(teardown: s
             gate.open()
         await bounded(rt.aclose(), GUARD)
         assert [type(e) for e in tool.caught] == [UsageError], tool.caught
+
+    drive(main)
+
+
+class Probe:
+    """A tool that awaits ``call(rt)`` from whichever turn runs it, under a hang guard, and
+    keeps what it raised and the registry right after: every resident activation's stage,
+    and whether admission is drained."""
+
+    name = "probe"
+
+    def __init__(self, call: Callable[[Runtime], Awaitable[object]]) -> None:
+        self.call = call
+        self.rt: Runtime | None = None
+        self.caught: list[BaseException] = []
+        self.after: tuple[dict[str, str], bool] | None = None
+        self.done = asyncio.Event()
+
+    async def execute(self, args: Mapping[str, Any], signal: AbortSignal) -> Any:
+        rt = self.rt
+        assert rt is not None
+        try:
+            await returns(self.call(rt), "the call awaited from a turn")
+        except Exception as error:
+            self.caught.append(error)
+        finally:
+            stages = {i: _resident(rt, i).stage for i in rt.subagents.resident}
+            self.after = (stages, rt.subagents.draining)
+            self.done.set()
+        return "returned"
+
+
+def _probes(agent_id: str) -> Reply:
+    return Reply(tool_calls=(ToolCall(f"{agent_id}-t", "probe"),), finish="tool_calls")
+
+
+def _refused(who: str, call: str, what: str, after: str) -> str:
+    return (
+        rf"^agent '{who}': its own turn cannot await {call}, which tears down {what} and so "
+        rf"waits for that turn to end; {after}, return from the turn$"
+    )
+
+
+INSIDE: dict[str, tuple[Callable[[Runtime], Awaitable[object]], str]] = {
+    "dispose(its own activation)": (
+        lambda rt: rt.subagents.dispose(_resident(rt, "c")),
+        _refused("c", r"dispose\(\)", "its activation 'c'", "nothing was torn down"),
+    ),
+    "drain_descendants([its grandparent])": (
+        lambda rt: rt.subagents.drain_descendants([rt.agents["host"]]),
+        _refused("c", r"drain_descendants\(\)", "activation 'p' above it", "nothing was torn down"),
+    ),
+    "drain()": (
+        lambda rt: rt.subagents.drain(),
+        _refused("c", r"drain\(\)", "its activation 'c'", "nothing was torn down"),
+    ),
+}
+
+
+@pytest.mark.parametrize("inside", INSIDE)
+def test_a_refused_teardown_from_inside_names_the_call_and_tears_nothing_down(
+    inside: str,
+) -> None:
+    """``c`` (a child of ``p``) calls a teardown covering it from its own turn: the refusal
+    names the call and the activation it would tear down, and nothing changed."""
+
+    async def main(loop: IdleLoop) -> None:
+        call, message = INSIDE[inside]
+        probe = Probe(call)
+        rt, models, host = await runtime(probe)
+        probe.rt = rt
+        gate = Gate("p")
+        models.script("p", Wait(gate, Reply("p done")))
+        models.script("c", _probes("c"), Reply("c done"))
+        p = await rt.subagents.start(host, "p", "work")
+        await gate.reached.wait()
+        await rt.subagents.start(p.agent, "c", "work")
+        try:
+            await bounded(probe.done.wait(), GUARD)
+        finally:
+            gate.open()
+            await close_quietly(rt)
+        assert len(probe.caught) == 1, probe.caught
+        with pytest.raises(UsageError, match=message):
+            raise probe.caught[0]
+        assert probe.after == ({"p": "active", "c": "active"}, False)
+
+    drive(main)
+
+
+def test_a_child_spawned_below_an_activation_cannot_await_its_teardown() -> None:
+    """``s``, spawned by a tool of the activation ``c``, awaits ``dispose(c)``: ``c``'s
+    teardown would wait for the spawning turn, which waits for ``s``."""
+
+    async def main(loop: IdleLoop) -> None:
+        probe = Probe(lambda rt: rt.subagents.dispose(_resident(rt, "c")))
+        delegate = Delegate()
+        rt, models, host = await runtime(probe, delegate)
+        probe.rt = delegate.rt = rt
+        spawn = ToolCall("c-t", "delegate", {"id": "s"})
+        models.script("c", Reply(tool_calls=(spawn,), finish="tool_calls"), Reply("c done"))
+        models.script("s", _probes("s"), Reply("s done"))
+        settled = Settlements(rt)
+        await rt.subagents.start(host, "c", "work")
+        try:
+            await bounded(probe.done.wait(), GUARD)
+            await bounded(settled.of("c"), GUARD)  # c's turn went on, and it ended on its own
+        finally:
+            await close_quietly(rt)
+        message = _refused("s", r"dispose\(\)", "activation 'c' above it", "nothing was torn down")
+        assert len(probe.caught) == 1, probe.caught
+        with pytest.raises(UsageError, match=message):
+            raise probe.caught[0]
+
+    drive(main)
+
+
+def test_awaiting_from_inside_a_teardown_begun_outside_is_refused() -> None:
+    """The host begins ``dispose(c)`` while ``c``'s tool runs; the tool then awaits that same
+    :class:`Pending`: refused (it would wait for its own turn), and the teardown completes."""
+
+    async def main(loop: IdleLoop) -> None:
+        begun: list[object] = []
+        entered, go = asyncio.Event(), asyncio.Event()
+
+        async def await_it(_rt: Runtime) -> object:
+            entered.set()
+            await go.wait()
+            return await begun[0]  # type: ignore[misc]
+
+        probe = Probe(await_it)
+        rt, models, host = await runtime(probe)
+        probe.rt = rt
+        settled = Settlements(rt)
+        models.script("c", _probes("c"), Reply("c done"))
+        c = await rt.subagents.start(host, "c", "work")
+        try:
+            await bounded(entered.wait())
+            begun.append(rt.subagents.dispose(c))
+            go.set()
+            await bounded(probe.done.wait(), GUARD)
+            await bounded(begun[0], GUARD)  # type: ignore[arg-type]
+            assert settled.ids == ["c"]
+        finally:
+            await close_quietly(rt)
+        message = _refused("c", r"dispose\(\)", "its activation 'c'", "the teardown has begun")
+        assert len(probe.caught) == 1, probe.caught
+        with pytest.raises(UsageError, match=message):
+            raise probe.caught[0]
+
+    drive(main)
+
+
+OUTSIDE: dict[str, Callable[[Runtime], Awaitable[object]]] = {
+    "drain_children(its own agent, [its child])": lambda rt: rt.subagents.drain_children(
+        rt.agents["p"], ["c"]
+    ),
+    "drain_descendants([its own agent])": lambda rt: rt.subagents.drain_descendants(
+        [rt.agents["p"]]
+    ),
+}
+
+
+@pytest.mark.parametrize("outside", OUTSIDE)
+def test_a_parents_own_turn_may_await_the_teardown_of_its_children(outside: str) -> None:
+    """The refusal is for turns inside what is torn down: ``p``'s own turn awaiting the
+    teardown of its child ``c`` returns once ``c`` settled."""
+
+    async def main(loop: IdleLoop) -> None:
+        probe = Probe(OUTSIDE[outside])
+        rt, models, host = await runtime(probe)
+        probe.rt = rt
+        settled = Settlements(rt)
+        gate = Gate("p")
+        models.script("p", Wait(gate, _probes("p")), Reply("p done"))
+        models.script("c", Wait(Gate("c"), Reply("late")))
+        p = await rt.subagents.start(host, "p", "work")
+        await gate.reached.wait()
+        await rt.subagents.start(p.agent, "c", "work")
+        gate.open()
+        try:
+            await bounded(probe.done.wait(), GUARD)
+        finally:
+            await close_quietly(rt)
+        assert probe.caught == []
+        assert probe.after is not None and probe.after[0] == {"p": "active"}
+        assert settled.ids[0] == "c"
 
     drive(main)
 
@@ -500,12 +683,29 @@ BAD_CALLS: dict[str, tuple[object, Callable[[Runtime, Agent], object]]] = {
     "drain_children(host, None)": (None, lambda rt, h: rt.subagents.drain_children(h, None)),  # type: ignore[arg-type]
     "drain_children(host, 5)": (5, lambda rt, h: rt.subagents.drain_children(h, 5)),  # type: ignore[arg-type]
     "get(['c1'])": (["c1"], lambda rt, _h: rt.subagents.get(["c1"])),  # type: ignore[arg-type]
+    # the rest of Subagents' public methods, audited for the same class of bug
+    "get(5)": (5, lambda rt, _h: rt.subagents.get(5)),  # type: ignore[arg-type]
+    "owner(['c1'])": (["c1"], lambda rt, _h: rt.subagents.owner(["c1"])),  # type: ignore[arg-type]
+    "holds(['c1'])": (["c1"], lambda rt, _h: rt.subagents.holds(["c1"])),  # type: ignore[arg-type]
+    "followup(None, ...)": (None, lambda rt, _h: rt.subagents.followup(None, "x")),  # type: ignore[arg-type]
+    "start(host, ['c1'], ...)": (
+        ["c1"],
+        lambda rt, h: rt.subagents.start(h, ["c1"], "x"),  # type: ignore[arg-type]
+    ),
+    "drain_children(host, [['c1']])": (
+        [["c1"]],
+        lambda rt, h: rt.subagents.drain_children(h, [["c1"]]),  # type: ignore[list-item]
+    ),
+    "drain_children(host, 'c1')": ("c1", lambda rt, h: rt.subagents.drain_children(h, "c1")),
+    "drain_descendants(5)": (5, lambda rt, _h: rt.subagents.drain_descendants(5)),  # type: ignore[arg-type]
+    "drain_descendants('host')": (
+        "host",
+        lambda rt, _h: rt.subagents.drain_descendants("host"),  # type: ignore[arg-type]
+    ),
+    "dispose('c1')": ("c1", lambda rt, _h: rt.subagents.dispose("c1")),  # type: ignore[arg-type]
 }
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 22 (9): a bad child id or id collection raises a bare TypeError"
-)
 @pytest.mark.parametrize("call", BAD_CALLS)
 def test_a_bad_child_id_argument_is_a_usage_error_naming_it(call: str) -> None:
     async def main(loop: IdleLoop) -> None:
@@ -545,11 +745,6 @@ UNAWAITED: dict[str, Callable[[Runtime, Agent, Activation], object]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (10): a failed teardown nobody awaits makes asyncio log 'Future "
-    "exception was never retrieved'",
-)
 @pytest.mark.parametrize("begin", UNAWAITED)
 def test_a_failed_teardown_nobody_awaits_leaves_nothing_unretrieved(begin: str) -> None:
     async def main(loop: IdleLoop) -> None:
