@@ -385,11 +385,6 @@ async def converged(rt: Runtime, *activations: Activation) -> None:
     await bounded(rt.aclose(), GUARD)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (7): an interrupt from an agent/disposing listener leaves the activation "
-    "resident at releasing, holding its slot; drain() and aclose() re-raise it",
-)
 def test_an_interrupt_during_a_dispose_reaches_its_caller_once_and_the_child_converges() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, models, host = await runtime()
@@ -408,11 +403,6 @@ def test_an_interrupt_during_a_dispose_reaches_its_caller_once_and_the_child_con
     drive(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (7): after an interrupt in a natural end's teardown, a followup to the "
-    "child spins (resumes a teardown that never settles, forever)",
-)
 def test_an_interrupt_during_a_natural_end_lets_a_later_followup_resume_the_child() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, _models, host = await runtime()
@@ -435,11 +425,6 @@ def test_an_interrupt_during_a_natural_end_lets_a_later_followup_resume_the_chil
     drive(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (7): after an interrupt in a child's teardown, its parent's teardown "
-    "raises NotEnabled (no row of children_joined() is enabled)",
-)
 def test_an_interrupt_in_a_childs_teardown_reaches_the_parents_disposer_once() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, models, host = await runtime()
