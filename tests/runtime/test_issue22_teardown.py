@@ -464,11 +464,6 @@ class Delegate:
         return (await self.rt.subagents.spawn(signal, SubagentSpec(args["id"], "go"))).text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (8): cancelling the top of a deep spawn chain recurses one generation "
-    "per frame; a RecursionError stops it part way and when_idle() never returns",
-)
 def test_cancelling_the_top_of_a_deep_spawn_chain_cancels_every_generation() -> None:
     async def main(loop: IdleLoop) -> None:
         delegate = Delegate()
