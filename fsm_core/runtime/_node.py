@@ -268,7 +268,12 @@ class Node(Hosted[NodeContext]):
     async def _finish(self) -> None:
         """finishDisposal after the ``dispose`` row: join the children, await idle, flush,
         capture, dispose the handle; then the convergence row. Each stage reads the table,
-        so a run cancelled from outside resumes where it stopped (:func:`persist`)."""
+        so a run cancelled from outside resumes where it stopped (:func:`persist`).
+
+        Whatever a listener raises, it converges: a BaseException that is no Exception (a
+        child's teardown's, a boundary's, one held by a stage's row) is kept, the stages go
+        on, and the first is raised once the activation settled, to whoever awaits this
+        teardown, in place of an aggregated failure (the settlement still says it failed)."""
         if self.stage == "joining":
             while pending := [f for f in self.child_teardowns if not f.done()]:
                 await asyncio.wait(pending)
