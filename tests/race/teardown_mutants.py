@@ -271,27 +271,6 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         ),
     ),
     RuntimeMutant(
-        "close_leaves_waking_open",
-        "the close does not shut the agent's waking (wiring close.shuts_agent): a message sent "
-        "straight to a closing activation's agent runs a model turn, or replays a latched wake, "
-        "while the teardown waits.",
-        (
-            _edit(
-                "_close_inbox",
-                'self.tree.wires.connect("activation", "close_inbox", (), self)',
-                "pass",
-                NODE,
-            ),
-        ),
-    ),
-    RuntimeMutant(
-        "notice_parks_a_live_parent",
-        "a child's settlement notice reaches its live parent activation's agent parked, not "
-        "waking it: a parent idle while its child worked, or stopped by a user's cancel, never "
-        "takes it.",
-        (_edit("_notice_agent", "(wake,)", "(False,)", NODE),),
-    ),
-    RuntimeMutant(
         "teardown_cut_by_interrupt",
         "a listener's BaseException held by a teardown row ends the teardown at the stage that "
         "row reached: the activation stays resident, holding its slot.",
@@ -337,6 +316,27 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
                 DOOR,
             ),
         ),
+    ),
+    RuntimeMutant(
+        "close_leaves_waking_open",
+        "the close does not shut the agent's waking (wiring close.shuts_agent): a message sent "
+        "straight to a closing activation's agent runs a model turn, or replays a latched wake, "
+        "while the teardown waits.",
+        (
+            _edit(
+                "_close_inbox",
+                'self.tree.wires.connect("activation", "close_inbox", (), self)',
+                "pass",
+                NODE,
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "notice_parks_a_live_parent",
+        "a child's settlement notice reaches its live parent activation's agent parked, not "
+        "waking it: a parent idle while its child worked, or stopped by a user's cancel, never "
+        "takes it.",
+        (_edit("_notice_agent", "(wake,)", "(False,)", NODE),),
     ),
 )
 
