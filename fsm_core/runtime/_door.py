@@ -11,6 +11,9 @@ handler declared for it (``_hosting.py``), in a scope of its own.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,6 +35,8 @@ from fsm_core.table import Machine
 from fsm_core.table._expr import Value
 
 __all__ = ["Door", "DoorContext", "Drain", "DrainBelow", "Route", "Spawn", "draining_below"]
+
+log = logging.getLogger("fsm_core.runtime")
 
 
 def draining_below(parent: str) -> str:
@@ -121,6 +126,11 @@ class Door(Hosted[DoorContext]):
         self._ledger = ledger
         self._wires = wires
         self._create = create
+        self._spawned: deque[Agent] = deque()
+        """Spawned children whose parent turn aborted, not cancelled yet."""
+        self._cancelling = False
+        """True iff :meth:`_cancel_spawned` is cancelling children (``_spawned`` is non-empty
+        only while it is)."""
         self._host(spec)
 
     def _who(self) -> str:
@@ -215,11 +225,43 @@ class Door(Hosted[DoorContext]):
         run = self._about(Spawn)
         run.handle = self._create(run.child_id, run.session)
         child = run.handle.agent
-        run.off = run.signal.add_listener(lambda _s: child.cancel(PARENT))
+        run.off = run.signal.add_listener(lambda _s: self._cancel_spawned(child))
         message = UserMessage(f"{run.child_id}:prompt", run.prompt)
         self._wires.connect(
             "admission", "run_child", (wake,), None, new=run.handle, context=message
         )
+
+    def _cancel_spawned(self, child: Agent) -> None:
+        """A spawning turn's signal aborted: cancel its child with ``PARENT``.
+
+        Inside another such cancel (the child's own spawned child aborts inside it, and so
+        on), the child is queued, and the outermost call cancels it once the cancel in
+        progress returned: a chain of any depth is cancelled top-down, generation by
+        generation, inside the caller's call and before any await, with no Python frame per
+        generation (as the wiring's cascade disposes a subtree). Each child's cancel row runs
+        whole, its own abort listeners inside it. What one cancel raises does not stop the
+        others: an Exception is logged, as the signal logs a listener's; the first
+        BaseException is raised once every child was cancelled."""
+        self._spawned.append(child)
+        if self._cancelling:
+            return  # the outermost call cancels it
+        self._cancelling = True
+        escaped: BaseException | None = None
+        try:
+            while self._spawned:
+                agent = self._spawned.popleft()
+                try:
+                    agent.cancel(PARENT)
+                except (Exception, asyncio.CancelledError):
+                    log.exception(
+                        "cancelling the spawned child %s raised; the abort goes on", agent.id
+                    )
+                except BaseException as error:
+                    escaped = escaped or error
+        finally:
+            self._cancelling = False
+        if escaped is not None:
+            raise escaped
 
     @performs("remember_child")
     def _remember_child(self) -> None:

@@ -233,8 +233,9 @@ class Node(Hosted[NodeContext]):
         self.failures: list[TeardownFailure] = []
         self.rethrow = False
         self.escaped: BaseException | None = None
-        """What a child's teardown raised that is no boundary failure (a listener's
-        BaseException): this teardown goes on, and raises it last."""
+        """The first listener's BaseException (no Exception) this teardown met: raised by a
+        child's teardown, by a boundary, or held by one of its own rows. It goes on, and
+        raises it last."""
         self.terminal: Terminal | None = None
         self.failed: bool | None = None
         # Invariant: failure is not None iff failed is True.
@@ -272,7 +273,12 @@ class Node(Hosted[NodeContext]):
     async def _finish(self) -> None:
         """finishDisposal after the ``dispose`` row: join the children, await idle, flush,
         capture, dispose the handle; then the convergence row. Each stage reads the table,
-        so a run cancelled from outside resumes where it stopped (:func:`persist`)."""
+        so a run cancelled from outside resumes where it stopped (:func:`persist`).
+
+        Whatever a listener raises, it converges: a BaseException that is no Exception (a
+        child's teardown's, a boundary's, one held by a stage's row) is kept, the stages go
+        on, and the first is raised once the activation settled, to whoever awaits this
+        teardown, in place of an aggregated failure (the settlement still says it failed)."""
         if self.stage == "joining":
             while pending := [f for f in self.child_teardowns if not f.done()]:
                 await asyncio.wait(pending)
@@ -280,25 +286,37 @@ class Node(Hosted[NodeContext]):
             self.failures[:0] = failures(self.child_teardowns, escaped)
             self.escaped = self.escaped or (escaped[0] if escaped else None)
             self.child_teardowns.clear()
-            self._fire("children_joined")
+            self._step("children_joined")
         if self.stage == "awaiting_idle":
             await self.agent.when_idle()
-            self._fire("agent_idle")
+            self._step("agent_idle")
         if self.stage == "flushing":
             if self.flush_owed:
                 await self._boundary("final flush", self.agent.session.flush())
                 self.flush_owed = False
-            self._fire("final_flushed")
+            self._step("final_flushed")
         if self.stage == "releasing":
             assert self.handle_disposal is not None
             await self._boundary("handle dispose", self.handle_disposal)
             own = any(f.activation == self.id for f in self.failures)
-            self._fire("handle_disposed", failed=own)
+            self._step("handle_disposed", failed=own)
         if self.escaped is not None:
-            raise self.escaped  # a child's listener's, raised once this activation settled too
+            raise self.escaped  # a listener's, raised once this activation settled too
         if self.rethrow:
             assert self.failure is not None  # the settle step ran before rethrow
             raise self.failure
+
+    def _step(self, event: str, **args: Value) -> None:
+        """Fire one stage's event of the teardown. A listener's BaseException that is no
+        Exception (``KeyboardInterrupt``) is raised once the row ran to its end: the teardown
+        goes on from the stage the row reached, and raises it last, once this activation
+        settled. An Exception is the runtime's own fault, and propagates."""
+        try:
+            self._fire(event, **args)
+        except (Exception, asyncio.CancelledError):
+            raise  # a fault, or this task's cancellation: persist() resumes from the stage
+        except BaseException as error:
+            self.escaped = self.escaped or error
 
     async def _boundary(self, boundary: _Boundary, work: Awaitable[None]) -> None:
         """Await one boundary of the teardown. Whatever it raises is that boundary's failure

@@ -211,7 +211,10 @@ class Wires:
             agent = target.agent if isinstance(target, AgentHandle) else target
             if call.event == "dispose" and handle is not None:
                 node = self._ledger.resident[agent.id]
-                node.handle_disposal = handle.dispose()
+                try:
+                    handle._begin()  # a listener's BaseException escapes once it has begun
+                finally:
+                    node.handle_disposal = handle.dispose()  # the teardown awaits it anyway
                 return
             if call.event == "cancel":
                 context = CAUSES[str(args["cause"])]

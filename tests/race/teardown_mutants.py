@@ -5,7 +5,8 @@ They use the runtime mutants' mechanism (:class:`~tests.race.runtime_mutants.Run
 exact textual edits of one function's source, switched on by monkeypatching in this process
 only). The killer is the behaviour suite itself: :func:`kills` runs :func:`killer_tests`
 (``tests/runtime/test_subagents.py``, ``_spawn.py``, ``_door.py``, ``_host_disposal.py``,
-``_shut.py`` and ``_parent_cancel.py``) in order with the mutant on and reports the first that
+``_shut.py`` and ``_parent_cancel.py``, then the passing tests of
+``test_issue22_teardown.py``) in order with the mutant on and reports the first that
 fails (a hang counts, through a watchdog alarm). :data:`RACE_KILLED` names the mutants the
 activation race machine alone must kill too (:func:`race_kills`).
 :func:`hunt_by_name` is the entry point ``fsm-core mutants --runtime`` runs beside the agent
@@ -14,6 +15,7 @@ mutants of ``runtime_mutants.py``.
 
 from __future__ import annotations
 
+import inspect
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -183,7 +185,7 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
     RuntimeMutant(
         "spawned_child_cancelled_as_user",
         "a spawned child is cancelled with the user cause when its parent's turn aborts.",
-        (_edit("_run_child", "child.cancel(PARENT)", "child.cancel()", DOOR),),
+        (_edit("_cancel_spawned", "agent.cancel(PARENT)", "agent.cancel()", DOOR),),
     ),
     RuntimeMutant(
         "child_of_disposed_parent_remembered",
@@ -270,6 +272,53 @@ TEARDOWN_MUTANTS: tuple[RuntimeMutant, ...] = (
         ),
     ),
     RuntimeMutant(
+        "teardown_cut_by_interrupt",
+        "a listener's BaseException held by a teardown row ends the teardown at the stage that "
+        "row reached: the activation stays resident, holding its slot.",
+        (
+            _edit(
+                "_step",
+                "except (Exception, asyncio.CancelledError):",
+                "except BaseException:",
+                NODE,
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "handle_disposal_lost_to_interrupt",
+        "an agent/disposing listener's BaseException escapes the handle's dispose() before the "
+        "activation keeps the disposal it began: its teardown has nothing to await.",
+        (
+            _edit(
+                "_call",
+                "            finally:\n",
+                "            except BaseException:\n                raise\n            else:\n",
+                WIRES,
+            ),
+        ),
+    ),
+    RuntimeMutant(
+        "spawn_cancel_recurses",
+        "a spawned child's cancel inside another's runs at once: a deep spawn chain takes "
+        "frames per generation, and a RecursionError stops the cancel part way.",
+        (_edit("_cancel_spawned", "    if self._cancelling:\n", "    if False:\n", DOOR),),
+    ),
+    RuntimeMutant(
+        "nested_spawn_cancel_dropped",
+        "a spawned child's cancel inside another's is dropped: its grandparent's cancelled "
+        "turn waits for a grandchild that runs on.",
+        (
+            _edit(
+                "_cancel_spawned",
+                "    self._spawned.append(child)\n"
+                "    if self._cancelling:\n"
+                "        return  # the outermost call cancels it\n",
+                "    if self._cancelling:\n        return\n    self._spawned.append(child)\n",
+                DOOR,
+            ),
+        ),
+    ),
+    RuntimeMutant(
         "notice_refusal_swallowed",
         "a settlement notice the tables allowed but the parent agent refused is dropped "
         "without a word, not raised to the teardown's callers as a bug between the tables.",
@@ -341,12 +390,17 @@ def _watchdog(seconds: int) -> Iterator[None]:
 
 
 def behaviour_tests(*modules: ModuleType) -> list[tuple[str, Callable[[], None]]]:
-    """The ``test_*`` functions of ``modules``, in source order."""
+    """The ``test_*`` functions of ``modules``, in source order, but those a call with no
+    arguments cannot run (parametrized, or taking a fixture) and those expected to fail."""
     out = []
     for module in modules:
         for name, value in vars(module).items():
-            if name.startswith("test_") and callable(value):
-                out.append((f"{module.__name__.rpartition('.')[2]}::{name}", value))
+            if not (name.startswith("test_") and callable(value)):
+                continue
+            marks = {m.name for m in getattr(value, "pytestmark", ())}
+            if marks & {"xfail", "parametrize"} or inspect.signature(value).parameters:
+                continue
+            out.append((f"{module.__name__.rpartition('.')[2]}::{name}", value))
     return out
 
 
@@ -368,9 +422,12 @@ def kills(
 
 def killer_tests() -> list[tuple[str, Callable[[], None]]]:
     """The subagent behaviour tests, in source order, but the deep chain (it costs seconds and
-    kills nothing the others do not). The two newest modules come last: a mutant the older
-    tests kill is not held up by one these wedge (the watchdog's seconds)."""
+    kills nothing the others do not), then issue 22's that pass (its deep spawn chain, in a
+    few milliseconds, is the only one to kill a spawn cancel that recurses). The two newest
+    subagent modules come after the older: a mutant the older tests kill is not held up by
+    one these wedge (the watchdog's seconds)."""
     from tests.runtime import (
+        test_issue22_teardown,
         test_subagents,
         test_subagents_door,
         test_subagents_host_disposal,
@@ -387,7 +444,7 @@ def killer_tests() -> list[tuple[str, Callable[[], None]]]:
         test_subagents_shut,
         test_subagents_parent_cancel,
     )
-    return [t for t in tests if "deep" not in t[0]]
+    return [t for t in tests if "deep" not in t[0]] + behaviour_tests(test_issue22_teardown)
 
 
 def hunt_by_name(name: str, shrink: bool = True) -> RuntimeKill:

@@ -546,11 +546,6 @@ async def converged(rt: Runtime, *activations: Activation) -> None:
     await bounded(rt.aclose(), GUARD)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (7): an interrupt from an agent/disposing listener leaves the activation "
-    "resident at releasing, holding its slot; drain() and aclose() re-raise it",
-)
 def test_an_interrupt_during_a_dispose_reaches_its_caller_once_and_the_child_converges() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, models, host = await runtime()
@@ -569,11 +564,6 @@ def test_an_interrupt_during_a_dispose_reaches_its_caller_once_and_the_child_con
     drive(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (7): after an interrupt in a natural end's teardown, a followup to the "
-    "child spins (resumes a teardown that never settles, forever)",
-)
 def test_an_interrupt_during_a_natural_end_lets_a_later_followup_resume_the_child() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, _models, host = await runtime()
@@ -596,11 +586,6 @@ def test_an_interrupt_during_a_natural_end_lets_a_later_followup_resume_the_chil
     drive(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (7): after an interrupt in a child's teardown, its parent's teardown "
-    "raises NotEnabled (no row of children_joined() is enabled)",
-)
 def test_an_interrupt_in_a_childs_teardown_reaches_the_parents_disposer_once() -> None:
     async def main(loop: IdleLoop) -> None:
         rt, models, host = await runtime()
@@ -640,11 +625,6 @@ class Delegate:
         return (await self.rt.subagents.spawn(signal, SubagentSpec(args["id"], "go"))).text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 (8): cancelling the top of a deep spawn chain recurses one generation "
-    "per frame; a RecursionError stops it part way and when_idle() never returns",
-)
 def test_cancelling_the_top_of_a_deep_spawn_chain_cancels_every_generation() -> None:
     async def main(loop: IdleLoop) -> None:
         delegate = Delegate()
