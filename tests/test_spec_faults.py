@@ -1009,7 +1009,7 @@ def test_one_unused_variable_that_multiplies_the_domain_is_refused_at_once(
         SpecError,
         match=exactly(
             "specs/agent.toml: var 'spare': int[0..100] has 101 values, so the loader would "
-            "check 44,989,440 cases, over the limit of 1,000,000 "
+            "check 91,840,512 cases, over the limit of 1,000,000 "
             "(a model may raise it: [model] limits = { domain = N })"
         ),
     ):

@@ -399,7 +399,8 @@ def test_a_plain_counterexample_replays_to_the_same_violation(refute: Refute) ->
     text = format_trace(report)
     assert text.splitlines()[:3] == [
         "0. initial: phase=idle holder=none reason=none turn=false pending=false latch=false "
-        "marker=false scheduled=false closing=false shut=false budget.send=2 budget.cancel=2 "
+        "marker=false scheduled=false closing=false shut=false unwound=false budget.send=2 "
+        "budget.cancel=2 "
         "budget.dispose=1 budget.maintenance_start=1 budget.remove=1 ghost.owed=false "
         "ghost.prerun=false ghost.broken=",
         "1. maintenance_start() -> maintenance.start   changed: phase idle->maintenance, "

@@ -62,7 +62,6 @@ from fsm_core.runtime._history import History
 from fsm_core.runtime._hooks import Hooks, run_hooks
 from fsm_core.runtime._hosting import Hosted, check_handlers, hosts, performs
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
-from fsm_core.runtime._initiators import refuse_inside_boundary_of
 from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
     AssembleContext,
@@ -206,6 +205,11 @@ class Seams(Protocol):
     def unwind(self, agent: Agent) -> Awaitable[None]:
         """Dispose ``agent``'s scope: refuse new boundaries of it, and resolve once every
         boundary run on its behalf settled (the seed's ``await machine.scope.dispose()``)."""
+        ...
+
+    def refuse_inside(self, agent: Agent, call: str) -> None:
+        """Raise :class:`~fsm_core.UsageError` when the current context runs inside a
+        boundary of ``agent``: awaiting ``call`` would wait for that boundary to end."""
         ...
 
 
@@ -848,7 +852,7 @@ class AgentHandle:
 
         def refuse() -> None:
             own_turn()
-            refuse_inside_boundary_of(self.agent, "its disposal")
+            self._core.seams.refuse_inside(self.agent, "its disposal")
 
         return Pending(disposal, refuse)
 

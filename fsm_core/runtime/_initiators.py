@@ -176,6 +176,17 @@ class AgentRegistry(Mapping[str, "Agent"]):
         if done is not None and not done.done() and idle:
             done.set_result(None)
 
+    def _refuse_inside_of(self, agent: Agent, call: str) -> None:
+        """Raise :class:`~fsm_core.UsageError` when the current context runs inside an active
+        boundary of ``agent``: ``call`` would wait for that boundary to end."""
+        for boundary in _BOUNDARIES.get():
+            if boundary.agent is agent and boundary in self._active:
+                raise UsageError(
+                    f"a boundary of agent {echo(agent.id)} cannot await {call}, which waits for "
+                    f"every boundary of the agent to end; the disposal has begun, return from "
+                    f"the boundary"
+                )
+
     def _forget(self, agent: Agent) -> None:
         """``agent`` left the runtime: its scope's bookkeeping goes with it."""
         self._unwinding.pop(agent, None)
@@ -258,18 +269,6 @@ class AgentRegistry(Mapping[str, "Agent"]):
         """Wait until no boundary is active (close() must have been called)."""
         assert self._closed is not None
         await asyncio.shield(self._closed)
-
-
-def refuse_inside_boundary_of(agent: Agent, call: str) -> None:
-    """Raise :class:`~fsm_core.UsageError` when the current context runs inside a boundary of
-    ``agent``: ``call`` would wait for that boundary to end."""
-    for boundary in _BOUNDARIES.get():
-        if boundary.agent is agent and boundary in boundary.registry._active:
-            raise UsageError(
-                f"a boundary of agent {echo(agent.id)} cannot await {call}, which waits for "
-                f"every boundary of the agent to end; the disposal has begun, return from the "
-                f"boundary"
-            )
 
 
 def _never() -> None:

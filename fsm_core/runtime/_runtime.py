@@ -198,3 +198,7 @@ class Runtime:
     def unwind(self, agent: Agent) -> Awaitable[None]:
         """Dispose ``agent``'s scope (:class:`~fsm_core.runtime._core.Seams`)."""
         return self.agents._unwind(agent)
+
+    def refuse_inside(self, agent: Agent, call: str) -> None:
+        """Refuse awaiting ``call`` inside a boundary of ``agent`` (``Seams``)."""
+        self.agents._refuse_inside_of(agent, call)

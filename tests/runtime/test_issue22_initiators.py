@@ -183,3 +183,32 @@ def test_aclose_disposes_the_agents_before_it_closes_the_initiator_scope() -> No
             await rt.agents.run(agents["a1"], work)
 
     drive(main)
+
+
+def test_a_boundary_of_an_agent_cannot_await_that_agents_disposal() -> None:
+    """The disposal waits for every boundary of the agent, so a boundary awaiting it would wait
+    for itself: refused, and the disposal it began completes once the boundary returned."""
+
+    async def main(loop: IdleLoop) -> None:
+        rt = Runtime(model=ScriptedModel([]))
+        handle = await rt.create_agent("a1")
+        disposal: list[object] = []
+
+        async def work() -> str:
+            pending = handle.dispose()
+            disposal.append(pending)
+            with pytest.raises(
+                UsageError,
+                match=r"^a boundary of agent 'a1' cannot await its disposal, which waits for "
+                r"every boundary of the agent to end; the disposal has begun, return from the "
+                r"boundary$",
+            ):
+                await pending
+            return "returned"
+
+        assert await rt.agents.run(handle.agent, work) == "returned"
+        await bounded(handle.dispose())
+        assert handle.agent.phase == "disposed" and "a1" not in rt.agents
+        await bounded(rt.aclose())
+
+    drive(main)
