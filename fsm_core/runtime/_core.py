@@ -87,7 +87,7 @@ from fsm_core.runtime._payloads import (
 from fsm_core.runtime._scope import context_for
 from fsm_core.runtime._session import ErrorCode, Session, SessionError
 from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
-from fsm_core.runtime._teardown import Pending, persist
+from fsm_core.runtime._teardown import Pending, persist, raise_if_cancelling
 from fsm_core.table import Machine
 from fsm_core.table._expr import Value
 
@@ -138,18 +138,6 @@ def _usable(reply: object) -> Reply:
 
 async def _same(value: Any) -> Any:
     return value
-
-
-def _raise_if_cancelling() -> None:
-    """Raise ``CancelledError`` iff the current task has a pending cancellation request.
-
-    Tells a seam that *raises* ``CancelledError`` (a fault, contained like any exception) from
-    the driver's own task being cancelled from outside, which must halt the driver even when
-    a seam swallowed the cancellation or turned it into another exception.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling() > 0:
-        raise asyncio.CancelledError
 
 
 def _check_literals(machine: Machine) -> None:
@@ -392,7 +380,7 @@ class AgentCore(Hosted[AgentContext]):
                 # A halted driver's last turn: its flush settles before the next claim (D7).
                 await self._await_flush()
             while self.phase in ("running", "cancelling") and not self._value("turn"):
-                _raise_if_cancelling()
+                raise_if_cancelling()
                 self._fire("claim")
                 if not self._value("turn"):
                     continue  # a replacement got a fresh holder, or the claim converged
@@ -408,7 +396,7 @@ class AgentCore(Hosted[AgentContext]):
                 self._fire("retire", end=ending)
                 if self._flush_owed:
                     await self._await_flush()
-                _raise_if_cancelling()
+                raise_if_cancelling()
                 self._fire("converge")
         except BaseException as error:
             self._halt(error)
@@ -448,7 +436,7 @@ class AgentCore(Hosted[AgentContext]):
             # The turn's outcome is already recorded; a failed flush is reported and must
             # not strand the agent in running (when_idle() and dispose would never return).
             # Disposal flushes the whole log again and raises if that fails too.
-            _raise_if_cancelling()
+            raise_if_cancelling()
             log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
         self._flush_owed = False
 
@@ -501,7 +489,7 @@ class AgentCore(Hosted[AgentContext]):
         except (Exception, asyncio.CancelledError) as error:
             # The driver's own task is being cancelled (a seam may have turned the
             # CancelledError into another exception): _drive retires the turn and halts.
-            _raise_if_cancelling()
+            raise_if_cancelling()
             log.exception("agent %s: turn %d failed", self.id, turn)
             self._error_code, self._error = self._classify(error), error
             return "error"
