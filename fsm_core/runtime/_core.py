@@ -13,8 +13,9 @@ requests) travels with the fire itself, as its context (:data:`AgentContext`), a
 reads it back from the innermost fire: listeners re-enter, and each fire keeps its own.
 
 The driver (:meth:`AgentCore._drive`) only sequences: start, claim (open the turn), take its
-prompt, run the turn's seams, retire, await the flush, converge; what each of those does to the
-control state is the table's decision, read back from the state.
+prompt, run the turn's seams (the core's :class:`~fsm_core.runtime._turn.TurnRunner`, in
+``_turn.py``), retire, await the flush, converge; what each of those does to the control state
+is the table's decision, read back from the state.
 
 Cancellation is cooperative: the driver checks the signal around awaited seams but never
 abandons work. ``when_idle()`` and disposal wait for work that ignores the signal.
@@ -38,12 +39,11 @@ uses one API: build an :class:`AgentCore` with the seams it lends (:class:`Seams
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Protocol, TypeAlias, TypeVar, cast, final, get_args
+from typing import Protocol, TypeAlias, TypeVar, cast, final, get_args
 
 from fsm_core._errors import FsmError, UsageError
 from fsm_core.runtime._agent import Agent, Phase, Status
@@ -58,14 +58,9 @@ from fsm_core.runtime._causes import (
     detach,
 )
 from fsm_core.runtime._events import EventBus
-from fsm_core.runtime._history import History
-from fsm_core.runtime._hooks import Hooks, run_hooks
 from fsm_core.runtime._hosting import Hosted, check_handlers, hosts, performs
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
-from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
 from fsm_core.runtime._payloads import (
-    AssembleContext,
-    AssistantMessageRecorded,
     CancelRequested,
     DisposalEnded,
     DisposalStarted,
@@ -73,21 +68,15 @@ from fsm_core.runtime._payloads import (
     MessageDiscarded,
     MessageInserted,
     MessagesClaimed,
-    PreStep,
-    RequestError,
     StatusChanged,
-    StepBoundary,
-    ToolApproval,
     TurnEnded,
-    TurnFailed,
     TurnStarted,
-    TurnStopping,
-    UserMessageRecorded,
 )
 from fsm_core.runtime._scope import context_for
-from fsm_core.runtime._session import ErrorCode, Session, SessionError
-from fsm_core.runtime._signal import AbortController, Aborted, AbortSignal
-from fsm_core.runtime._teardown import Pending, persist
+from fsm_core.runtime._session import Session
+from fsm_core.runtime._signal import AbortController, AbortSignal
+from fsm_core.runtime._teardown import Pending, persist, raise_if_cancelling
+from fsm_core.runtime._turn import TurnRunner, TurnSeams
 from fsm_core.table import Machine
 from fsm_core.table._expr import Value
 
@@ -103,53 +92,6 @@ enqueues, or the cause a ``cancel`` requests (as the caller gave it, detached wh
 log = logging.getLogger("fsm_core.runtime")
 
 _INTERRUPTIONS: Mapping[str, Interruption] = {"user": USER, "parent": PARENT, "disposed": DISPOSED}
-_DURABLE_OUTCOME = {"max_tokens": "max-tokens"}
-_ENDINGS = {"stop": "completed", "max_tokens": "max_tokens", "blocked": "blocked"}
-_FINISHES: tuple[Finish, ...] = get_args(Finish)
-_CALLS = (tuple, list)
-"""What a reply's ``tool_calls`` may be."""
-
-
-class _InvalidReply(Exception):
-    """The model answered with a reply the turn cannot use (durable code ``invalid-reply``)."""
-
-
-def _usable(reply: object) -> Reply:
-    """``reply`` if the turn can use it: a :class:`Reply` of the declared field types."""
-    if not (
-        isinstance(reply, Reply)
-        and isinstance(reply.text, str)
-        and reply.finish in _FINISHES
-        and isinstance(reply.tool_calls, _CALLS)
-        and (
-            not reply.tool_calls
-            or all(
-                isinstance(call, ToolCall)
-                and isinstance(call.id, str)
-                and isinstance(call.name, str)
-                and isinstance(call.args, Mapping)
-                for call in reply.tool_calls
-            )
-        )
-    ):
-        raise _InvalidReply(f"the model answered {type(reply).__name__}, not a usable Reply")
-    return reply
-
-
-async def _same(value: Any) -> Any:
-    return value
-
-
-def _raise_if_cancelling() -> None:
-    """Raise ``CancelledError`` iff the current task has a pending cancellation request.
-
-    Tells a seam that *raises* ``CancelledError`` (a fault, contained like any exception) from
-    the driver's own task being cancelled from outside, which must halt the driver even when
-    a seam swallowed the cancellation or turned it into another exception.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling() > 0:
-        raise asyncio.CancelledError
 
 
 def _check_literals(machine: Machine) -> None:
@@ -191,17 +133,12 @@ def _check_table(machine: Machine) -> None:
     _CHECKED.add(machine)
 
 
-class Seams(Protocol):
-    """What an agent's owner lends its core: the bus, the model and the tools, read live."""
+class Seams(TurnSeams, Protocol):
+    """What an agent's owner lends its core: the bus, and the model, tools and hooks its turns
+    call (:class:`~fsm_core.runtime._turn.TurnSeams`), read live."""
 
     @property
     def events(self) -> EventBus: ...
-    @property
-    def model(self) -> ModelAdapter: ...
-    @property
-    def tools(self) -> Mapping[str, Tool]: ...
-    @property
-    def hooks(self) -> Hooks: ...
     def unwind(self, agent: Agent) -> Awaitable[None]:
         """Dispose ``agent``'s scope: refuse new boundaries of it, and resolve once every
         boundary run on its behalf settled (the seed's ``await machine.scope.dispose()``)."""
@@ -245,8 +182,6 @@ class AgentCore(Hosted[AgentContext]):
         self._forget = forget
         """Told this agent's id once its disposal finished."""
         self.inbox = Inbox(self._remove)
-        self._history = History()
-        """What each request says, folded from the session as it grows."""
         _check_table(machine)
         self._host(machine)
         # Invariant: _controller is set iff the table's holder is live or aborted.
@@ -259,18 +194,6 @@ class AgentCore(Hosted[AgentContext]):
         )
         self._claimed: list[UserMessage] = []
         self._steering: list[UserMessage] = []
-        self._error_code: ErrorCode | None = None
-        """How the turn's own work failed, set where ``_run_turn`` classifies the failure and
-        consumed by ``publish_turn_end``; None there means the driver halted (``halted``)."""
-        self._model_error: BaseException | None = None
-        """The model's exception that no ``agent/request-error`` listener retried, so the
-        classification can tell it (``model-failed``) from a seam's."""
-        self._error: BaseException | None = None
-        """What ended the turn's work (the exception ``_error_code`` classifies, or the escape
-        that halted the driver), consumed with the code by ``publish_turn_end``."""
-        self._failed: TurnFailed | None = None
-        """The ``turn/error`` payload ``publish_turn_end(error)`` left for the
-        ``publish_turn_error`` effect that follows it in the same row."""
         self._flush_owed = False
         """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
         driver that halted before settling it leaves it owed to the next driver."""
@@ -282,6 +205,8 @@ class AgentCore(Hosted[AgentContext]):
         self._started = False
         """True iff the driver task last scheduled has begun to run."""
         self.agent = Agent(self)
+        self._turns = TurnRunner(self)
+        """Runs each turn's steps between its claim and its retire (``_turn.py``)."""
         # Last: a refusal (the session has a live writer) leaves nothing of this agent behind.
         session._attach(agent_id)
 
@@ -392,7 +317,7 @@ class AgentCore(Hosted[AgentContext]):
                 # A halted driver's last turn: its flush settles before the next claim (D7).
                 await self._await_flush()
             while self.phase in ("running", "cancelling") and not self._value("turn"):
-                _raise_if_cancelling()
+                raise_if_cancelling()
                 self._fire("claim")
                 if not self._value("turn"):
                     continue  # a replacement got a fresh holder, or the claim converged
@@ -404,11 +329,11 @@ class AgentCore(Hosted[AgentContext]):
                     self._fire("take_prompt", rest=rest)
                 controller = self._controller
                 assert controller is not None
-                ending = await self._run_turn(controller.signal, self._turn)
+                ending = await self._turns.run(controller.signal, self._turn, self._claimed)
                 self._fire("retire", end=ending)
                 if self._flush_owed:
                     await self._await_flush()
-                _raise_if_cancelling()
+                raise_if_cancelling()
                 self._fire("converge")
         except BaseException as error:
             self._halt(error)
@@ -429,7 +354,7 @@ class AgentCore(Hosted[AgentContext]):
             if not self._enabled(event, **args):
                 continue
             if event == "retire":
-                self._error = escape
+                self._turns.halted(escape)
             try:
                 self._fire(event, **args)
             except BaseException:  # a listener's, held to the row's end: the first one wins
@@ -448,199 +373,18 @@ class AgentCore(Hosted[AgentContext]):
             # The turn's outcome is already recorded; a failed flush is reported and must
             # not strand the agent in running (when_idle() and dispose would never return).
             # Disposal flushes the whole log again and raises if that fails too.
-            _raise_if_cancelling()
+            raise_if_cancelling()
             log.exception("agent %s: the flush after turn %d failed", self.id, self._turn)
         self._flush_owed = False
 
     async def _flush(self, payload: Flush) -> None:
         await payload.session.flush()
 
-    async def _run_turn(self, signal: AbortSignal, turn: int) -> str:
-        """Run one turn's steps; return its own ending. The table classifies the outcome.
+    # --- what a turn asks of its core (the TurnHost protocol of _turn.py) --------------------
 
-        Each step, in order: ``agent/pre-step``, the step boundary (takes the steering sent
-        so far), prompt assembly (:meth:`_assemble`), then the step itself (:meth:`_step`),
-        which opens with ``step/start``. The signal is checked after every awaited seam, so a
-        cancel or disposal before the step opens leaves no step in the log and no request.
-        After the last step, ``agent/turn-stopping``. The runtime's hooks (:class:`Hooks`) run
-        with the same signal: ``prompt`` before the first step, ``stop`` last.
-        """
-        step = 0
-        try:
-            # Prompt hooks first: a block refuses the turn before any step or request.
-            blocked = bool(self.seams.hooks.prompt) and await self._hook(
-                "prompt", signal, turn, prompt=[m.text for m in self._claimed]
-            )
-            while not blocked:
-                step += 1
-                if self.events.heard("agent/pre-step"):  # observe-only: no listener, no seam
-                    await self.events.waterfall(
-                        "agent/pre-step", PreStep(self.agent, signal, turn, step), _same
-                    )
-                signal.raise_if_aborted()
-                if self.inbox.next_step:
-                    self._fire("take_steering", rest=bool(self.inbox.next_turn))
-                messages = await self._assemble(signal)
-                signal.raise_if_aborted()
-                reply = await self._step(signal, turn, step, messages)
-                if reply.finish != "tool_calls":
-                    break
-            ending = "blocked" if blocked else _ENDINGS[reply.finish]
-            if self.events.heard("agent/turn-stopping"):
-                await self.events.waterfall(
-                    "agent/turn-stopping", TurnStopping(self.agent, signal, turn, ending), _same
-                )
-            if self.seams.hooks.stop:
-                await self._hook("stop", signal, turn, ending=ending)
-            return ending
-        except Aborted as error:
-            # The table reads the aborted holder and records aborted/disposed; the code counts
-            # only for an Aborted some seam raised while the turn's own signal was not aborted.
-            self._error_code, self._error = self._classify(error), error
-            return "error"
-        except (Exception, asyncio.CancelledError) as error:
-            # The driver's own task is being cancelled (a seam may have turned the
-            # CancelledError into another exception): _drive retires the turn and halts.
-            _raise_if_cancelling()
-            log.exception("agent %s: turn %d failed", self.id, turn)
-            self._error_code, self._error = self._classify(error), error
-            return "error"
-
-    async def _hook(self, seam: str, signal: AbortSignal, turn: int, **about: Any) -> bool:
-        """Run the ``seam`` hooks of the runtime (:class:`Hooks`) with the turn's signal; True
-        iff one blocked. Raises :class:`Aborted` when the signal aborted meanwhile: the
-        hooks' processes are gone by then (``run_hook`` waits for them)."""
-        commands = getattr(self.seams.hooks, seam)
-        if not commands:
-            return False
-        payload = {"hook": seam, "agent": self.id, "turn": turn, **about}
-        blocked = await run_hooks(commands, payload, signal, self.seams.hooks)
-        signal.raise_if_aborted()
-        return blocked is not None
-
-    def _classify(self, error: BaseException) -> ErrorCode:
-        """The durable class of the failure that ended the turn (see ``ErrorCode``)."""
-        model_error, self._model_error = self._model_error, None
-        if error is model_error:
-            return "model-failed"
-        if isinstance(error, _InvalidReply | SessionError):
-            return "invalid-reply"  # the only content the turn records unchecked is the reply's
-        return "seam-failed"
-
-    async def _assemble(self, signal: AbortSignal) -> Sequence[Mapping[str, Any]]:
-        """The step's prompt: the conversation so far, as the ``agent/assemble`` waterfall
-        leaves it. The conversation is read from the durable session (see ``_history.py``
-        for which records say what), so a replay or a resumed log asks the same."""
-        history = self._history.read(self.session.events)
-        if not self.events.heard("agent/assemble"):
-            return history
-        assembled = await self.events.waterfall(
-            "agent/assemble", AssembleContext(self.agent, signal, history), _same
-        )
-        # A snapshot already; what a listener built is copied, so it cannot change it later.
-        return history if assembled.messages is history else tuple(assembled.messages)
-
-    async def _step(
-        self, signal: AbortSignal, turn: int, step: int, messages: Sequence[Mapping[str, Any]]
-    ) -> Reply:
-        """One step, bracketed by ``step/start`` and ``step/end``: the request, the assistant's
-        answer and the tool calls it asked for."""
-        self.session.append("step/start", {"turn": turn, "step": step})
-        try:
-            self.events.notify("step/start", StepBoundary, self.agent, signal, turn, step)
-            signal.raise_if_aborted()
-            request = Request(self.id, turn, step, messages, self._tool_names())
-            reply = await self._request(request, signal)
-            signal.raise_if_aborted()
-            self.session.append(
-                "assistant/message", {"turn": turn, "step": step, "text": reply.text}
-            )
-            self.events.notify(
-                "assistant/message", AssistantMessageRecorded, self.agent, signal, turn, step, reply
-            )
-            for call in reply.tool_calls:
-                if signal.aborted:
-                    # As the original: the log shows every call the model asked for, each
-                    # answered; those after the abort never reach their tool.
-                    self._record_call(turn, step, call)
-                    self._record_result(turn, step, call, False, "aborted")
-                    continue
-                with contextlib.suppress(Aborted):  # re-raised below, once all are answered
-                    await self._call_tool(signal, turn, step, call)
-            signal.raise_if_aborted()
-            return reply
-        finally:
-            self.session.append("step/end", {"turn": turn, "step": step})
-            self.events.notify("step/end", StepBoundary, self.agent, signal, turn, step)
-
-    async def _request(self, request: Request, signal: AbortSignal) -> Reply:
-        attempt = 0
-        while True:
-            try:
-                reply = await self.seams.model.generate(request, signal)
-            except Aborted:
-                raise
-            except Exception as error:
-                attempt += 1
-                decision = await self.events.waterfall(
-                    "agent/request-error",
-                    RequestError(self.agent, signal, error, attempt),
-                    lambda _e: _same("fail"),
-                )
-                signal.raise_if_aborted()
-                if decision != "retry":
-                    self._model_error = error  # if it ends the turn: model-failed
-                    raise
-                continue
-            return _usable(reply)
-
-    async def _call_tool(self, signal: AbortSignal, turn: int, step: int, call: ToolCall) -> None:
-        """Ask approval, run the tool, and record its answer; the history reads it from the log."""
-        self._record_call(turn, step, call)
-        # A failure is recorded as a short classification, never as an exception's text. Every
-        # tool/call gets its tool/result, even when the turn is interrupted during approval.
-        ok, result = False, "aborted"
-        try:
-            approved = await self.events.waterfall(
-                "agent/tool-approval",
-                ToolApproval(self.agent, signal, call),
-                lambda _a: _same(True),
-            )
-            signal.raise_if_aborted()
-            about = {"step": step, "id": call.id, "tool": call.name, "args": dict(call.args)}
-            blocked = approved and await self._hook("tool", signal, turn, **about)
-            tool = self.seams.tools.get(call.name)
-            result = "blocked" if blocked else "refused" if not approved else "unknown-tool"
-            if approved and not blocked and tool is not None:
-                result = "aborted"
-                try:
-                    result, ok = await tool.execute(call.args, signal), True
-                except Aborted:
-                    raise
-                except Exception:
-                    log.exception("agent %s: tool %s failed", self.id, call.name)
-                    result = "failed"
-        finally:
-            self._record_result(turn, step, call, ok, result)
-
-    def _record_call(self, turn: int, step: int, call: ToolCall) -> None:
-        self.session.append(
-            "tool/call",
-            {"turn": turn, "step": step, "id": call.id, "name": call.name, "args": dict(call.args)},
-        )
-
-    def _record_result(self, turn: int, step: int, call: ToolCall, ok: bool, result: Any) -> None:
-        """Append the call's ``tool/result``; a result the log cannot hold (NaN, a set, an
-        object, an integer beyond JSON's safe range) is recorded as ``invalid-result``."""
-        data = {"turn": turn, "step": step, "id": call.id, "ok": ok, "result": result}
-        try:
-            self.session.append("tool/result", data)
-        except Exception:  # SessionError, or a result that raises while the log reads it
-            log.exception("agent %s: tool %s gave a result the log cannot hold", self.id, call.name)
-            self.session.append("tool/result", {**data, "ok": False, "result": "invalid-result"})
-
-    def _tool_names(self) -> tuple[str, ...]:
-        return tuple(sorted(self.seams.tools))
+    def take_steering(self, rest: bool) -> None:
+        """Fire ``take_steering`` at a step boundary of the open turn."""
+        self._fire("take_steering", rest=rest)
 
     # --- effects: what the table's rows tell the runtime to do --------------------------------
 
@@ -719,11 +463,11 @@ class AgentCore(Hosted[AgentContext]):
         controller = self._controller
         assert controller is not None
         claimed = self._claimed = self.inbox._claim()
-        self._record_claim(claimed)
+        self._turns.record_claim(self._turn, claimed)
         self.events.notify(
             "inbox/claimed", MessagesClaimed, self.agent, controller.signal, self._turn, (*claimed,)
         )
-        self._announce_user_messages(controller.signal, claimed)
+        self._turns.announce(controller.signal, self._turn, claimed)
 
     @performs("claim_steering")
     def _claim_steering(self) -> None:
@@ -731,20 +475,8 @@ class AgentCore(Hosted[AgentContext]):
         controller = self._controller
         assert controller is not None
         steering = self._steering = self.inbox._claim_steering()
-        self._record_claim(steering)
-        self._announce_user_messages(controller.signal, steering)
-
-    def _announce_user_messages(self, signal: AbortSignal, messages: list[UserMessage]) -> None:
-        for message in messages:
-            self.events.notify(
-                "user/message", UserMessageRecorded, self.agent, signal, self._turn, message
-            )
-
-    def _record_claim(self, messages: list[UserMessage]) -> None:
-        """The durable claim by the open turn, then each claimed message's text."""
-        self.session.append("inbox/claimed", {"turn": self._turn, "ids": [m.id for m in messages]})
-        for message in messages:
-            self.session.append("user/message", {"id": message.id, "text": message.text})
+        self._turns.record_claim(self._turn, steering)
+        self._turns.announce(controller.signal, self._turn, steering)
 
     @performs("publish_turn_start")
     def _publish_turn_start(self) -> None:
@@ -759,33 +491,15 @@ class AgentCore(Hosted[AgentContext]):
 
     @performs("publish_turn_end")
     def _publish_turn_end(self, outcome: str) -> None:
-        durable: dict[str, str | int] = {"kind": _DURABLE_OUTCOME.get(outcome, outcome)}
-        code, self._error_code, self._model_error = self._error_code or "halted", None, None
-        error, self._error = self._error, None
-        if outcome == "error":
-            # A class of failure and where, never the exception (seed 000: durable-clean).
-            step = self._last_step()
-            durable |= {"step": step, "code": code}
-            assert error is not None, "a turn ends in error only after its work failed"
-            self._failed = TurnFailed(self.agent, self._turn, step, code, error)
+        durable = self._turns.ended(self._turn, outcome)
         self.session.append("turn/end", {"turn": self._turn, "outcome": durable})
         self.events.notify("turn/end", TurnEnded, self.agent, self._turn, durable)
 
     @performs("publish_turn_error")
     def _publish_turn_error(self) -> None:
         """After turn/end: the failure again, with what the log never holds, the exception."""
-        failed, self._failed = self._failed, None
-        assert failed is not None, "publish_turn_error follows publish_turn_end(error)"
+        failed = self._turns.failure()
         self.events.emit("turn/error", failed)
-
-    def _last_step(self) -> int:
-        """The number of the open turn's last ``step/start`` in the log, 0 if it opened none."""
-        for event in reversed(self.session.events):
-            if event.type in ("turn/start", "turn/end"):
-                break
-            if event.type == "step/start" and event.data["turn"] == self._turn:
-                return cast(int, event.data["step"])
-        return 0
 
     @performs("flush_session")
     def _flush_session(self) -> None:

@@ -32,12 +32,12 @@ from fsm_core.runtime._activation import (
     Terminal,
 )
 from fsm_core.runtime._agent import Agent
-from fsm_core.runtime._core import AgentHandle, _raise_if_cancelling
+from fsm_core.runtime._core import AgentHandle
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._hosting import Hosted, Scope, hosts, performs
 from fsm_core.runtime._inbox import UserMessage
 from fsm_core.runtime._session import Session
-from fsm_core.runtime._teardown import Pending, persist
+from fsm_core.runtime._teardown import Pending, persist, raise_if_cancelling
 from fsm_core.table import Machine
 from fsm_core.table._expr import Value
 
@@ -326,7 +326,7 @@ class Node(Hosted[NodeContext]):
         try:
             await work
         except BaseException as error:
-            _raise_if_cancelling()
+            raise_if_cancelling()
             self.failures.append(TeardownFailure(self.id, boundary, error))
             if not isinstance(error, Exception | asyncio.CancelledError):
                 self.escaped = self.escaped or error

@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, final
 
-__all__ = ["Pending", "persist", "reported_elsewhere"]
+__all__ = ["Pending", "persist", "raise_if_cancelling", "reported_elsewhere"]
 
 
 @final
@@ -89,3 +89,15 @@ def reported_elsewhere(future: asyncio.Future[None]) -> asyncio.Future[None]:
 def _retrieve(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def raise_if_cancelling() -> None:
+    """Raise ``CancelledError`` iff the current task has a pending cancellation request.
+
+    Tells a seam that *raises* ``CancelledError`` (a fault, contained like any exception) from
+    the driver's own task being cancelled from outside, which must halt the driver even when
+    a seam swallowed the cancellation or turned it into another exception.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling() > 0:
+        raise asyncio.CancelledError

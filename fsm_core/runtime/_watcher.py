@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import final
 
 from fsm_core._errors import Rejected
-from fsm_core.runtime._core import _raise_if_cancelling
 from fsm_core.runtime._node import Node, Verdict
 from fsm_core.runtime._payloads import MessageDiscarded, MessageInserted
 from fsm_core.runtime._signal import AbortSignal
+from fsm_core.runtime._teardown import raise_if_cancelling
 
 __all__ = ["Watcher"]
 
@@ -84,7 +84,7 @@ class Watcher:
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException:
-                _raise_if_cancelling()
+                raise_if_cancelling()
                 log.exception("the settlement watcher of %s failed", node.id)
             if verdict.value in ("closed", "ready"):
                 return

@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 CORE = "fsm_core.runtime._core"
+TURN = "fsm_core.runtime._turn"
 SIGNAL = "fsm_core.runtime._signal"
 HISTORY = "fsm_core.runtime._history"
 
@@ -393,11 +394,11 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "no step boundary ever takes the steering sent to the running turn.",
         (
             Edit(
-                f"{CORE}:AgentCore._run_turn",
+                f"{TURN}:TurnRunner.run",
                 "    step = 0\n",
                 "    step = 0\n    steering = self.inbox.next_step\n",
             ),
-            Edit(f"{CORE}:AgentCore._run_turn", "if self.inbox.next_step:", "if steering:"),
+            Edit(f"{TURN}:TurnRunner.run", "if self.inbox.next_step:", "if steering:"),
         ),
     ),
     RuntimeMutant(
@@ -406,9 +407,9 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "steering itself, so the table believes work remains after the inbox emptied.",
         (
             Edit(
-                f"{CORE}:AgentCore._run_turn",
-                'self._fire("take_steering", rest=bool(self.inbox.next_turn))',
-                'self._fire("take_steering", rest=self.inbox.pending)',
+                f"{TURN}:TurnRunner.run",
+                "self._host.take_steering(rest=bool(self.inbox.next_turn))",
+                "self._host.take_steering(rest=self.inbox.pending)",
             ),
         ),
     ),
@@ -442,7 +443,7 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "longer balance.",
         (
             Edit(
-                f"{CORE}:AgentCore._step",
+                f"{TURN}:TurnRunner._step",
                 "    finally:\n"
                 '        self.session.append("step/end", {"turn": turn, "step": step})\n'
                 '        self.events.notify("step/end", StepBoundary, self.agent, signal, turn, '
@@ -475,12 +476,12 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         "step pair in the log where the original opens no step.",
         (
             Edit(
-                f"{CORE}:AgentCore._run_turn",
+                f"{TURN}:TurnRunner.run",
                 "messages = await self._assemble(signal)",
                 "messages = ()",
             ),
             Edit(
-                f"{CORE}:AgentCore._step",
+                f"{TURN}:TurnRunner._step",
                 _NOTIFY_STEP_START,
                 _NOTIFY_STEP_START + "        messages = await self._assemble(signal)\n",
             ),
@@ -505,10 +506,10 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{CORE}:AgentCore._claim_steering",
-                "    self._record_claim(steering)\n"
-                "    self._announce_user_messages(controller.signal, steering)\n",
-                "    self._announce_user_messages(controller.signal, steering)\n"
-                "    self._record_claim(steering)\n",
+                "    self._turns.record_claim(self._turn, steering)\n"
+                "    self._turns.announce(controller.signal, self._turn, steering)\n",
+                "    self._turns.announce(controller.signal, self._turn, steering)\n"
+                "    self._turns.record_claim(self._turn, steering)\n",
             ),
         ),
     ),
