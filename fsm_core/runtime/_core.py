@@ -193,7 +193,6 @@ class AgentCore(Hosted[AgentContext]):
             default=0,
         )
         self._claimed: list[UserMessage] = []
-        self._steering: list[UserMessage] = []
         self._flush_owed = False
         """Set by the table's ``flush_session`` effect, cleared once that flush settled. A
         driver that halted before settling it leaves it owed to the next driver."""
@@ -474,7 +473,7 @@ class AgentCore(Hosted[AgentContext]):
         """A step boundary's claim of the steering messages, recorded, then announced."""
         controller = self._controller
         assert controller is not None
-        steering = self._steering = self.inbox._claim_steering()
+        steering = self.inbox._claim_steering()
         self._turns.record_claim(self._turn, steering)
         self._turns.announce(controller.signal, self._turn, steering)
 
