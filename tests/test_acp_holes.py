@@ -11,6 +11,7 @@ from acp.schema import CloseSessionResponse, TextContentBlock
 
 from fsm_core.acp import AcpAgent, EchoModel, serve
 from fsm_core.acp._adapter import LINE_LIMIT, UPDATE_LIMIT, _Lines, _serve
+from fsm_core.runtime import USER
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,6 +28,29 @@ def test_aclose_answers_a_prompt_no_turn_claimed_cancelled() -> None:
         await queued.wait()  # queued; its turn has not claimed it yet
         await agent.aclose()
         assert (await prompt).stop_reason == "cancelled"
+
+    asyncio.run(main())
+
+
+def test_a_session_cancel_is_the_users_cancel() -> None:
+    """``session/cancel`` is a person asking to stop (seed 000): the agent's cancel carries
+    ``USER``, never ``PARENT``, and the prompt it cut answers ``cancelled``."""
+
+    async def main() -> None:
+        agent = AcpAgent(EchoModel())
+        sid = (await agent.new_session("/")).session_id
+        queued = asyncio.Event()
+        causes: list[object] = []
+        agent.runtime.events.on("inbox/inserted", lambda _e: queued.set())
+        agent.runtime.events.on("agent/cancel-requested", lambda e: causes.append(e.cause))
+        prompt = asyncio.ensure_future(
+            agent.prompt(sid, [TextContentBlock(type="text", text="hi")])
+        )
+        await queued.wait()  # queued, its driver scheduled: a pre-run cancel is effective
+        await agent.cancel(sid)
+        assert (await prompt).stop_reason == "cancelled"
+        assert causes == [USER]
+        await agent.aclose()
 
     asyncio.run(main())
 

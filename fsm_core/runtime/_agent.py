@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal, Protocol, TypeVar, final, get_args
 
 from fsm_core._errors import UsageError, echo
-from fsm_core.runtime._causes import USER, AgentCancelCause
+from fsm_core.runtime._causes import USER, AgentCancelCause, ParentCause, UserCause
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._session import Session
 from fsm_core.runtime._signal import AbortSignal
@@ -187,6 +187,12 @@ class Agent:
 
         On an idle agent with nothing queued this does nothing and arms nothing.
         """
+        if not isinstance(cause, (UserCause, ParentCause)):
+            # Before the table moves: a look-alike (its ``kind`` says "user") would otherwise
+            # begin the cancel and then fail where the cause is read, leaving the turn running.
+            raise UsageError(
+                f"agent {self.id}: cancel takes a cause, USER or PARENT, not {echo(cause)}"
+            )
         if not isinstance(keep_inbox, bool):
             raise UsageError(f"agent {self.id}: keep_inbox must be a bool, not {echo(keep_inbox)}")
         self._core.cancel(cause, keep_inbox)

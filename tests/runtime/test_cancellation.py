@@ -14,17 +14,20 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, get_args
 
 import pytest
 
-from fsm_core import Rejected
+from fsm_core import Rejected, UsageError
+from fsm_core._errors import echo
 from fsm_core.runtime import (
     DISPOSED,
     PARENT,
@@ -187,6 +190,32 @@ def test_the_type_checker_rejects_any_other_cause(tmp_path: Path) -> None:
         f"snippet.py:8: error: {wrong.format('Disposed', union)}  [arg-type]",
         "Found 2 errors in 1 file (checked 1 source file)",
     ], checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [SimpleNamespace(kind="user"), {"kind": "user"}, "user", DISPOSED, None],
+    ids=["look-alike", "dict", "str", "disposed", "none"],
+)
+def test_what_is_not_a_cause_is_refused_before_anything_changes(cause: object) -> None:
+    """A look-alike cause used to move the table to cancelling and then fail with an
+    AssertionError: no notification, no abort, and the turn ran on to completed."""
+
+    async def scenario() -> None:
+        gate = Gate("model")
+        s, signal = await blocked_turn(gate)
+        shown = re.escape(echo(cause))
+        with pytest.raises(
+            UsageError, match=rf"^agent a1: cancel takes a cause, USER or PARENT, not {shown}$"
+        ):
+            s.agent.cancel(cause)  # type: ignore[arg-type]  # what is refused
+        assert (s.agent.phase, signal.aborted, s.seen.causes()) == ("running", False, [])
+        gate.open()
+        await s.agent.when_idle()
+        assert s.seen.outcomes() == [{"kind": "completed"}]
+        await s.rt.aclose()
+
+    run(scenario)
 
 
 # --- the reason: frozen, detached, default, first wins ------------------------------------------
