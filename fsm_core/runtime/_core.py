@@ -155,7 +155,7 @@ class Seams(TurnSeams, Protocol):
 class AgentCore(Hosted[AgentContext]):
     """One agent's plumbing; ``core.agent`` is its public face. Build one per agent.
 
-        core = AgentCore("a1", table, Session(), seams=rt, track=tasks.add, forget=names.pop)
+        core = AgentCore("a1", machine, Session(), seams=rt, track=tasks.add, forget=names.pop)
         handle = AgentHandle(core)      # handle.agent is core.agent
 
     Raises :class:`FsmError` when the table and the runtime disagree on the effects to

@@ -535,6 +535,7 @@ class TreeWiring:
         drained = self._is_drained(s)
         draining, by_drain = self._draining, self._by_drain
         covered = [drained] * self._n  # the node and its subtree are a drain's
+        door = _code(self.door, s[self._door], "admit", ("activation",))  # one door for all
         for i in self._slots:
             node = s[i]
             if node is None:
@@ -547,9 +548,7 @@ class TreeWiring:
                 continue
             if covered[i] and _code(self.machine, node, "deliver", (drained,)) != "DRAINING":
                 return False
-            admit = _code(self.door, s[self._door], "admit", ("activation",))
-            if admit is None:
-                admit = _code(self.machine, node, "admit", ())
+            admit = door if door is not None else _code(self.machine, node, "admit", ())
             if admit != "DRAINING":
                 return False
         return True
