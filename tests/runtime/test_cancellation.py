@@ -393,6 +393,34 @@ def test_work_queued_by_an_abort_observer_runs_after_the_aborted_turn_converges(
     run(scenario)
 
 
+def test_work_queued_by_a_discard_observer_of_a_turn_cancel_runs_after_it_converges() -> None:
+    """Issue 23: an ``inbox/discarded`` observer runs inside the clear, after the
+    cancel-requested observers: its followup is later work, latched like an abort
+    observer's, not parked on an idle agent forever."""
+
+    async def scenario() -> None:
+        s, _ = await blocked_turn(Gate("model"), then=(Reply("second"),))
+        s.agent.followup(m(2))  # queued behind the blocked turn: the clear discards it
+        resent: list[str] = []
+
+        def resend(discarded: Any) -> None:
+            if not resent:
+                resent.append(discarded.message.id)
+                discarded.agent.followup(m(3))
+
+        s.rt.events.on("inbox/discarded", resend)
+        s.agent.cancel()
+        assert s.seen.discarded() == ["m2"]
+        assert s.agent.table_state["latch"]
+        await s.agent.when_idle()
+        assert s.seen.claimed() == [["m1"], ["m3"]]
+        assert s.seen.outcomes() == [{"kind": "aborted"}, {"kind": "completed"}]
+        assert s.agent.inbox.next_turn == ()
+        await s.rt.aclose()
+
+    run(scenario)
+
+
 def test_an_inbox_claimed_observer_that_cancels_aborts_the_turn_it_claimed() -> None:
     async def scenario() -> None:
         s = await scene(ScriptedModel())
@@ -495,6 +523,30 @@ def test_a_followup_after_a_pre_run_cancel_runs() -> None:
         assert s.seen.claimed() == [["m2"]]
         assert s.seen.statuses() == ["running", "idle"]
         assert s.seen.outcomes() == [{"kind": "completed"}]
+        await s.rt.aclose()
+
+    run(scenario)
+
+
+def test_work_queued_by_a_discard_observer_of_a_pre_run_cancel_runs() -> None:
+    """Issue 23: the pre-run marker is set before the clear, so a followup sent from an
+    ``inbox/discarded`` observer clears it again and runs, instead of leaving the agent idle
+    with work pending and no driver (the 2-step ``no_parked_wake`` counterexample)."""
+
+    async def scenario() -> None:
+        s = await scene(ScriptedModel([Reply("hello")]))
+        s.rt.events.on(
+            "inbox/discarded",
+            lambda p: p.agent.followup(m(2)) if p.message.id == "m1" else None,
+        )
+        s.agent.followup(m(1))
+        s.agent.cancel()  # the same loop iteration: a pre-run cancel
+
+        await s.agent.when_idle()
+        assert s.seen.discarded() == ["m1"]
+        assert s.seen.claimed() == [["m2"]]
+        assert s.seen.outcomes() == [{"kind": "completed"}]
+        assert (s.agent.phase, s.agent.table_state["pending"]) == ("idle", False)
         await s.rt.aclose()
 
     run(scenario)
