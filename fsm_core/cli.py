@@ -245,7 +245,8 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Explore every reachable state of each model breadth-first and prove the tables' "
         "invariants, the model's properties, deadlock freedom and reachable quiescence. "
-        "A violation prints its shortest trace."
+        "A violation prints its shortest trace; a row never taken and a notifying effect "
+        "nothing re-enters (unless the model says why) are findings."
     )
     p.add_argument(
         "model",
@@ -412,7 +413,8 @@ def _check(args: argparse.Namespace) -> int:
             print(f"{m.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
         reports.append(r)
     failed = any(
-        (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() for r in reports
+        (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() or r.unreacted
+        for r in reports
     )
     violating = [r for r in reports if r.violation is not None]
 
@@ -464,13 +466,21 @@ def _check(args: argparse.Namespace) -> int:
         print("\n".join(written))
     findings = [(r, _surprises(r)) for r in reports if r.result.complete]
     findings = [(r, dead) for r, dead in findings if dead]
-    if findings:
+    unreached = [r for r in reports if r.unreacted]
+    if findings or unreached:
         print()
     for r, dead in findings:
         count = len(dead)
         print(
             f"finding: {r.model.name}: {count} row{'s' if count != 1 else ''} never taken: "
             f"{', '.join(dead)}"
+        )
+    for r in unreached:
+        count, them = len(r.unreacted), "them" if len(r.unreacted) != 1 else "it"
+        print(
+            f"finding: {r.model.name}: {count} notifying effect{'s' if count != 1 else ''} "
+            f"nothing re-enters: {', '.join(r.unreacted)} (re-enter {them} in [environment] "
+            f"reactions, or say why not in [environment] unreacted of {r.model.file})"
         )
     print(done_line(reports, time.perf_counter() - start))
     return 1 if failed else 0

@@ -13,12 +13,23 @@ from pathlib import Path
 
 import pytest
 
+from fsm_core import load_spec
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.cli import _progress, main
 from tests.helpers import edit, interrupt, write_model
 
 DEFAULT = [m for m in load_models(models_dir()) if m.tier == "default"]
+NOBODY_LISTENS = (
+    "unreacted = { "
+    + ", ".join(
+        f'{name} = "a scratch model"'
+        for name, effect in load_spec().machines["agent"].table.effects.items()
+        if effect.notifies
+    )
+    + " }\n"
+)
+"""A scratch agent model's excuse for re-entering none of the agent's notifications."""
 DONE = re.compile(
     r"^Done\. models=(?P<models>\d+) states=(?P<states>\d+) transitions=(?P<transitions>\d+) "
     r"depth=(?P<depth>\d+) violations=(?P<violations>\d+) sec=(?P<sec>\d+\.\d\d)$"
@@ -155,7 +166,7 @@ def broken_model(tmp_path: Path, expect: str = "") -> Path:
         tmp_path,
         "broken",
         '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
-        "[environment]\nbudgets = { send = 1, maintenance_start = 1 }\n" + expect,
+        "[environment]\nbudgets = { send = 1, maintenance_start = 1 }\n" + NOBODY_LISTENS + expect,
     )
     edit(tmp_path / "specs" / "agent.toml", *BROKEN_MAINTENANCE)
     return path
@@ -312,7 +323,7 @@ def test_a_model_without_expectation_is_not_a_mismatch(tmp_path: Path) -> None:
         tmp_path,
         "small",
         '[model]\ntable = "../specs/agent.toml"\nkind = "agent"\n\n'
-        "[environment]\nbudgets = { send = 1 }\n",
+        "[environment]\nbudgets = { send = 1 }\n" + NOBODY_LISTENS,
     )
     r = run(str(path))
     assert r.code == 0
@@ -386,3 +397,48 @@ def test_sigint_during_check_exits_130_with_one_line_and_writes_no_trace(tmp_pat
     assert progress, "the search was interrupted before it reported any progress"
     assert all(line.startswith(f"{LONG}: states=") for line in progress), err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["models", "specs"]
+
+
+# --- reaction coverage ---------------------------------------------------------------------------
+
+
+def _races_without(tmp_path: Path, effect: str) -> Path:
+    """agent_races beside a copy of the specs, with ``effect`` left out of its reactions."""
+    body = (models_dir() / "agent_races.toml").read_text(encoding="utf-8")
+    body = body[: body.index("\n[expect]")]  # its numbers change with the listeners it lost
+    path = write_model(tmp_path, "races", body + "\n")
+    edit(path, f'"{effect}", ', "")
+    return path
+
+
+def test_a_notifying_effect_nothing_re_enters_fails_the_check_naming_it(tmp_path: Path) -> None:
+    """Issue 23: the models chose where listeners re-enter, and the one they left out
+    (``clear_inbox``) hid a parked followup; now leaving one out is a finding that fails."""
+    path = _races_without(tmp_path, "clear_inbox")
+    r = run(str(path))
+    assert r.code == 1, r.out
+    assert (
+        "finding: races: 1 notifying effect nothing re-enters: clear_inbox (re-enter it in "
+        "[environment] reactions, or say why not in [environment] unreacted of models/races.toml)"
+    ) in r.out.splitlines()
+    header, row = r.out.splitlines()[:2]
+    assert row.split()[header.split().index("unreacted") - 1] == "1"  # "dead rows" is two words
+
+
+def test_a_model_that_says_why_nothing_re_enters_an_effect_passes(tmp_path: Path) -> None:
+    path = _races_without(tmp_path, "clear_inbox")
+    path.write_text(
+        path.read_text(encoding="utf-8") + '\n[environment.unreacted]\nclear_inbox = "a test"\n',
+        encoding="utf-8",
+    )
+    r = run(str(path))
+    assert r.code == 0, r.out
+    assert "nothing re-enters" not in r.out
+
+
+def test_json_lists_the_unreacted_effects(tmp_path: Path) -> None:
+    path = _races_without(tmp_path, "enqueue")
+    r = run("--json", str(path))
+    assert r.code == 1
+    (report,) = json.loads(r.out)["models"]
+    assert report["unreacted"] == ["enqueue"]

@@ -109,9 +109,42 @@ MODEL_FAULTS = [
     ),
     pytest.param(
         _model("agent.toml", "table", AGENT_ENV),
-        "models/m.toml: [environment]: a table model takes no environment: "
-        "the table bounds its own run",
+        "models/m.toml: [environment]: a table model takes no budgets, reactions or failures: "
+        "the table bounds its own run and no listener calls it (it may say why in unreacted)",
         id="environment-on-a-table-model",
+    ),
+    pytest.param(
+        _model("agent.toml", "agent", AGENT_ENV + 'unreacted = { start = "why" }\n'),
+        "models/m.toml: [environment] unreacted: 'start' is no notifying effect of this "
+        "model's tables (notifying: enqueue, notify_cancel_requested, clear_inbox, "
+        "abort_holder, publish_status, claim_inbox, claim_steering, publish_turn_start, "
+        "publish_turn_end, publish_turn_error, publish_disposing, publish_disposed)",
+        id="unreacted-names-no-notifying-effect",
+    ),
+    pytest.param(
+        _model(
+            "agent.toml",
+            "agent",
+            AGENT_ENV + 'reactions = ["enqueue"]\nunreacted = { enqueue = "why" }\n',
+        ),
+        "models/m.toml: [environment] unreacted: 'enqueue' is re-entered here (by listeners); "
+        "unreacted names only what nothing re-enters",
+        id="unreacted-names-a-reaction-point",
+    ),
+    pytest.param(
+        _model("agent.toml", "agent", AGENT_ENV + 'unreacted = { enqueue = " " }\n'),
+        "models/m.toml: [environment] unreacted: 'enqueue': say why nothing re-enters it, in words",
+        id="unreacted-without-a-reason",
+    ),
+    pytest.param(
+        _model("agent.toml", "agent", AGENT_ENV + "unreacted = { enqueue = 1 }\n"),
+        "models/m.toml: [environment] unreacted: enqueue must be a string, found int",
+        id="unreacted-reason-not-text",
+    ),
+    pytest.param(
+        _model("agent.toml", "agent", AGENT_ENV + 'unreacted = ["enqueue"]\n'),
+        "models/m.toml: [environment] unreacted: expected a table, found list",
+        id="unreacted-not-a-table",
     ),
     pytest.param(
         _model("agent.toml", "agent", AGENT_ENV + "\n[tree]\ndepth = 1\nwidth = 1\n"),

@@ -16,6 +16,7 @@ from fsm_core.check._explore import (
 )
 from fsm_core.check._moves import Move
 from fsm_core.check._property import Property
+from fsm_core.check._reentry import unreacted
 from fsm_core.check._system import build
 
 __all__ = ["Backend", "Report", "check"]
@@ -39,6 +40,9 @@ class Report:
     """Every property the model was checked against, the table's own included."""
     dead_rows: tuple[str, ...]
     violation: Violation[Any] | None
+    unreacted: tuple[str, ...] = ()
+    """The notifying effects nothing re-enters in the model and its file does not excuse: each
+    a finding that fails ``fsm-core check`` (:mod:`fsm_core.check._reentry`)."""
     backend: Literal["vector", "python"] = "python"
     """The backend that explored the model."""
     fallback: str | None = None
@@ -121,5 +125,14 @@ def check(
     result.graph = None  # edges served the liveness check; do not keep them alive
     used: Literal["vector", "python"] = "python" if fallback or backend == "python" else "vector"
     return Report(
-        model, result, built.names, built.moves, built.properties, dead, violation, used, fallback
+        model,
+        result,
+        built.names,
+        built.moves,
+        built.properties,
+        dead,
+        violation,
+        unreacted(model),
+        used,
+        fallback,
     )

@@ -58,4 +58,7 @@ class Model:
     """An ``activation-tree`` model's connections (its ``[tree] wiring``)."""
     agent: Machine | None = None
     """The agent table each node of an ``activation-tree`` carries (``[tree] agents``)."""
+    unreacted: Mapping[str, str] = field(default_factory=dict)
+    """Notifying effects nothing re-enters in this model, each with the file's reason
+    (``[environment] unreacted``; see :mod:`fsm_core.check._reentry`)."""
     expect: Expectation | None = None

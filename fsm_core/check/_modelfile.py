@@ -57,6 +57,7 @@ from fsm_core.check._composed import _agent, _tree
 from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Property
+from fsm_core.check._reentry import notification_points
 from fsm_core.check._system import declared
 from fsm_core.table._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, Limits
 from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
@@ -153,12 +154,18 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     reactions: tuple[str, ...] = ()
     failures = 0
     if "environment" in data:
-        if kind == "table":
+        env = f.keys(
+            "[environment]",
+            data["environment"],
+            [],
+            ["budgets", "reactions", "failures", "unreacted"],
+        )
+        if kind == "table" and set(env) - {"unreacted"}:
             f.fail(
                 "[environment]",
-                "a table model takes no environment: the table bounds its own run",
+                "a table model takes no budgets, reactions or failures: the table bounds its "
+                "own run and no listener calls it (it may say why in unreacted)",
             )
-        env = f.keys("[environment]", data["environment"], [], ["budgets", "reactions", "failures"])
         budgets = _ints(f, "[environment] budgets", env.get("budgets", {}))
         events = dict(t.events)
         if door is not None:  # the door's calls the environment makes (admit is the door's)
@@ -242,6 +249,8 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         wiring=wiring,
         agent=agent,
     )
+    if "environment" in data and "unreacted" in data["environment"]:
+        model = replace(model, unreacted=_unreacted(f, model, data["environment"]["unreacted"]))
     if "expect" not in data:
         return model
     e = f.keys(
@@ -276,6 +285,31 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
             )
     expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop, untaken)
     return replace(model, expect=expect)
+
+
+def _unreacted(f: _File, model: Model, value: object) -> dict[str, str]:
+    """``[environment] unreacted``: each notifying effect nothing re-enters here, with why."""
+    where = "[environment] unreacted"
+    entries = f.table(where, value)
+    points = notification_points(model)
+    out: dict[str, str] = {}
+    for name, why in entries.items():
+        if name not in points:
+            f.fail(
+                where,
+                f"{echo(name)} is no notifying effect of this model's tables (notifying: "
+                f"{known(points)})",
+            )
+        if points[name]:
+            f.fail(
+                where,
+                f"{echo(name)} is re-entered here (by {points[name]}); unreacted names only "
+                "what nothing re-enters",
+            )
+        out[name] = f.text(where, why, name)
+        if not out[name].strip():
+            f.fail(where, f"{echo(name)}: say why nothing re-enters it, in words")
+    return out
 
 
 def load_models(root: Path, *, specs: Path | None = None) -> list[Model]:

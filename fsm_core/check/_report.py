@@ -248,7 +248,7 @@ def _itf_value(report: Report, slot: str, value: object) -> Any:
 
 _COLUMNS = (
     "model", "kind", "verdict", "states", "transitions", "depth", "sec", "states/s",
-    "dead rows", "expect",
+    "dead rows", "unreacted", "expect",
 )  # fmt: skip
 _LEFT = frozenset({"model", "kind", "verdict", "expect"})
 
@@ -264,7 +264,9 @@ def summary_table(reports: Iterable[Report]) -> str:
     """One row per model: what it is, its verdict, its numbers and whether they were expected.
 
     Dead rows are counted only for a complete search (``-`` otherwise: a search cut short by a
-    violation or a state limit has not tried every row).
+    violation or a state limit has not tried every row); ``unreacted`` counts the notifying
+    effects nothing re-enters and the model does not excuse (:mod:`~._reentry`), whatever the
+    search found.
     """
     rows = [_COLUMNS]
     for r in reports:
@@ -280,6 +282,7 @@ def summary_table(reports: Iterable[Report]) -> str:
                 f"{res.seconds:.2f}",
                 f"{_rate(res.states, res.seconds):.0f}",
                 str(len(r.dead_rows)) if res.complete else "-",
+                str(len(r.unreacted)),
                 _expectation_mark(r),
             )
         )
@@ -361,6 +364,7 @@ def _model_json(r: Report) -> dict[str, Any]:
         "states_per_second": round(_rate(res.states, res.seconds)),
         "complete": res.complete,
         "dead_rows": list(r.dead_rows),
+        "unreacted": list(r.unreacted),
         "clauses": sorted({c for p in r.properties for c in p.clauses}),
         "violation": violation,
         "expect": None

@@ -1,0 +1,61 @@
+"""Reaction coverage: which notifying effects a model re-enters, and which it leaves alone.
+
+A notifying effect (``notifies = true``) is a point where listeners run inside a row and may
+call back in. A model proves what happens there only if something re-enters it: listeners
+(the model's ``[environment] reactions``) or, in a tree, the wiring's calls fired inside it
+(``notify_parent`` telling the parent). A notifying effect nothing re-enters is a reaction
+point the model abstracts away, so whatever a listener could break there is proved nowhere:
+the checker reports it as a finding, like a row never taken, unless the model file says why
+it leaves it (``[environment] unreacted = { EFFECT = "why" }``).
+
+In a tree model the effects are named ``MACHINE.EFFECT`` (``activation.settle``,
+``agent.publish_status``): the node's table, the door's and the agents' have one namespace
+each. In any other model they are named bare, as ``reactions`` names them.
+"""
+
+from __future__ import annotations
+
+from fsm_core.check._config import Model
+from fsm_core.table import Machine
+
+__all__ = ["notification_points", "unreacted"]
+
+
+def _qualified(model: Model) -> bool:
+    return model.kind == "activation-tree"
+
+
+def _machines(model: Model) -> tuple[Machine, ...]:
+    found = [model.machine]
+    if model.door is not None:
+        found.append(model.door)
+    if model.agent is not None:
+        found.append(model.agent)
+    return tuple(found)
+
+
+def notification_points(model: Model) -> dict[str, str]:
+    """Every notifying effect of the model's tables, by name, with what re-enters it there:
+    ``"listeners"``, ``"wiring"``, ``"listeners and wiring"``, or ``""`` for nothing."""
+    points: dict[str, str] = {}
+    for m in _machines(model):
+        machine = m.table.name
+        listened = model.reactions if m is (model.agent or model.machine) else ()
+        wired = model.wiring.effects(machine) if model.wiring is not None else frozenset()
+        for effect, spec in m.table.effects.items():
+            if not spec.notifies:
+                continue
+            how = [w for w, by in (("listeners", listened), ("wiring", wired)) if effect in by]
+            name = f"{machine}.{effect}" if _qualified(model) else effect
+            points[name] = " and ".join(how)
+    return points
+
+
+def unreacted(model: Model) -> tuple[str, ...]:
+    """The notifying effects nothing re-enters in ``model`` and its file does not excuse, in
+    table order: each is a finding."""
+    return tuple(
+        name
+        for name, how in notification_points(model).items()
+        if not how and name not in model.unreacted
+    )
