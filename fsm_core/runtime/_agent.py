@@ -24,8 +24,8 @@ below, and the core (``_core.py``) creates the agent, never the other way round.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal, Protocol, TypeVar, final, get_args
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar, final, get_args
 
 from fsm_core._errors import UsageError, echo
 from fsm_core.runtime._causes import USER, AgentCancelCause, ParentCause, UserCause
@@ -72,6 +72,7 @@ class _Core(Protocol):
     def send(self, message: UserMessage, target: Lane, wakeup: bool) -> None: ...
     def cancel(self, cause: AgentCancelCause, keep_inbox: bool) -> None: ...
     def when_idle(self) -> Awaitable[None]: ...
+    async def assemble(self) -> Sequence[Mapping[str, Any]]: ...
     async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T: ...
 
 
@@ -85,8 +86,9 @@ class Agent:
     A call changes the control state only by firing the table's event for it (``send``,
     ``cancel``, ``maintenance_start`` then ``maintenance_finish``, and ``remove`` for
     ``inbox.remove``) through the agent's private core; nothing else on an ``Agent`` fires
-    one. Handing it to a listener, as every payload does, grants exactly what a caller has.
-    ``phase``, ``status`` and ``table_state`` are read when you ask, never cached.
+    one (``assemble()`` only reads). Handing it to a listener, as every payload does, grants
+    exactly what a caller has. ``phase``, ``status`` and ``table_state`` are read when you ask,
+    never cached.
     """
 
     __slots__ = ("_core",)
@@ -212,6 +214,23 @@ class Agent:
         unless the agent is idle with no driver scheduled.
         """
         return await self._core.run_maintenance(task)
+
+    async def assemble(self) -> Sequence[Mapping[str, Any]]:
+        """The conversation so far, as the ``agent/assemble`` waterfall leaves it, assembled
+        outside any turn: what the next request starts from, before the next turn claims its
+        messages (those still in the inbox are not said: they may yet be discarded).
+
+            async def compact(signal):
+                messages = await agent.assemble()   # what the model would be given
+                ...
+            await agent.run_maintenance(compact)
+
+        The listeners receive an :class:`~fsm_core.AssembleContext` whose ``signal`` is None:
+        this assembly belongs to no turn, so no cancel or disposal reaches it. It fires no table
+        event and records nothing, so you may call it in any phase; what a listener raises is
+        raised here. The messages are a read-only snapshot, as a request's are.
+        """
+        return await self._core.assemble()
 
     def __repr__(self) -> str:
         v = self.table_state

@@ -43,7 +43,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Protocol, TypeAlias, TypeVar, cast, final, get_args
+from typing import Any, Protocol, TypeAlias, TypeVar, cast, final, get_args
 
 from fsm_core._errors import FsmError, UsageError
 from fsm_core.runtime._agent import Agent, Phase, Status
@@ -266,6 +266,10 @@ class AgentCore(Hosted[AgentContext]):
                 )
 
         return refuse
+
+    async def assemble(self) -> Sequence[Mapping[str, Any]]:
+        """Assembly outside any turn: the turn runner's, with no signal; no table event."""
+        return await self._turns.assemble(None)
 
     async def run_maintenance(self, task: Callable[[AbortSignal], Awaitable[T]]) -> T:
         self._fire("maintenance_start")

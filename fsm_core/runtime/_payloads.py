@@ -6,8 +6,8 @@ Notifications (``EventBus.emit``): ``agent/status``, ``agent/cancel-requested``,
 ``turn/error``, ``step/start``, ``step/end``, ``user/message``, ``assistant/message``,
 ``agent/disposing``, ``agent/disposed``. None of them is durable: ``turn/error`` carries the
 exception itself, which the log never holds. Waterfalls (``EventBus.waterfall``, listeners
-``async (payload, next)``): ``agent/pre-step``, ``agent/assemble``, ``agent/request-error``,
-``agent/tool-approval``, ``agent/turn-stopping``, ``session/flush``.
+``async (payload, next)``): ``agent/pre-step``, ``agent/assemble``, ``agent/request``,
+``agent/request-error``, ``agent/tool-approval``, ``agent/turn-stopping``, ``session/flush``.
 
 Carrying the :class:`Agent` itself is safe: the public agent originates (send, cancel, wait,
 read) and cannot fire a table event or load a state; that plumbing stays in its private core.
@@ -26,7 +26,7 @@ from typing import Any, final
 from fsm_core.runtime._agent import Agent, Status
 from fsm_core.runtime._causes import AgentCancelCause
 from fsm_core.runtime._inbox import Lane, UserMessage
-from fsm_core.runtime._llm import Reply, ToolCall
+from fsm_core.runtime._llm import Reply, Request, ToolCall
 from fsm_core.runtime._session import ErrorCode, Session
 from fsm_core.runtime._signal import AbortSignal
 
@@ -166,13 +166,51 @@ class PreStep:
 @final
 @dataclass(frozen=True, slots=True)
 class AssembleContext:
-    """Prompt assembly for one step of a turn, before the step opens (no ``step/start``
-    yet). ``messages`` is the conversation read from the durable session (read-only
-    dicts); a listener returns this context, or a changed copy, to its ``next``."""
+    """``agent/assemble``: prompt assembly. ``messages`` is the conversation read from the
+    durable session (read-only dicts); a listener returns this context, or a changed copy,
+    to its ``next``.
+
+        async def compact(ctx: AssembleContext, next):
+            return await next(dataclasses.replace(ctx, messages=ctx.messages[-20:]))
+
+    In a turn, assembly runs for each step before the step opens (no ``step/start`` yet),
+    and ``signal`` is the turn's. ``signal`` is None when the assembly belongs to no turn
+    (:meth:`Agent.assemble`, from a maintenance task for instance): no cancellation reaches
+    it, so one listener serves both paths and cooperates with the signal only when there is
+    one.
+    """
+
+    agent: Agent
+    signal: AbortSignal | None
+    messages: Sequence[Mapping[str, Any]]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RequestConfig:
+    """``agent/request``: request configuration, the step's model request about to be sent.
+
+    Runs inside the step (after ``step/start``), once the prompt is assembled; a listener
+    returns this payload, or a changed copy, to its ``next``, and the model receives the
+    ``request`` the waterfall leaves::
+
+        async def no_tools(cfg: RequestConfig, next):
+            return await next(dataclasses.replace(
+                cfg, request=dataclasses.replace(cfg.request, tools=())))
+
+    ``signal`` is the turn's, the one the model call gets: the turn checks it once the
+    waterfall returns, so a cancel while a listener blocks ends the turn with no model call.
+    The request a listener leaves must be the same step's (``agent_id``, ``turn`` and
+    ``step`` unchanged), or the turn ends ``seam-failed``. It runs once per step: a retry
+    that an ``agent/request-error`` listener asks for sends the same configured request
+    again, without running ``agent/request`` twice.
+    """
 
     agent: Agent
     signal: AbortSignal
-    messages: Sequence[Mapping[str, Any]]
+    turn: int
+    step: int
+    request: Request
 
 
 @final

@@ -99,8 +99,9 @@ ErrorCode = Literal["model-failed", "invalid-reply", "seam-failed", "halted"]
   (not a :class:`~fsm_core.runtime.Reply`, an unknown ``finish``, text that is not a string, a
   malformed tool call);
 - ``seam-failed``: anything else raised inside the turn, which is a waterfall listener
-  (``agent/pre-step``, ``agent/assemble``, ``agent/request-error``, ``agent/tool-approval``,
-  ``agent/turn-stopping``), an ``asyncio.CancelledError`` one raised included;
+  (``agent/pre-step``, ``agent/assemble``, ``agent/request``, ``agent/request-error``,
+  ``agent/tool-approval``, ``agent/turn-stopping``), an ``asyncio.CancelledError`` one raised
+  included, or an ``agent/request`` listener that left another step's request;
 - ``halted``: the driver halted with the turn open: its task was cancelled from outside, or a
   ``BaseException`` that is not an ``Exception`` escaped (``KeyboardInterrupt``, a listener's).
 

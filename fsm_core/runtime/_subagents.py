@@ -452,14 +452,27 @@ class Subagents:
     async def spawn(self, parent_signal: AbortSignal, spec: SubagentSpec) -> SubagentResult:
         """From a tool: run a fresh child ``spec.child_id`` on ``spec.prompt`` to its end.
 
-        Aborting the parent's turn cancels the child with ``PARENT``; the child's turn ends
-        ``aborted`` and this raises :class:`~fsm_core.Aborted` with the parent's reason once
-        the child is disposed. Raises ``DRAINING`` after ``drain()``.
+            async def execute(self, args, signal):          # a tool holding the runtime
+                spec = SubagentSpec(args["id"], args["prompt"])
+                return (await self.rt.subagents.spawn(signal, spec)).text
+
+        This is seed 000's subagent seam: "a child driver shadows the parent initiator while
+        its parent request signal still travels through the subagent seam". Pass the signal
+        your tool was given, the parent turn's. The child's driver is its own initiator
+        (``rt.agents.current()`` in its turns is the child) and its turns get their own
+        signals; aborting the parent's turn cancels the child with ``PARENT``, the child's
+        turn ends ``aborted``, and this raises :class:`~fsm_core.Aborted` with the parent's
+        reason once the child is disposed. Raises ``DRAINING`` after ``drain()``, and
+        :class:`~fsm_core.UsageError` outside a tool of a live agent.
         """
         return await self._spawn_child(parent_signal, spec, Session())
 
     async def fork(self, parent_signal: AbortSignal, spec: SubagentSpec) -> SubagentResult:
-        """As :meth:`spawn`, but the child starts from a copy of the parent's session."""
+        """As :meth:`spawn`, but the child starts from a copy of the parent's session.
+
+        The same subagent seam: the parent turn's ``parent_signal`` travels through it, and
+        its abort cancels the child with ``PARENT``.
+        """
         parent = self._initiator("fork")
         return await self._spawn_child(parent_signal, spec, Session.seed(parent.session.events))
 

@@ -15,18 +15,22 @@ recorded in one place. Everything else a turn does is the seams' (the model, the
 hooks, the event bus's listeners) and the durable log's.
 
 Each step, in order: ``agent/pre-step``, the step boundary, prompt assembly, then the step itself,
-bracketed by ``step/start`` and ``step/end``. The signal is checked after every awaited seam;
-cancellation is cooperative, and the runner never abandons a seam's work.
+bracketed by ``step/start`` and ``step/end``: request configuration (``agent/request``), the
+model request, the tool calls. The signal is checked after every awaited seam; cancellation is
+cooperative, and the runner never abandons a seam's work. Assembly also runs outside any turn,
+with no signal (:meth:`TurnRunner.assemble`, for :meth:`Agent.assemble`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast, final, get_args
 
+from fsm_core._errors import UsageError, echo
 from fsm_core.runtime._agent import Agent
 from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._history import History
@@ -37,6 +41,7 @@ from fsm_core.runtime._payloads import (
     AssembleContext,
     AssistantMessageRecorded,
     PreStep,
+    RequestConfig,
     RequestError,
     StepBoundary,
     ToolApproval,
@@ -234,7 +239,7 @@ class TurnRunner:
                 signal.raise_if_aborted()
                 if self.inbox.next_step:
                     self._host.take_steering(rest=bool(self.inbox.next_turn))
-                messages = await self._assemble(signal)
+                messages = await self.assemble(signal)
                 signal.raise_if_aborted()
                 reply = await self._step(signal, turn, step, messages)
                 if reply.finish != "tool_calls":
@@ -281,10 +286,12 @@ class TurnRunner:
             return "invalid-reply"  # the only content the turn records unchecked is the reply's
         return "seam-failed"
 
-    async def _assemble(self, signal: AbortSignal) -> Sequence[Mapping[str, Any]]:
-        """The step's prompt: the conversation so far, as the ``agent/assemble`` waterfall
-        leaves it. The conversation is read from the durable session (see ``_history.py``
-        for which records say what), so a replay or a resumed log asks the same."""
+    async def assemble(self, signal: AbortSignal | None) -> Sequence[Mapping[str, Any]]:
+        """The conversation so far, as the ``agent/assemble`` waterfall leaves it: a step's
+        prompt (``signal`` is the turn's), or, with ``signal=None``, an assembly outside any
+        turn (:meth:`Agent.assemble`), which fires no table event and records nothing. The
+        conversation is read from the durable session (see ``_history.py`` for which records
+        say what), so a replay or a resumed log asks the same."""
         history = self._history.read(self.session.events)
         if not self.events.heard("agent/assemble"):
             return history
@@ -304,6 +311,9 @@ class TurnRunner:
             self.events.notify("step/start", StepBoundary, self.agent, signal, turn, step)
             signal.raise_if_aborted()
             request = Request(self.id, turn, step, messages, self._tool_names())
+            if self.events.heard("agent/request"):  # observe-only: no listener, no seam
+                request = await self._configure(signal, turn, step, request)
+                signal.raise_if_aborted()
             reply = await self._request(request, signal)
             signal.raise_if_aborted()
             self.session.append(
@@ -327,7 +337,30 @@ class TurnRunner:
             self.session.append("step/end", {"turn": turn, "step": step})
             self.events.notify("step/end", StepBoundary, self.agent, signal, turn, step)
 
+    async def _configure(
+        self, signal: AbortSignal, turn: int, step: int, request: Request
+    ) -> Request:
+        """The request the ``agent/request`` waterfall leaves; it must be this step's."""
+        configured = await self.events.waterfall(
+            "agent/request", RequestConfig(self.agent, signal, turn, step, request), _same
+        )
+        sent = configured.request
+        if type(sent) is not Request or (sent.agent_id, sent.turn, sent.step) != (
+            request.agent_id,
+            turn,
+            step,
+        ):
+            raise UsageError(
+                f"agent {self.id}: an agent/request listener left {echo(sent)}, not the "
+                f"Request of turn {turn} step {step}; change a copy of the request it was given"
+            )
+        if sent.messages is request.messages:
+            return sent
+        # As assembly does: what a listener built is copied, so it cannot change it later.
+        return dataclasses.replace(sent, messages=tuple(sent.messages))
+
     async def _request(self, request: Request, signal: AbortSignal) -> Reply:
+        """Send ``request`` (already configured: a retry sends it again, as it is)."""
         attempt = 0
         while True:
             try:

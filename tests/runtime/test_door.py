@@ -411,9 +411,9 @@ def test_an_agent_only_originates_and_its_table_state_is_a_read_only_snapshot() 
         agent = (await rt.create_agent("a1")).agent
         public = {name for name in dir(agent) if not name.startswith("_")}
         assert public == {
-            *("id", "session", "inbox", "phase", "status", "table_state"),
+            *("id", "session", "inbox", "phase", "status", "table_state", "assemble"),
             *("send", "followup", "steer", "inject", "cancel", "when_idle", "run_maintenance"),
-        }
+        }  # assemble() reads (tests/runtime/test_request_and_assembly_seams.py): no table event
         before = agent.table_state
         with pytest.raises(TypeError):
             before["phase"] = "running"  # type: ignore[index]

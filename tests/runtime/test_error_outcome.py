@@ -114,6 +114,8 @@ PATHS: list[Any] = [
     ),
     # Assembly runs before its step opens (issue 11, item 3): a failure there opened no step.
     pytest.param([Reply("x")], fails_on("agent/assemble"), error(0, "seam-failed"), id="assemble"),
+    # Request configuration runs inside its step: a failure there ends the step it opened.
+    pytest.param([Reply("x")], fails_on("agent/request"), error(1, "seam-failed"), id="request"),
     pytest.param(
         [ASKS_FOR_TOOL], fails_on("agent/tool-approval"), error(1, "seam-failed"), id="approval"
     ),

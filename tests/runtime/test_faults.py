@@ -41,6 +41,7 @@ FAULTS: dict[str, Callable[[], BaseException]] = {
 WATERFALLS = (
     "agent/pre-step",
     "agent/assemble",
+    "agent/request",
     "agent/request-error",
     "agent/tool-approval",
     "agent/turn-stopping",

@@ -115,9 +115,13 @@ def test_spawn_runs_a_fresh_child_to_its_end_and_returns_its_answer() -> None:
     asyncio.run(main())
 
 
-def test_aborting_the_parents_turn_cancels_the_child_with_parent() -> None:
+@pytest.mark.parametrize("fork", [False, True], ids=["spawn", "fork"])
+def test_aborting_the_parents_turn_cancels_the_child_with_parent(fork: bool) -> None:
+    """The subagent seam: the child's driver and signal are its own, and the parent turn's
+    signal, passed by the tool, still reaches it."""
+
     async def main() -> None:
-        rt, models, _delegate, _probe = await runtime()
+        rt, models, _delegate, _probe = await runtime(fork)
         parent = (await rt.create_agent("parent")).agent
         gate = Gate("the child's request")
         models.script("parent", calls(("delegate", {"id": "s1", "prompt": "do it"})))
@@ -129,6 +133,7 @@ def test_aborting_the_parents_turn_cancels_the_child_with_parent() -> None:
         parent.cancel()
         await parent.when_idle()
         assert models.signals["s1"][0].reason == PARENT  # the child's request saw parent
+        assert models.signals["s1"][0] is not models.signals["parent"][0]  # a signal of its own
         assert turn_outcomes(children[0]) == ["aborted"]
         assert tool_results(parent) == [(False, "aborted")]
         assert turn_outcomes(parent) == ["aborted"]

@@ -207,6 +207,7 @@ ALL_SEAMS = {
     "step/end",
     "agent/pre-step",
     "agent/assemble",
+    "agent/request",
     "model",
     "agent/request-error",
     "agent/tool-approval",
@@ -216,6 +217,7 @@ ALL_SEAMS = {
 BLOCKING_SEAMS = [
     "agent/pre-step",
     "agent/assemble",
+    "agent/request",
     "model",
     "agent/request-error",
     "agent/tool-approval",
@@ -249,7 +251,7 @@ class Seams:
         events.on("turn/start", self._turn_started)
         events.on("step/start", lambda e: self._saw(e.turn, "step/start", e.signal))
         events.on("step/end", lambda e: self._saw(e.turn, "step/end", e.signal))
-        for name in ("agent/pre-step", "agent/assemble", "agent/tool-approval"):
+        for name in ("agent/pre-step", "agent/assemble", "agent/request", "agent/tool-approval"):
             events.on(name, self._passing(name))
         events.on("agent/turn-stopping", self._passing("agent/turn-stopping"))
         events.on("agent/request-error", self._retry)
