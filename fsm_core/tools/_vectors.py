@@ -9,11 +9,14 @@ with one. Every line but the header is one *vector*, a question with its answer:
 
 - ``fire``: from a state (or, for a tree of activations, the state of each instance), fire an
   event with arguments, running a *script*: at the n-th effect of the step (counting every
-  effect, nested ones included, in the order performed) a listener fires an event, or the
-  runtime creates an instance. The answer is the call tree (the row each call took, its
-  effects rendered ``name(args)``, the calls made inside each effect) and what the step
-  changed, or the refusal (``rejected`` or ``not-enabled``, with its exact message, or
-  ``bad-call``). States are sparse: only the values that differ from the initial state.
+  effect, nested ones included, in the order performed) a listener or the tree's wiring
+  fires an event (each entry says which, ``by``), or the wiring creates an instance. The
+  answer is the call tree (the row each call took, its effects rendered ``name(args)``, the
+  calls made inside each effect) and what the step changed (a created instance always, ``{}``
+  when it stays initial), or the refusal (``rejected`` or ``not-enabled``, with its exact
+  message, or ``bad-call``), or the fault of a broken ``requires`` (the effect named, not
+  performed); and the script entries the step never reached (``unreached``), if any. States
+  are sparse: only the values that differ from the initial state.
 - ``holds``: a predicate of the table (an effect's ``requires``, an invariant, a step
   invariant, a definition) evaluated on a state (and arguments, or a second state): true or
   false.
@@ -27,7 +30,12 @@ What they cover, and where each comes from:
   invariants admit.
 - ``holds/...``: for each predicate a case where it holds and one where it fails, when the
   domain has one, from the reached states first.
-- ``call/...``: calls an implementation must refuse before anything changes (``bad-call``).
+- ``call/...``: calls an implementation must refuse before anything changes (``bad-call``),
+  and how a JSON number types (``call/EVENT/PARAM/integral``: ``1.0`` is an integer;
+  ``fraction`` and ``boolean``: ``1.5`` and ``true`` are not).
+- ``fault/...``: for each contract some row breaks from some state of the domain, the first
+  such step; and listener plans that break one (:data:`BROKEN`).
+- ``script/unreached``: a script entry at an ordinal the step never reaches.
 - ``story/...``: the hand-written stories of :mod:`fsm_core.tools._stories`, step by step,
   with the state each notification showed its listeners.
 - ``scenario/<model>/...``: for each move of a composed default model (an agent with
@@ -37,10 +45,13 @@ What they cover, and where each comes from:
   some vector (a move's plain steps are the ``step`` vectors). A tree's door runs another
   table: a move the door begins is replayed as the node's call the door makes inside it, and
   a call a node makes on the door (a root's settlement notice) is left out of the node's
-  script; the door's own rows are the admission vectors'.
+  script; the door's own rows are the admission vectors'. A tree's move that creates a child
+  (an admission, whose wiring calls no activation) is one of these too.
 
 :func:`generate` prints what is covered and by how much; every row, refusal entry, ignored
-entry, contract and invariant must be, and every move of the models, or the command fails.
+entry, contract and invariant must be, every move and creation of the models, each breakable
+contract's fault, each integer parameter's typing and an unreached script entry, or the
+command fails.
 """
 
 from __future__ import annotations
