@@ -210,6 +210,22 @@ def full(m: Machine, values: Mapping[str, Value]) -> State:
     return tuple(values.get(n, init) for n, init in zip(m.names, m.initial, strict=True))
 
 
+class _Fault(Exception):
+    """An effect's ``requires`` failed as it was about to run: the whole step stops."""
+
+
+def _number(value: Any) -> Any:
+    """A JSON value as a table value: a number with an integral value is an integer (``1.0``
+    is 1; SEMANTICS.md, "Values"), anything else is left as it is for the host to judge."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _arguments(args: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _number(v) for k, v in args.items()}
+
+
 def replay(host: Host, m: Machine, vector: Json) -> None:
     """Replay one vector through ``host``; raise :class:`Mismatch` saying what differs."""
     if vector["kind"] == "holds":
@@ -221,6 +237,12 @@ def replay(host: Host, m: Machine, vector: Json) -> None:
     live = {name: host.start(full(m, values)) for name, values in given.items()}
     before = {name: host.snapshot(x) for name, x in live.items()}
     script: list[Json] = vector.get("script", [])
+    for i, entry in enumerate(script):
+        if entry.get("by") not in ("listener", "wiring"):
+            raise Mismatch(f"script entry {i}: `by` is {entry.get('by')!r}")
+        if multi and "create" not in entry and "on" not in entry:
+            raise Mismatch(f"script entry {i} of a tree's vector names no instance (`on`)")
+    ran: set[int] = set()
     notifying = {n for n, e in m.table.effects.items() if e.notifies}
     ordinal = 0
 
@@ -232,21 +254,29 @@ def replay(host: Host, m: Machine, vector: Json) -> None:
 
         def perform(name: str, values: tuple[Value, ...]) -> None:
             nonlocal ordinal
+            effect = str(Effect(name, values))
+            if m.unmet(name, host.snapshot(live[on]), values):
+                raise _Fault(effect)
             index = len(node["effects"])
-            node["effects"].append(str(Effect(name, values)))
+            node["effects"].append(effect)
             if name in notifying:
                 observed.append({"at": index, "state": sparse(m, host.snapshot(live[on]))})
             at = ordinal
             ordinal += 1
-            for entry in (e for e in script if e["at"] == at):
+            for i, entry in enumerate(script):
+                if entry["at"] != at:
+                    continue
+                ran.add(i)
                 if "create" in entry:
                     live[entry["create"]] = host.start(m.initial)
-                else:
-                    target = entry["on"] if multi else on
-                    inside.append({"at": index, **call(target, entry["event"], entry["args"])})
+                    continue
+                if entry["by"] == "listener" and name not in notifying:
+                    raise Mismatch(f"script entry {i}: a listener inside {effect}, no notification")
+                target = entry["on"] if multi else on
+                inside.append({"at": index, **call(target, entry["event"], entry["args"])})
 
         try:
-            node["row"] = host.fire(live[on], event, args, perform)
+            node["row"] = host.fire(live[on], event, _arguments(args), perform)
         except Rejected as e:
             return {"refused": "rejected", "message": str(e)}
         except NotEnabled as e:
@@ -259,8 +289,16 @@ def replay(host: Host, m: Machine, vector: Json) -> None:
         return node
 
     root = vector["call"]["on"] if multi else ""
-    got = call(root, vector["call"]["event"], vector["call"]["args"])
     want = vector["expect"]
+    try:
+        got = call(root, vector["call"]["event"], vector["call"]["args"])
+    except _Fault as fault:
+        _same("fault", ("requires", str(fault)), (want.get("fault"), want.get("effect")))
+        _unreached(script, ran, want)
+        return
+    if "fault" in want:
+        raise Mismatch(f"no fault: expected the requires of {want['effect']} to fail")
+    _unreached(script, ran, want)
     after = {name: host.snapshot(x) for name, x in live.items()}
     if "refused" in want:
         _same("refusal", got.get("refused"), want["refused"])
@@ -271,12 +309,19 @@ def replay(host: Host, m: Machine, vector: Json) -> None:
     if "refused" in got:
         raise Mismatch(f"refused ({got['refused']}): {got['message']}")
     _compare("call", got, want)
+    # An instance the step created is a change even when it stays in the initial state.
     changes = {
         name: diff
         for name, state in after.items()
-        if (diff := sparse(m, state, before.get(name, m.initial)))
+        if (diff := sparse(m, state, before.get(name, m.initial))) or name not in before
     }
     _same("changes", changes if multi else changes.get("", {}), want["changes"])
+
+
+def _unreached(script: list[Json], ran: set[int], want: Json) -> None:
+    """The script entries the step never reached, by index, are the ones the vector names."""
+    unreached = [i for i in range(len(script)) if i not in ran]
+    _same("unreached script entries", unreached, want.get("unreached", []))
 
 
 def _compare(where: str, got: Json, want: Json) -> None:

@@ -267,12 +267,184 @@ def test_a_trees_scripted_calls_are_the_calls_its_wiring_declares() -> None:
                 "children": on.rpartition(".")[0] == caller,
             }
             assert resolves[call.target], where
+            assert entry["by"] == "wiring", where
             facts = {text: entry["args"][p] for p, text in call.arg_text if text in call.facts}
             assert call.keywords(values, facts) == entry["args"], where
             checked += 1
-        assert next(script, None) is None, vector["id"]
+        assert all("create" in e for e in script), vector["id"]  # a creation is no call
     scripted = {e.get("event") for v in FILES["activation"].vectors for e in v.get("script", [])}
     assert checked > 100 and {"dispose", "child_settled"} <= scripted
+
+
+def test_who_made_each_call_is_written_and_an_events_kind_never_decides() -> None:
+    """SEMANTICS.md, "Notifications and listeners": a tree's calls are the wiring's (the internal
+    ``child_settled`` inside ``notify_parent``, a notification), a single machine's are its
+    listeners', always at a notifying effect; and an internal event a listener fires is taken,
+    here to a broken contract."""
+    activation, agent = MACHINES["activation"], MACHINES["agent"]
+    assert activation.table.effects["notify_parent"].notifies
+    tree = [e for v in FILES["activation"].vectors if "instances" in v for e in v["script"]]
+    assert {e["by"] for e in tree} == {"wiring"}
+    settled = [e for e in tree if e.get("event") == "child_settled"]
+    assert settled and activation.table.events["child_settled"].kind == "internal"
+    for f in FILES.values():
+        for v in f.vectors:
+            if "instances" not in v:
+                assert {e["by"] for e in v.get("script", [])} <= {"listener"}, v["id"]
+    broken = next(v for v in FILES["agent"].vectors if v["id"] == "fault/listener/0")
+    assert broken["script"] == [{"at": 0, "by": "listener", "event": "start", "args": {}}]
+    assert agent.table.events["start"].kind == "internal"
+    assert broken["expect"] == {"fault": "requires", "effect": "schedule_driver()"}
+
+
+def test_a_created_instance_is_a_change_even_in_its_initial_state() -> None:
+    created = [
+        (v, e["create"])
+        for v in FILES["activation"].vectors
+        for e in v.get("script", [])
+        if "create" in e
+    ]
+    assert created
+    for v, child in created:
+        assert child not in v["instances"], v["id"]
+        assert child in v["expect"]["changes"], v["id"]
+    assert any(v["expect"]["changes"][child] == {} for v, child in created)
+
+
+def test_an_integral_number_is_an_integer_and_true_or_a_fraction_is_not() -> None:
+    text = (VECTORS / "window.jsonl").read_text(encoding="utf-8")
+    assert '"call":{"event":"send","args":{"n":1.0}}' in text  # written as 1.0, read as 1
+    by_id = {v["id"]: v for v in FILES["window"].vectors}
+    assert "row" in by_id["call/send/n/integral"]["expect"]
+    assert by_id["call/send/n/fraction"]["call"]["args"] == {"n": 1.5}
+    assert by_id["call/send/n/boolean"]["call"]["args"] == {"n": True}
+    for what in ("fraction", "boolean"):
+        assert by_id[f"call/send/n/{what}"]["expect"] == {"refused": "bad-call"}
+
+
+def _edited(name: str, vid: str, edit: Any) -> Json:
+    vector = json.loads(json.dumps(next(v for v in FILES[name].vectors if v["id"] == vid)))
+    edit(vector)
+    return cast(Json, vector)
+
+
+@pytest.mark.parametrize(
+    ("name", "vid", "edit", "reason"),
+    [
+        (
+            "window",
+            "script/unreached",
+            lambda v: v["expect"].pop("unreached"),
+            r"^unreached script entries: got \[0\], expected \[\]$",
+        ),
+        (
+            "window",
+            "script/unreached",
+            lambda v: v["script"][0].update(at=0),
+            r"^script entry 0: a listener inside transmit\(1\), no notification$",
+        ),
+        (
+            "agent",
+            "fault/listener/0",
+            lambda v: v["expect"].update(effect="enqueue(next_turn)"),
+            r"^fault: got \('requires', 'schedule_driver\(\)'\), expected \('requires', ",
+        ),
+        (
+            "agent",
+            "fault/listener/0",
+            lambda v: v.update(script=[]),
+            r"^no fault: expected the requires of schedule_driver\(\) to fail$",
+        ),
+        (
+            "agent",
+            "fault/listener/0",
+            lambda v: v["script"][0].pop("by"),
+            r"^script entry 0: `by` is None$",
+        ),
+        (
+            "activation",
+            "scenario/activation_chain/1",
+            lambda v: v["expect"]["changes"].pop("a.1"),
+            r"^changes: got ",
+        ),
+        (
+            "activation",
+            "scenario/activation_chain/0",
+            lambda v: v["script"][0].pop("on"),
+            r"^script entry 0 of a tree's vector names no instance \(`on`\)$",
+        ),
+    ],
+    ids=["unreached", "listener-off-notification", "fault", "no-fault", "by", "create", "on"],
+)
+def test_the_python_replayer_judges_the_formats_own_answers(
+    name: str, vid: str, edit: Any, reason: str
+) -> None:
+    m = MACHINES[name]
+    replay(Interpreter(m), m, _edited(name, vid, lambda v: None))
+    with pytest.raises(Mismatch, match=reason):
+        replay(Interpreter(m), m, _edited(name, vid, edit))
+
+
+def _replay_js(lines: list[str]) -> list[Json]:
+    """The JavaScript replayer's verdicts on ``lines``, a vector file."""
+    assert NODE is not None
+    done = subprocess.run(
+        [NODE, str(REPO / "ports" / "js" / "replay.js"), str(VECTORS / TABLES)],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@needs_node
+def test_the_javascript_port_judges_the_formats_own_answers() -> None:
+    cases: list[tuple[str, str, Any, str | None]] = [
+        ("window", "script/unreached", lambda v: v["expect"].pop("unreached"), "unreached"),
+        ("agent", "fault/listener/0", lambda v: v["expect"].update(effect="x()"), "fault"),
+        ("agent", "fault/listener/0", lambda v: v.update(script=[]), "no fault"),
+        (
+            "activation",
+            "scenario/activation_chain/1",
+            lambda v: v["expect"]["changes"].pop("a.1"),
+            "changes",
+        ),
+        (
+            "activation",
+            "scenario/activation_chain/0",
+            lambda v: v["script"][0].pop("on"),
+            "script entry 0 of a tree's vector names no instance (`on`)",
+        ),
+        ("window", "call/send/n/integral", lambda v: None, None),
+        ("window", "call/send/n/fraction", lambda v: None, None),
+    ]
+    for name, vid, edit, reason in cases:
+        head = json.dumps(FILES[name].header)
+        verdicts = _replay_js([head, json.dumps(_edited(name, vid, edit))])
+        assert verdicts[0] == {"id": "header", "verdict": "pass"}
+        if reason is None:
+            assert verdicts[1] == {"id": vid, "verdict": "pass"}
+        else:
+            assert verdicts[1]["verdict"] == "fail" and verdicts[1]["reason"].startswith(reason)
+
+
+@needs_node
+def test_a_header_naming_a_machine_tables_json_lacks_fails_with_every_vector_naming_it(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(VECTORS / TABLES, tmp_path)
+    lines = (VECTORS / "window.jsonl").read_text(encoding="utf-8").splitlines()[:3]
+    lines[0] = lines[0].replace('"machine":"window"', '"machine":"nowhere"', 1)
+    (tmp_path / "window.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, _ = run("--out", str(tmp_path), "--replay", JS)
+    lacks = f"the header names machine nowhere, which {tmp_path / TABLES} lacks"
+    second = json.loads(lines[1])["id"]
+    assert code == 1
+    assert out.splitlines()[:2] == [
+        f"fail: window.jsonl:1: header: {lacks}",
+        f"fail: window.jsonl:2: {second}: {lacks}",
+    ]
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -356,7 +528,8 @@ def test_coverage_under_100_percent_fails_and_writes_nothing(
     code, stdout, stderr = run("--out", str(out))
     assert code == 1
     assert "  not covered: rows: go.never" in stdout.splitlines()
-    assert stdout.splitlines()[-1] == "coverage: 66.7% (2/3 items)"
+    # The row, the invariant, the definition and the unreached script entry: all but the row.
+    assert stdout.splitlines()[-1] == "coverage: 75.0% (3/4 items)"
     assert stderr == "fsm-core vectors: coverage is under 100%; nothing written\n"
     assert not out.exists()
 

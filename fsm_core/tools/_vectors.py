@@ -9,11 +9,14 @@ with one. Every line but the header is one *vector*, a question with its answer:
 
 - ``fire``: from a state (or, for a tree of activations, the state of each instance), fire an
   event with arguments, running a *script*: at the n-th effect of the step (counting every
-  effect, nested ones included, in the order performed) a listener fires an event, or the
-  runtime creates an instance. The answer is the call tree (the row each call took, its
-  effects rendered ``name(args)``, the calls made inside each effect) and what the step
-  changed, or the refusal (``rejected`` or ``not-enabled``, with its exact message, or
-  ``bad-call``). States are sparse: only the values that differ from the initial state.
+  effect, nested ones included, in the order performed) a listener or the tree's wiring
+  fires an event (each entry says which, ``by``), or the wiring creates an instance. The
+  answer is the call tree (the row each call took, its effects rendered ``name(args)``, the
+  calls made inside each effect) and what the step changed (a created instance always, ``{}``
+  when it stays initial), or the refusal (``rejected`` or ``not-enabled``, with its exact
+  message, or ``bad-call``), or the fault of a broken ``requires`` (the effect named, not
+  performed); and the script entries the step never reached (``unreached``), if any. States
+  are sparse: only the values that differ from the initial state.
 - ``holds``: a predicate of the table (an effect's ``requires``, an invariant, a step
   invariant, a definition) evaluated on a state (and arguments, or a second state): true or
   false.
@@ -27,7 +30,12 @@ What they cover, and where each comes from:
   invariants admit.
 - ``holds/...``: for each predicate a case where it holds and one where it fails, when the
   domain has one, from the reached states first.
-- ``call/...``: calls an implementation must refuse before anything changes (``bad-call``).
+- ``call/...``: calls an implementation must refuse before anything changes (``bad-call``),
+  and how a JSON number types (``call/EVENT/PARAM/integral``: ``1.0`` is an integer;
+  ``fraction`` and ``boolean``: ``1.5`` and ``true`` are not).
+- ``fault/...``: for each contract some row breaks from some state of the domain, the first
+  such step; and listener plans that break one (:data:`BROKEN`).
+- ``script/unreached``: a script entry at an ordinal the step never reaches.
 - ``story/...``: the hand-written stories of :mod:`fsm_core.tools._stories`, step by step,
   with the state each notification showed its listeners.
 - ``scenario/<model>/...``: for each move of a composed default model (an agent with
@@ -37,10 +45,13 @@ What they cover, and where each comes from:
   some vector (a move's plain steps are the ``step`` vectors). A tree's door runs another
   table: a move the door begins is replayed as the node's call the door makes inside it, and
   a call a node makes on the door (a root's settlement notice) is left out of the node's
-  script; the door's own rows are the admission vectors'.
+  script; the door's own rows are the admission vectors'. A tree's move that creates a child
+  (an admission, whose wiring calls no activation) is one of these too.
 
 :func:`generate` prints what is covered and by how much; every row, refusal entry, ignored
-entry, contract and invariant must be, and every move of the models, or the command fails.
+entry, contract and invariant must be, every move and creation of the models, each breakable
+contract's fault, each integer parameter's typing and an unreached script entry, or the
+command fails.
 """
 
 from __future__ import annotations
@@ -78,16 +89,21 @@ from fsm_core.table import (
     load_spec,
     load_table,
 )
-from fsm_core.table._expr import Value
+from fsm_core.table._expr import Block, Call, Stmt, Value
 from fsm_core.table._load import read_toml
-from fsm_core.tools._stories import STORIES, Listen, Story
+from fsm_core.table._machine import REFUSED
+from fsm_core.tools._stories import STORIES, Do, Listen, Story
 
 __all__ = ["FORMAT", "VERSION", "configure", "generate", "render_vectors", "run"]
 
 FORMAT: Final = "fsm-core/vectors"
-VERSION: Final = 1
+VERSION: Final = 2
+"""2: script entries say who made each call (``by``); a step may end in a ``fault``; a vector
+records the script entries its step never reached (``unreached``)."""
 TABLES: Final = "tables.json"
 COMMAND: Final = "fsm-core vectors"
+CREATES: Final = "admit_child"
+"""The one effect that creates an instance (a tree's child), in the initial state."""
 SHOWN: Final = 20
 """The most failures ``--replay`` prints for one file (a broken port fails thousands)."""
 
@@ -98,6 +114,16 @@ State = tuple[Value, ...]
 class VectorError(FsmError):
     """The vectors cannot be generated: a model does not hold, or a replay disagrees with the
     checker (a bug of the generator or the checker, never of a port)."""
+
+
+class _Fault(VectorError):
+    """An effect's ``requires`` failed as it was about to run (SEMANTICS.md, "Contracts"): the
+    step stops there, the effect not performed. A vector that expects it says so (``fault``);
+    anywhere else it is a bug of the tables or of the generator."""
+
+    def __init__(self, effect: str) -> None:
+        super().__init__(f"the requires of {effect} fails as it is about to run")
+        self.effect = effect
 
 
 # --- what the vectors cover ----------------------------------------------------------------------
@@ -151,6 +177,15 @@ def subjects(specs: Path | None = None) -> list[Subject]:
             # At the table's declared constants, the model's states are the machine's.
             subject.composed.append(replace(model, machine=machine))
     return list(found.values())
+
+
+BROKEN: Final[Mapping[str, tuple[Do, ...]]] = {
+    "agent": (Do("send", {"wake": True, "lane": "next_turn"}, (Listen("enqueue", "start"),)),),
+}
+"""Listener plans that break a contract (SEMANTICS.md, "Notifications and listeners"): a
+listener fires the internal ``start`` inside the ``enqueue`` of ``send.idle.wake``, before
+``schedule_driver()``, whose ``requires`` then fails. A port fires it as written (an event's
+kind never refuses it) and answers with the fault."""
 
 
 # --- running a step on the interpreter -----------------------------------------------------------
@@ -218,29 +253,35 @@ class _Scene:
 
     def _perform(self, frame: _Frame, name: str, values: tuple[Value, ...]) -> None:
         node, effect = frame.node, Effect(name, values)
+        store = self.instances[frame.on]
+        assert store is not None
+        if self.m.unmet(name, store, values):
+            raise _Fault(str(effect))
         index = len(node["effects"])
         node["effects"].append(str(effect))
         at = self.ordinal
         self.ordinal += 1
-        store = self.instances[frame.on]
-        assert store is not None
         if self.observe and name in self.notifying:
             node.setdefault("observed", []).append({"at": index, "state": _state(self.m, store)})
-        calls: list[tuple[str, str, tuple[Value, ...], Move | None]] = []
+        # A tree's checker moves are the wiring's calls; a single machine's, its listeners'.
+        by = "wiring" if self.multi else "listener"
+        calls: list[tuple[str, str, str, tuple[Value, ...], Move | None]] = []
         while frame.plan and frame.plan[0][0] == str(effect):
             _, move = frame.plan.popleft()
-            calls.append((move.instance, move.event, tuple(v for _, v in move.args), move))
-        if self.multi and name == "admit_child":
+            calls.append((by, move.instance, move.event, tuple(v for _, v in move.args), move))
+        if self.multi and name == CREATES:
             child = self._free_child(frame.on)
             self.instances[child] = list(self.m.initial)
-            self.script.append({"at": at, "create": child})
+            self.script.append({"at": at, "by": "wiring", "create": child})
         count = self.performed[name] = self.performed.get(name, 0) + 1
         for listener in [x for x in self.listen if x.effect == name and x.nth == count]:
             self.listen.remove(listener)
             args = self.m.arguments(listener.event, **listener.args)
-            calls.append((frame.on, listener.event, args, None))
-        for on, event, args, plan in calls:
-            where: Json = {"at": at, "on": on} if self.multi else {"at": at}
+            calls.append(("listener", frame.on, listener.event, args, None))
+        for by, on, event, args, plan in calls:
+            if by == "listener" and name not in self.notifying:
+                raise VectorError(f"a listener fires {event} inside {effect}, no notification")
+            where: Json = {"at": at, "by": by, "on": on} if self.multi else {"at": at, "by": by}
             self.script.append({**where, "event": event, "args": _args(self.m, event, args)})
             nested = self.fire(on, event, args, plan)
             node.setdefault("inside", []).append({"at": index, **nested})
@@ -308,6 +349,17 @@ class _Explored:
         names = self.instances
         return tuple(s[: len(names)]) if names is not None else (tuple(s[:width]),)
 
+    def creates(self, move: Move) -> bool:
+        """True iff ``move``, as the model's table sees it, creates an instance: a row it takes
+        performs :data:`CREATES` (a tree's admission, whose wiring calls no activation)."""
+        if self.instances is None:
+            return False
+        mine = self.ours(move)
+        rows = set(mine.rows()) if mine is not None else set()
+        return any(
+            r.id in rows and _performs(r.effects, CREATES) for r in self.model.machine.table.rows
+        )
+
     def ours(self, move: Move) -> Move | None:
         """``move`` as the model's table sees it: without the calls on another table's
         instances; a move another table's instance begins, as the one call it makes on ours
@@ -326,6 +378,15 @@ class _Explored:
         return replace(move, inside=inside, target="")
 
 
+def _performs(statements: Sequence[Stmt], effect: str) -> bool:
+    """True iff some statement (a ``when`` body's included) performs ``effect``."""
+    return any(
+        (isinstance(x, Call) and x.effect == effect)
+        or (isinstance(x, Block) and _performs(x.body, effect))
+        for x in statements
+    )
+
+
 def _explore(model: Model) -> _Explored:
     """Explore ``model`` breadth-first, as the checker does; refuse one that breaks a property
     (its vectors would pin a bug)."""
@@ -334,6 +395,7 @@ def _explore(model: Model) -> _Explored:
     init = c.initial()
     seen = {init}
     found = _Explored(model, c, [unpack(init)], [])
+    acts: dict[int, bool] = {}
     frontier = [init]
     while frontier:
         following = []
@@ -342,7 +404,9 @@ def _explore(model: Model) -> _Explored:
             if bad is not None:
                 raise VectorError(f"{model.name} breaks {bad}: run `fsm-core check {model.name}`")
             for label, t in c.steps(s):
-                if moves[label].inside:
+                if label not in acts:
+                    acts[label] = bool(moves[label].inside) or found.creates(moves[label])
+                if acts[label]:
                     found.edges.append((unpack(s), label, unpack(t)))
                 if t not in seen:
                     seen.add(t)
@@ -417,6 +481,7 @@ class _Builder:
         for d in t.defs:
             cov.need("definitions", d)
         self.pairs = {(s, e): r for r in t.pair_rules for s in r.states for e in r.events}
+        self.reached: list[State] = []
 
     def add(self, kind: str, vector: Json) -> None:
         if vector["id"] in self.ids:
@@ -580,6 +645,154 @@ class _Builder:
                 },
             )
 
+    # --- the vector format's own answers --------------------------------------------------------
+    #
+    # Kept apart from the steps: each method below pins one answer of the format that no table
+    # row shows by itself (SEMANTICS.md, "Checking a port").
+
+    def argument_typing(self) -> None:
+        """For each integer parameter of an event: ``1.0`` is the integer 1 (JSON has one number
+        type), ``1.5`` and ``true`` are no integers (``bad-call``). The integral call is fired
+        where the table answers it with a row when some reached state does."""
+        m = self.m
+        for event, spec in self.t.events.items():
+            for i, (p, ptype) in enumerate(spec.params):
+                if ptype.kind != "int":
+                    continue
+                state, args = next(
+                    (
+                        (s, a)
+                        for s in self.reached
+                        for a in m.all_arguments(event)
+                        if m.lookup(s, event, a) not in (None, REFUSED)
+                    ),
+                    (m.initial, next(m.all_arguments(event))),
+                )
+                good = _args(m, event, args)
+                number = args[i]
+                assert isinstance(number, int)
+                store = list(state)
+                node = _Scene(m, {"": store}).fire("", event, args)
+                cases: list[tuple[str, Value | float, Json]] = [
+                    ("integral", float(number), _expect(node, _changes(m, state, store))),
+                    ("fraction", number + 0.5, {"refused": "bad-call"}),
+                    ("boolean", True, {"refused": "bad-call"}),
+                ]
+                for what, value, expect in cases:
+                    self.cov.need("argument typing", f"{event}({p}): {what}")
+                    self.add(
+                        "argument typing",
+                        {
+                            "kind": "fire",
+                            "id": f"call/{event}/{p}/{what}",
+                            "state": _state(m, state if what == "integral" else m.initial),
+                            "call": {"event": event, "args": {**good, p: value}},
+                            "expect": expect,
+                        },
+                    )
+                    self.cov.cover("argument typing", f"{event}({p}): {what}")
+
+    def faults(self) -> None:
+        """For each effect whose ``requires`` some row breaks from some state of the domain, the
+        first such step (states the invariants do not admit first: from one they admit, the
+        loader proves no row breaks a contract); then the listener plans of :data:`BROKEN`.
+        The answer is the fault, naming the effect, which is not performed."""
+        m, t = self.m, self.t
+        domain = list(m.domain())
+        ordered = [s for s in domain if m.violated(s)] + [s for s in domain if not m.violated(s)]
+        wanted = {n for n, e in t.effects.items() if e.requires is not None}
+        found: set[str] = set()
+        rows = [r for r in t.rows if r.reject is None]
+        for state in ordered:
+            if not wanted - found:
+                break
+            for row in rows:
+                left = wanted - found
+                if state[0] not in row.sources or not any(_performs(row.effects, e) for e in left):
+                    continue
+                for args in m.all_arguments(row.event):
+                    if not m.rows[row.id].guard(state, args):
+                        continue
+                    try:
+                        _Scene(m, {"": list(state)}).fire("", row.event, args)
+                    except _Fault as fault:
+                        name = fault.effect.partition("(")[0]
+                        if name not in found:
+                            found.add(name)
+                            self._fault(f"fault/{name}", state, row.event, args, [], fault)
+        for k, step in enumerate(BROKEN.get(m.name, ())):
+            args = m.arguments(step.event, **step.args)
+            scene = _Scene(m, {"": list(m.initial)}, listen=step.listen)
+            try:
+                scene.fire("", step.event, args)
+            except _Fault as fault:
+                self._fault(f"fault/listener/{k}", m.initial, step.event, args, scene.script, fault)
+            else:
+                raise VectorError(f"{m.name}: the broken plan {step} breaks no contract")
+
+    def _fault(
+        self,
+        vid: str,
+        state: State,
+        event: str,
+        args: tuple[Value, ...],
+        script: list[Json],
+        fault: _Fault,
+    ) -> None:
+        item = fault.effect.partition("(")[0]
+        self.cov.need("requires verdicts", item)
+        self.add(
+            "requires verdicts",
+            {
+                "kind": "fire",
+                "id": vid,
+                "state": _state(self.m, state),
+                "call": {"event": event, "args": _args(self.m, event, args)},
+                **({"script": script} if script else {}),
+                "expect": {"fault": "requires", "effect": fault.effect},
+            },
+        )
+        self.cov.cover("requires verdicts", item)
+
+    def unreached(self) -> None:
+        """A script entry at an ordinal the step never reaches: the vector records it by its
+        index in the script (``unreached``), and a port that reaches it, or that ignores an
+        entry it never reached, fails."""
+        m = self.m
+        state = m.initial
+        event, args = next(
+            (
+                (e, a)
+                for e in self.t.events
+                for a in m.all_arguments(e)
+                if m.lookup(state, e, a) is not REFUSED
+            ),
+            (next(iter(self.t.events)), ()),
+        )
+        store = list(state)
+        scene = _Scene(m, {"": store})
+        node = scene.fire("", event, args)
+        first = next(iter(self.t.events))
+        entry = {
+            "at": scene.ordinal,
+            "by": "listener",
+            "event": first,
+            "args": _args(m, first, next(m.all_arguments(first))),
+        }
+        self.cov.need("script points", "unreached")
+        self.add(
+            "script points",
+            {
+                "kind": "fire",
+                "id": "script/unreached",
+                "state": _state(m, state),
+                "call": {"event": event, "args": _args(m, event, args)},
+                "script": [entry],
+                "expect": {**_expect(node, _changes(m, state, store)), "unreached": [0]},
+            },
+        )
+        self.cov.cover("script points", "unreached")
+
     # --- stories -------------------------------------------------------------------------------
 
     def stories(self, stories: Iterable[Story]) -> None:
@@ -621,17 +834,20 @@ class _Builder:
         width = len(m.names)
         group = f"moves of {model.name}"
         moves = [explored.ours(move) for move in c.moves]
+        creating = {i for i, move in enumerate(c.moves) if explored.creates(move)}
         # The moves the model takes: the compiled engine also labels steps it searched within a
         # budget bound that no reachable state has left (they are no move of the model).
         for label in sorted({label for _, label, _ in explored.edges}):
             move = moves[label]
-            if move is not None and move.inside:
+            if move is not None and (move.inside or label in creating):
                 self.cov.need(group, str(label))
+            if label in creating:
+                self.cov.need("creates", f"{model.name}: {label}")
         replayed: set[tuple[int, tuple[Any, ...]]] = set()
         outcomes: set[tuple[int, str]] = set()
         for s, label, t in explored.edges:
             move = moves[label]
-            if move is None or not move.inside:
+            if move is None or not (move.inside or label in creating):
                 continue
             source = explored.tables(s, width)
             if (label, source) in replayed:
@@ -655,6 +871,8 @@ class _Builder:
                 continue
             outcomes.add((label, outcome))
             self.cov.cover(group, str(label))
+            if label in creating:
+                self.cov.cover("creates", f"{model.name}: {label}")
             vector: Json = {"kind": "fire", "id": f"scenario/{model.name}/{len(outcomes) - 1}"}
             call: Json = {"event": move.event, "args": dict(move.args)}
             if names is None:
@@ -668,12 +886,13 @@ class _Builder:
                     },
                     "call": {"on": move.instance, **call},
                 }
+                # An instance the step created is a change even when it stays initial ({}).
                 changes = {
                     k: diff
                     for k, old, new in zip(names, source, after, strict=True)
                     if new is not None
                     for diff in [_changes(m, old if old is not None else m.initial, new)]
-                    if diff
+                    if diff or old is None
                 }
             vector |= {"script": scene.script, "expect": _expect(node, changes)}
             self.add("scenarios", vector)
@@ -697,6 +916,10 @@ def build(subject: Subject) -> Vectors:
     b.predicates(list(reached))
     b.bad_calls()
     b.stories(s for s in STORIES if s.machine == m.name)
+    b.reached = list(reached)
+    b.argument_typing()
+    b.faults()
+    b.unreached()
     for e in explored:
         if e.model.kind != "table":
             b.scenarios(e)

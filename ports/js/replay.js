@@ -14,10 +14,19 @@ const fs = require("fs");
 const { Refusal, loadTables } = require("./fsm");
 
 const FORMAT = "fsm-core/vectors";
-const VERSION = 1;
+const VERSION = 2; // 2: script entries say who made a call (`by`), faults, `unreached`
 
 /** A difference between what the port did and what the vector expects. */
 class Mismatch extends Error {}
+
+/** An effect's `requires` failed as it was about to run: the whole step stops there, the
+ * effect not performed (SEMANTICS.md, "Contracts and what a host owes"). */
+class Fault extends Error {
+  constructor(effect) {
+    super(`the requires of ${effect} fails`);
+    this.effect = effect;
+  }
+}
 
 function same(a, b) {
   return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
@@ -63,6 +72,15 @@ function fire(machine, vector) {
   }
   const before = Object.fromEntries(Object.entries(instances).map(([k, v]) => [k, { ...v }]));
   const script = vector.script || [];
+  script.forEach((entry, i) => {
+    if (entry.by !== "listener" && entry.by !== "wiring") {
+      throw new Mismatch(`script entry ${i}: \`by\` is ${JSON.stringify(entry.by)}`);
+    }
+    if (multi && !("create" in entry) && !("on" in entry)) {
+      throw new Mismatch(`script entry ${i} of a tree's vector names no instance (\`on\`)`);
+    }
+  });
+  const ran = new Set();
   let ordinal = 0;
 
   function call(on, event, args) {
@@ -73,19 +91,28 @@ function fire(machine, vector) {
     const observed = [];
     try {
       const step = machine.fire(s, event, args, (name, values) => {
+        const effect = machine.effects.get(name);
+        const rendered = machine.renderEffect(name, values);
+        const named = Object.fromEntries(effect.params.map((p, i) => [p.name, values[i]]));
+        if (!machine.requires(name, s, named)) throw new Fault(rendered);
         const index = node.effects.length;
-        node.effects.push(machine.renderEffect(name, values));
-        if (machine.effects.get(name).notifies) {
+        node.effects.push(rendered);
+        if (effect.notifies) {
           observed.push({ at: index, state: changes(machine, machine.initial(), s) });
         }
         const at = ordinal++;
-        for (const entry of script.filter((x) => x.at === at)) {
+        script.forEach((entry, i) => {
+          if (entry.at !== at) return;
+          ran.add(i);
           if ("create" in entry) {
             instances[entry.create] = machine.initial();
-          } else {
-            inside.push({ at: index, ...call(multi ? entry.on : on, entry.event, entry.args) });
+            return;
           }
-        }
+          if (entry.by === "listener" && !effect.notifies) {
+            throw new Mismatch(`script entry ${i}: a listener inside ${rendered}, no notification`);
+          }
+          inside.push({ at: index, ...call(multi ? entry.on : on, entry.event, entry.args) });
+        });
       });
       node.row = step.row;
     } catch (e) {
@@ -98,8 +125,18 @@ function fire(machine, vector) {
   }
 
   const root = multi ? vector.call.on : "";
-  const got = call(root, vector.call.event, vector.call.args);
   const want = vector.expect;
+  let got;
+  try {
+    got = call(root, vector.call.event, vector.call.args);
+  } catch (e) {
+    if (!(e instanceof Fault)) throw e;
+    expectSame("fault", ["requires", e.effect], [want.fault, want.effect]);
+    expectUnreached(script, ran, want);
+    return;
+  }
+  if ("fault" in want) throw new Mismatch(`no fault: expected the requires of ${want.effect} to fail`);
+  expectUnreached(script, ran, want);
   if ("refused" in want) {
     expectSame("refusal", got.refused || null, want.refused);
     if ("message" in want) expectSame("message", got.message, want.message);
@@ -110,10 +147,17 @@ function fire(machine, vector) {
   compareNode("call", got, want);
   const changed = {};
   for (const [name, s] of Object.entries(instances)) {
+    // An instance the step created is a change even when it stays in the initial state.
     const diff = changes(machine, before[name] || machine.initial(), s);
-    if (Object.keys(diff).length) changed[name] = diff;
+    if (Object.keys(diff).length || !(name in before)) changed[name] = diff;
   }
   expectSame("changes", multi ? changed : changed[""] || {}, want.changes);
+}
+
+/** The script entries the step never reached, by index, must be the ones the vector names. */
+function expectUnreached(script, ran, want) {
+  const unreached = script.map((_, i) => i).filter((i) => !ran.has(i));
+  expectSame("unreached script entries", unreached, want.unreached || []);
 }
 
 /** Compare a call node: its row (or refusal), effects, the calls inside and, when the vector
@@ -157,10 +201,15 @@ function verdict(machines, line) {
       if (vector.format !== FORMAT || vector.version !== VERSION) {
         throw new Mismatch(`expected ${FORMAT} version ${VERSION}`);
       }
-      if (!(vector.machine in machines)) throw new Mismatch(`no machine ${vector.machine}`);
+      if (!(vector.machine in machines)) {
+        throw new Mismatch(`the header names machine ${vector.machine}, which ${tablesPath} lacks`);
+      }
     } else {
+      if (current === null) throw new Mismatch("no header line names the machine");
       const machine = machines[current];
-      if (machine === undefined) throw new Mismatch("no header line names the machine");
+      if (machine === undefined) {
+        throw new Mismatch(`the header names machine ${current}, which ${tablesPath} lacks`);
+      }
       if (vector.kind === "fire") fire(machine, vector);
       else if (vector.kind === "holds") holds(machine, vector);
       else throw new Mismatch(`unknown kind ${vector.kind}`);
@@ -173,13 +222,15 @@ function verdict(machines, line) {
 }
 
 let current = null;
+let tablesPath = null;
 
 function main() {
   if (process.argv.length !== 3) {
     process.stderr.write("usage: replay.js TABLES.json < VECTORS.jsonl\n");
     process.exit(2);
   }
-  const machines = loadTables(JSON.parse(fs.readFileSync(process.argv[2], "utf8")));
+  tablesPath = process.argv[2];
+  const machines = loadTables(JSON.parse(fs.readFileSync(tablesPath, "utf8")));
   const lines = fs.readFileSync(0, "utf8").split("\n").filter((l) => l.length > 0);
   const out = [];
   for (const line of lines) {
