@@ -37,13 +37,15 @@ const MISREADINGS = {
   ordinal_per_call: "a script's ordinal counts the effects of each call apart, not the step's",
   changes_written: "`changes` lists every variable the step wrote, unchanged ones included",
 };
-let misread = process.env.FSM_MISREAD || "";
+let misread = "";
 
 /** Switch on the misreading `name` (`""`: none); throws on a name it does not know. */
 function setMisread(name) {
   if (name !== "" && !(name in MISREADINGS)) throw new Error(`no misreading ${name}`);
   misread = name;
 }
+
+setMisread(process.env.FSM_MISREAD || "");
 
 /** True iff the misreading `name` is switched on. */
 function misreads(name) {
