@@ -47,6 +47,10 @@ What they cover, and where each comes from:
   a call a node makes on the door (a root's settlement notice) is left out of the node's
   script; the door's own rows are the admission vectors'. A tree's move that creates a child
   (an admission, whose wiring calls no activation) is one of these too.
+- pins (:meth:`_Builder.pins`): vectors for the rules a port misreads while passing nearly
+  everything else (``ports/js/misread.js`` counts the vectors each misreading fails):
+  ``scenario/<model>/observed/...`` (a scenario with the state each notification showed),
+  ``call/<event>/true/...`` and ``call/<event>/refused/...`` (bad calls).
 
 :func:`generate` prints what is covered and by how much; every row, refusal entry, ignored
 entry, contract and invariant must be, every move and creation of the models, each breakable
@@ -897,6 +901,116 @@ class _Builder:
             vector |= {"script": scene.script, "expect": _expect(node, changes)}
             self.add("scenarios", vector)
 
+    # --- pins ----------------------------------------------------------------------------------
+
+    def pins(self, reached: Sequence[State], explored: Sequence[_Explored]) -> None:
+        """Vectors for the rules a port can misread while passing nearly every other vector,
+        so that each such misreading fails by the hundreds (``node ports/js/misread.js``
+        switches each on in the JavaScript port and counts the vectors that catch it;
+        specs/README.md keeps the counts):
+
+        - which state ``observed`` records (SEMANTICS.md, section 5: the store as the effect is
+          reached, before its listeners run): for each shape of move (its row, and each call's
+          effect and row) that calls inside a notifying effect, in the models of one machine
+          with listeners, the first such move's scenario with the state each notification
+          showed (``scenario/<model>/observed/<n>``; a tree's vector has no ``observed``);
+        - ``true`` is no integer: ``true`` passed for an integer parameter whose domain holds
+          1, from every state of the domain (step 1 reads no state: ``call/<event>/true/<n>``);
+        - a call's arguments are checked first, before any guard (section 3): an extra argument
+          in each state and event the table refuses or ignores, once per way it does
+          (``call/<event>/refused/<n>``).
+        """
+        self._pin_true_is_no_integer()
+        self._pin_arguments_checked_first(reached)
+        shapes: set[object] = set()
+        for e in explored:
+            if e.model.kind != "table":
+                self._pin_observed(e, shapes)
+
+    def _bad_call(self, vid: str, state: State, event: str, args: Json) -> None:
+        self.add(
+            "pinned bad calls",
+            {
+                "kind": "fire",
+                "id": vid,
+                "state": _state(self.m, state),
+                "call": {"event": event, "args": args},
+                "expect": {"refused": "bad-call"},
+            },
+        )
+
+    def _pin_true_is_no_integer(self) -> None:
+        m = self.m
+        n = 0
+        for event, spec in self.t.events.items():
+            good = _args(m, event, next(m.all_arguments(event)))
+            ints = [p for p, ty in spec.params if ty.kind == "int" and 1 in ty.values]
+            for state in m.domain() if ints else ():
+                for p in ints:
+                    self._bad_call(f"call/{event}/true/{n}", state, event, {**good, p: True})
+                    n += 1
+
+    def _pin_arguments_checked_first(self, reached: Sequence[State]) -> None:
+        m = self.m
+        ways: set[tuple[Value, str, str]] = set()
+        for state in reached:
+            for event in self.t.events:
+                args = next(m.all_arguments(event))
+                try:
+                    row = m.select(state, event, args)
+                except Rejected as e:
+                    way = f"rejected: {e}"
+                except NotEnabled:
+                    way = "not-enabled"
+                else:
+                    if row is not None:
+                        continue
+                    way = "ignored"
+                if (state[0], event, way) in ways:
+                    continue
+                ways.add((state[0], event, way))
+                extra = {**_args(m, event, args), "extra": True}
+                self._bad_call(f"call/{event}/refused/{len(ways) - 1}", state, event, extra)
+
+    def _pin_observed(self, explored: _Explored, shapes: set[object]) -> None:
+        m, model, c = self.m, explored.model, explored.composition
+        if explored.instances is not None:
+            return  # a tree's vector has no ``observed`` (vectors.schema.json)
+        notifying = {n for n, e in self.t.effects.items() if e.notifies}
+
+        def listened(move: Move) -> bool:
+            """True iff something is called inside one of ``move``'s notifying effects."""
+            return any(
+                effect.partition("(")[0] in notifying or listened(nested)
+                for effect, nested in move.inside
+            )
+
+        done = 0
+        for s, label, _ in explored.edges:
+            move = c.moves[label]
+            if not listened(move):
+                continue
+            shape = (move.row, tuple((e.partition("(")[0], n.row) for e, n in move.inside))
+            if shape in shapes:
+                continue
+            shapes.add(shape)
+            source = tuple(s[: len(m.names)])
+            store = list(source)
+            scene = _Scene(m, {"": store}, observe=True)
+            node = scene.fire("", move.event, tuple(v for _, v in move.args), move)
+            self.add(
+                "pinned observations",
+                {
+                    "kind": "fire",
+                    "id": f"scenario/{model.name}/observed/{done}",
+                    "state": _state(m, source),
+                    "call": {"event": move.event, "args": dict(move.args)},
+                    "script": scene.script,
+                    "expect": _expect(node, _changes(m, source, store)),
+                },
+            )
+            done += 1
+
 
 def build(subject: Subject) -> Vectors:
     """The vectors of one machine (the module docstring says what they cover)."""
@@ -923,6 +1037,7 @@ def build(subject: Subject) -> Vectors:
     for e in explored:
         if e.model.kind != "table":
             b.scenarios(e)
+    b.pins(list(reached), explored)
     header: Json = {
         "kind": "header",
         "id": "header",

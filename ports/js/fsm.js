@@ -17,6 +17,41 @@
 const FORMAT = "fsm-core/spec";
 const VERSION = 3; // 3: the export carries the wiring (`doc.wiring`), which this port ignores
 
+// --- deliberate misreadings (test-only) -------------------------------------------------------
+//
+// Each entry is a plausible way to misread one rule of SEMANTICS.md. With FSM_MISREAD=<name> in
+// the environment (or `setMisread(name)`), the port misreads that one rule, so that
+// `node ports/js/misread.js` can count the vectors that catch it. Never set it otherwise; a
+// port copied from this one drops every `misread === ...` branch.
+const MISREADINGS = {
+  observed_row_start: "`observed` records the state the call started from, before its row ran",
+  observed_step_end: "`observed` records the state the whole step ended in",
+  observed_after_calls: "`observed` records the state after the calls made inside the effect",
+  args_at_row_start: "effect arguments are evaluated as the row starts, not as the effect is reached",
+  when_at_row_start: "a `when` is evaluated as the row starts, not as it is reached",
+  when_retested: "a `when` is re-tested before each statement of its body",
+  to_after_do: "the state variable moves to `to` after `do` ran, not before",
+  true_as_int: "`true` and `false` are accepted as the integers 1 and 0",
+  args_checked_late: "a call's arguments are checked only once a row will run",
+  unmatched_ignored: "an event whose rows are all disabled is ignored, not refused",
+  ordinal_per_call: "a script's ordinal counts the effects of each call apart, not the step's",
+  changes_written: "`changes` lists every variable the step wrote, unchanged ones included",
+};
+let misread = "";
+
+/** Switch on the misreading `name` (`""`: none); throws on a name it does not know. */
+function setMisread(name) {
+  if (name !== "" && !(name in MISREADINGS)) throw new Error(`no misreading ${name}`);
+  misread = name;
+}
+
+setMisread(process.env.FSM_MISREAD || "");
+
+/** True iff the misreading `name` is switched on. */
+function misreads(name) {
+  return misread === name;
+}
+
 /** A refusal: `kind` is "rejected", "not-enabled" or "bad-call" (SEMANTICS.md, "Refusals"). */
 class Refusal extends Error {
   constructor(kind, message) {
@@ -113,8 +148,13 @@ class Machine {
     for (const p of spec.params) {
       const value = args[p.name];
       const kind = typeof p.domain[0];
-      const typed = kind === "number" ? Number.isInteger(value) : typeof value === kind;
-      if (!typed || !p.domain.includes(value)) {
+      let typed = kind === "number" ? Number.isInteger(value) : typeof value === kind;
+      let v = value;
+      if (misread === "true_as_int" && kind === "number" && typeof value === "boolean") {
+        typed = true;
+        v = Number(value);
+      }
+      if (!typed || !p.domain.includes(v)) {
         throw new Refusal(
           "bad-call",
           `${this.name}.${event}: ${p.name}=${JSON.stringify(value)} is not a value of ${p.type}`,
@@ -126,7 +166,9 @@ class Machine {
   /** The row that handles `event(args)` in `store`, null when the table ignores it there;
    * throws a Refusal ("rejected" or "not-enabled") otherwise. Pure. */
   select(store, event, args) {
-    this.checkArguments(event, args);
+    const late = misread === "args_checked_late";
+    if (!late) this.checkArguments(event, args);
+    else if (!this.events.has(event)) throw new Refusal("bad-call", `${this.name} has no event ${event}`);
     const state = store[this.stateVar];
     let handled = false;
     for (const row of this.rows) {
@@ -134,6 +176,7 @@ class Machine {
       handled = true;
       if (this.evaluate(row.guard.expr, store, args)) {
         if (row.reject !== null) throw new Refusal("rejected", row.reject);
+        if (late) this.checkArguments(event, args);
         return row;
       }
     }
@@ -142,6 +185,8 @@ class Machine {
       if (pair.kind === "ignored") return null;
       throw new Refusal("rejected", pair.why);
     }
+    if (late) this.checkArguments(event, args);
+    if (misread === "unmatched_ignored") return null;
     throw new Refusal(
       "not-enabled",
       `${this.name}: no row of ${event}(${this.renderArguments(event, args)}) is enabled in ` +
@@ -155,19 +200,30 @@ class Machine {
   fire(store, event, args, perform = () => {}) {
     const row = this.select(store, event, args);
     if (row === null) return { row: null };
-    if (row.to !== null) store[this.stateVar] = row.to;
-    this.run(row.do, store, args, perform);
+    const late = misread === "to_after_do";
+    if (row.to !== null && !late) store[this.stateVar] = row.to;
+    const start = misread.endsWith("_at_row_start") ? { ...store } : store;
+    this.run(row.do, store, args, perform, start);
+    if (row.to !== null && late) store[this.stateVar] = row.to;
     return { row: row.id };
   }
 
-  run(statements, store, args, perform) {
+  /** Run `statements` on `store`; `start` is the store as the row started (the same object,
+   * unless a misreading evaluates something there). */
+  run(statements, store, args, perform, start = store) {
     for (const s of statements) {
       if ("assign" in s) {
         store[s.assign] = this.evaluate(s.value.expr, store, args);
       } else if ("call" in s) {
-        perform(s.call, s.args.map((a) => this.evaluate(a.expr, store, args)));
-      } else if (this.evaluate(s.when.expr, store, args)) {
-        this.run(s.do, store, args, perform);
+        const at = misread === "args_at_row_start" ? start : store;
+        perform(s.call, s.args.map((a) => this.evaluate(a.expr, at, args)));
+      } else if (misread === "when_retested") {
+        for (const inner of s.do) {
+          if (!this.evaluate(s.when.expr, store, args)) break;
+          this.run([inner], store, args, perform, start);
+        }
+      } else if (this.evaluate(s.when.expr, misread === "when_at_row_start" ? start : store, args)) {
+        this.run(s.do, store, args, perform, start);
       }
     }
   }
@@ -219,4 +275,4 @@ function loadTables(doc) {
   return machines;
 }
 
-module.exports = { Machine, Refusal, loadTables, show };
+module.exports = { MISREADINGS, Machine, Refusal, loadTables, misreads, setMisread, show };

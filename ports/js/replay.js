@@ -11,7 +11,7 @@
 "use strict";
 
 const fs = require("fs");
-const { Refusal, loadTables } = require("./fsm");
+const { Refusal, loadTables, misreads } = require("./fsm");
 
 const FORMAT = "fsm-core/vectors";
 const VERSION = 2; // 2: script entries say who made a call (`by`), faults, `unreached`
@@ -51,11 +51,24 @@ function store(machine, sparse) {
   return { ...machine.initial(), ...sparse };
 }
 
-/** The values of `after` that differ from `before`. */
-function changes(machine, before, after) {
+/** The values of `after` that differ from `before` (and, misreading `changes_written`, every
+ * value in `written`). */
+function changes(machine, before, after, written = new Set()) {
   const out = {};
-  for (const n of machine.names) if (before[n] !== after[n]) out[n] = after[n];
+  for (const n of machine.names) if (before[n] !== after[n] || written.has(n)) out[n] = after[n];
   return out;
+}
+
+/** `store`, recording in `written` the name of every variable set (misreading
+ * `changes_written` only). */
+function recording(store, written) {
+  return new Proxy(store, {
+    set(target, name, value) {
+      written.add(name);
+      target[name] = value;
+      return true;
+    },
+  });
 }
 
 /** One fire vector: fire the call, running the script at the effects it names, and build the
@@ -63,12 +76,18 @@ function changes(machine, before, after) {
 function fire(machine, vector) {
   const multi = "instances" in vector;
   const instances = {};
+  const written = {}; // misreading `changes_written`: the variables each instance had set
+  const fresh = (name, s) => {
+    if (!misreads("changes_written")) return s;
+    written[name] = new Set();
+    return recording(s, written[name]);
+  };
   if (multi) {
     for (const [name, sparse] of Object.entries(vector.instances)) {
-      instances[name] = store(machine, sparse);
+      instances[name] = fresh(name, store(machine, sparse));
     }
   } else {
-    instances[""] = store(machine, vector.state);
+    instances[""] = fresh("", store(machine, vector.state));
   }
   const before = Object.fromEntries(Object.entries(instances).map(([k, v]) => [k, { ...v }]));
   const script = vector.script || [];
@@ -82,6 +101,8 @@ function fire(machine, vector) {
   });
   const ran = new Set();
   let ordinal = 0;
+  const used = new Set(); // misreading `ordinal_per_call`: indices of entries already run
+  const atEnd = []; // misreading `observed_step_end`: [entry, store] to fill in at the end
 
   function call(on, event, args) {
     const s = instances[on];
@@ -89,6 +110,8 @@ function fire(machine, vector) {
     const node = { row: null, effects: [] };
     const inside = [];
     const observed = [];
+    const started = changes(machine, machine.initial(), s);
+    let own = 0;
     try {
       const step = machine.fire(s, event, args, (name, values) => {
         const effect = machine.effects.get(name);
@@ -97,15 +120,20 @@ function fire(machine, vector) {
         if (!machine.requires(name, s, named)) throw new Fault(rendered);
         const index = node.effects.length;
         node.effects.push(rendered);
+        let seen = null;
         if (effect.notifies) {
-          observed.push({ at: index, state: changes(machine, machine.initial(), s) });
+          seen = { at: index, state: changes(machine, machine.initial(), s) };
+          if (misreads("observed_row_start")) seen.state = started;
+          if (misreads("observed_step_end")) atEnd.push([seen, s]);
+          observed.push(seen);
         }
-        const at = ordinal++;
+        const at = misreads("ordinal_per_call") ? own++ : ordinal++;
         script.forEach((entry, i) => {
-          if (entry.at !== at) return;
+          if (entry.at !== at || used.has(i)) return;
+          if (misreads("ordinal_per_call")) used.add(i);
           ran.add(i);
           if ("create" in entry) {
-            instances[entry.create] = machine.initial();
+            instances[entry.create] = fresh(entry.create, machine.initial());
             return;
           }
           if (entry.by === "listener" && !effect.notifies) {
@@ -113,6 +141,9 @@ function fire(machine, vector) {
           }
           inside.push({ at: index, ...call(multi ? entry.on : on, entry.event, entry.args) });
         });
+        if (seen !== null && misreads("observed_after_calls")) {
+          seen.state = changes(machine, machine.initial(), s);
+        }
       });
       node.row = step.row;
     } catch (e) {
@@ -135,6 +166,7 @@ function fire(machine, vector) {
     expectUnreached(script, ran, want);
     return;
   }
+  for (const [seen, s] of atEnd) seen.state = changes(machine, machine.initial(), s);
   if ("fault" in want) throw new Mismatch(`no fault: expected the requires of ${want.effect} to fail`);
   expectUnreached(script, ran, want);
   if ("refused" in want) {
@@ -148,7 +180,7 @@ function fire(machine, vector) {
   const changed = {};
   for (const [name, s] of Object.entries(instances)) {
     // An instance the step created is a change even when it stays in the initial state.
-    const diff = changes(machine, before[name] || machine.initial(), s);
+    const diff = changes(machine, before[name] || machine.initial(), s, written[name]);
     if (Object.keys(diff).length || !(name in before)) changed[name] = diff;
   }
   expectSame("changes", multi ? changed : changed[""] || {}, want.changes);
@@ -224,6 +256,24 @@ function verdict(machines, line) {
 let current = null;
 let tablesPath = null;
 
+/** The verdict of each line of a vector file, in order; with `untilFail`, only up to the first
+ * that fails. */
+function replayLines(machines, lines, untilFail = false) {
+  current = null;
+  const out = [];
+  for (const line of lines) {
+    if (untilFail && out.length && out[out.length - 1].verdict !== "pass") break;
+    try {
+      const head = JSON.parse(line);
+      if (head.kind === "header") current = head.machine;
+    } catch (e) {
+      // reported by verdict()
+    }
+    out.push(verdict(machines, line));
+  }
+  return out;
+}
+
 function main() {
   if (process.argv.length !== 3) {
     process.stderr.write("usage: replay.js TABLES.json < VECTORS.jsonl\n");
@@ -232,17 +282,10 @@ function main() {
   tablesPath = process.argv[2];
   const machines = loadTables(JSON.parse(fs.readFileSync(tablesPath, "utf8")));
   const lines = fs.readFileSync(0, "utf8").split("\n").filter((l) => l.length > 0);
-  const out = [];
-  for (const line of lines) {
-    try {
-      const head = JSON.parse(line);
-      if (head.kind === "header") current = head.machine;
-    } catch (e) {
-      // reported by verdict()
-    }
-    out.push(JSON.stringify(verdict(machines, line)));
-  }
+  const out = replayLines(machines, lines).map((v) => JSON.stringify(v));
   process.stdout.write(out.length ? out.join("\n") + "\n" : "");
 }
 
-main();
+if (require.main === module) main();
+
+module.exports = { replayLines };
