@@ -1,0 +1,11 @@
+"""Marks every test under ``tests/attack/`` as ``attack``."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/tests/attack/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.attack)
