@@ -442,3 +442,20 @@ def test_json_lists_the_unreacted_effects(tmp_path: Path) -> None:
     assert r.code == 1
     (report,) = json.loads(r.out)["models"]
     assert report["unreacted"] == ["enqueue"]
+
+
+def test_a_reaction_no_step_reaches_re_enters_nothing(tmp_path: Path) -> None:
+    """Naming an effect in ``reactions`` proves nothing where no step performs it: here no
+    user disposes the agent, so no listener ever runs inside the disposal notifications."""
+    path = _races_without(tmp_path, "enqueue")  # any: the budgets are what matter
+    edit(path, "dispose = 1, ", "dispose = 0, ")
+    path.write_text(
+        path.read_text(encoding="utf-8") + '\n[environment.unreacted]\nenqueue = "a test"\n',
+        encoding="utf-8",
+    )
+    r = run(str(path))
+    assert r.code == 1, r.out
+    assert (
+        "finding: races: 2 notifying effects nothing re-enters: publish_disposing, "
+        "publish_disposed (" in r.out
+    )

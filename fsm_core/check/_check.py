@@ -42,7 +42,8 @@ class Report:
     violation: Violation[Any] | None
     unreacted: tuple[str, ...] = ()
     """The notifying effects nothing re-enters in the model and its file does not excuse: each
-    a finding that fails ``fsm-core check`` (:mod:`fsm_core.check._reentry`)."""
+    a finding that fails ``fsm-core check`` (:mod:`fsm_core.check._reentry`). After a complete
+    search, an effect its reactions name but no taken step made a call inside counts too."""
     backend: Literal["vector", "python"] = "python"
     """The backend that explored the model."""
     fallback: str | None = None
@@ -120,7 +121,9 @@ def check(
     if unsettled is not None:
         eventually = next(p.name for p in built.properties if p.kind == "eventually")
         violation = Violation(eventually, unsettled)
-    taken = {row for i in result.labels_taken for row in built.moves[i].rows()}
+    moves = [built.moves[i] for i in result.labels_taken]
+    taken = {row for move in moves for row in move.rows()}
+    uncovered = unreacted(model, moves if result.complete and violation is None else None)
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive
     used: Literal["vector", "python"] = "python" if fallback or backend == "python" else "vector"
@@ -132,7 +135,7 @@ def check(
         built.properties,
         dead,
         violation,
-        unreacted(model),
+        uncovered,
         used,
         fallback,
     )

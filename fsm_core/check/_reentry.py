@@ -6,7 +6,10 @@ call back in. A model proves what happens there only if something re-enters it: 
 (``notify_parent`` telling the parent). A notifying effect nothing re-enters is a reaction
 point the model abstracts away, so whatever a listener could break there is proved nowhere:
 the checker reports it as a finding, like a row never taken, unless the model file says why
-it leaves it (``[environment] unreacted = { EFFECT = "why" }``).
+it leaves it (``[environment] unreacted = { EFFECT = "why" }``). Naming an effect in
+``reactions`` is not enough: a complete search must also have made a call inside it in some
+step (a model whose budgets never reach the effect, or leave no call to make there, re-enters
+nothing there).
 
 In a tree model the effects are named ``MACHINE.EFFECT`` (``activation.settle``,
 ``agent.publish_status``): the node's table, the door's and the agents' have one namespace
@@ -15,10 +18,14 @@ each. In any other model they are named bare, as ``reactions`` names them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from fsm_core.check._composed._tree import AGENT, DOOR
 from fsm_core.check._config import Model
+from fsm_core.check._moves import Move
 from fsm_core.table import Machine
 
-__all__ = ["notification_points", "unreacted"]
+__all__ = ["notification_points", "reentered", "unreacted"]
 
 
 def _qualified(model: Model) -> bool:
@@ -51,11 +58,41 @@ def notification_points(model: Model) -> dict[str, str]:
     return points
 
 
-def unreacted(model: Model) -> tuple[str, ...]:
+def reentered(model: Model, moves: Iterable[Move]) -> frozenset[str]:
+    """The notifying effects some call was made inside, in ``moves`` (a search's taken
+    moves), named as :func:`notification_points` names them."""
+    found: set[str] = set()
+
+    def walk(move: Move) -> None:
+        machine = _machine_of(model, move.instance)
+        for effect, nested in move.inside:
+            name = effect.split("(", 1)[0]
+            found.add(f"{machine}.{name}" if _qualified(model) else name)
+            walk(nested)
+
+    for move in moves:
+        walk(move)
+    return frozenset(found)
+
+
+def _machine_of(model: Model, instance: str) -> str:
+    """The table an instance of ``model`` runs, by the instance's name in a move."""
+    if model.kind != "activation-tree":
+        return model.machine.table.name
+    if instance == DOOR and model.door is not None:
+        return model.door.table.name
+    if instance.endswith(AGENT) and model.agent is not None:
+        return model.agent.table.name
+    return model.machine.table.name
+
+
+def unreacted(model: Model, taken: Iterable[Move] | None = None) -> tuple[str, ...]:
     """The notifying effects nothing re-enters in ``model`` and its file does not excuse, in
-    table order: each is a finding."""
+    table order: each is a finding. With ``taken`` (the moves of a complete search), an effect
+    is re-entered only if some taken move made a call inside it."""
+    calls = None if taken is None else reentered(model, taken)
     return tuple(
         name
         for name, how in notification_points(model).items()
-        if not how and name not in model.unreacted
+        if name not in model.unreacted and (not how or (calls is not None and name not in calls))
     )

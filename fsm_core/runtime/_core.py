@@ -87,7 +87,8 @@ T = TypeVar("T")
 
 AgentContext: TypeAlias = UserMessage | UserCause | ParentCause
 """What a fire of the agent table carries beside its arguments: the message a ``send``
-enqueues, or the cause a ``cancel`` requests (as the caller gave it, detached when published)."""
+enqueues or a ``remove`` discards, or the cause a ``cancel`` requests (as the caller gave
+it, detached when published)."""
 
 log = logging.getLogger("fsm_core.runtime")
 
@@ -440,6 +441,14 @@ class AgentCore(Hosted[AgentContext]):
         for message in messages:
             self.events.notify("inbox/discarded", MessageDiscarded, self.agent, message)
 
+    @performs("discard_removed")
+    def _discard_removed(self) -> None:
+        removed = self._context  # only remove's row discards one message: the one removed
+        assert isinstance(removed, UserMessage)
+        taken = self.inbox._take(removed.id)
+        assert taken is not None
+        self._discard([taken])
+
     @performs("abort_holder")
     def _abort_holder(self, signal_reason: str) -> None:
         assert self._controller is not None
@@ -535,13 +544,11 @@ class AgentCore(Hosted[AgentContext]):
 
     def _remove(self, message_id: str) -> bool:
         queued = (*self.inbox.next_turn, *self.inbox.next_step)
-        if all(m.id != message_id for m in queued):
+        removed = next((m for m in queued if m.id == message_id), None)
+        if removed is None:
             return False
         rest = any(m.id != message_id for m in queued)
-        self._fire("remove", rest=rest)  # refused on a disposed agent: nothing removed
-        message = self.inbox._take(message_id)
-        assert message is not None
-        self._discard([message])
+        self._fire("remove", removed, rest=rest)  # refused on a disposed agent: nothing removed
         return True
 
 

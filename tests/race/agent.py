@@ -545,6 +545,13 @@ class AgentRaceMachine(RuleBasedStateMachine):
 
     @precondition(_alive)
     @rule()
+    def on_discard_send(self) -> None:
+        """Once: an ``inbox/discarded`` observer sends a followup, from inside the clear (issue
+        23: later work, latched or run, never parked)."""
+        self._once("inbox/discarded", lambda _p: True, self._followup)
+
+    @precondition(_alive)
+    @rule()
     def on_abort_send(self) -> None:
         """Once: an abort observer on the turn's signal (this turn's, else the next's) sends."""
         if self.turn:

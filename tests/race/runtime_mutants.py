@@ -477,13 +477,13 @@ MUTANTS: tuple[RuntimeMutant, ...] = (
         (
             Edit(
                 f"{TURN}:TurnRunner.run",
-                "messages = await self._assemble(signal)",
+                "messages = await self.assemble(signal)",
                 "messages = ()",
             ),
             Edit(
                 f"{TURN}:TurnRunner._step",
                 _NOTIFY_STEP_START,
-                _NOTIFY_STEP_START + "        messages = await self._assemble(signal)\n",
+                _NOTIFY_STEP_START + "        messages = await self.assemble(signal)\n",
             ),
         ),
     ),

@@ -25,12 +25,12 @@ scheduled sets it, a waking send (a replacement) or the driver's start clears it
 
 A ghost ``owed`` instruments DESIGN.md decision 9: it is set when a waking send is
 accepted before disposal, and cleared when the last of the work is claimed (a ``claim_inbox``
-that leaves nothing pending, the last ``take_steering``: a claim takes one next-turn message,
+that leaves nothing pending, the last ``claim_steering``: a claim takes one next-turn message,
 and what it leaves stays owed until a later turn of the same driver claims it), discarded
-(``clear_inbox``, removal of the last message), parked by a ``keep_inbox`` cancel, or when
-disposal begins or the driver halts on an escape (``halt``). A send to an agent whose hosting
-activation shut it (``shut``, when the table has it) owes nothing: it is parked, as under
-disposal.
+(``clear_inbox``, ``discard_removed`` of the last message), parked by a ``keep_inbox``
+cancel, or when disposal begins or the driver halts on an escape (``halt``). A send to an
+agent whose hosting activation shut it (``shut``, when the table has it) owes nothing: it is
+parked, as under disposal.
 ``no_parked_wake`` says an idle agent with no driver scheduled never owes a wake.
 """
 
@@ -55,6 +55,10 @@ PRERUN_OPENS_NO_TURN = "prerun_cancel_opens_no_turn"
 
 OWED, PRERUN = "ghost.owed", "ghost.prerun"
 """The layout names of decision 9's and decision 1's ghosts."""
+
+_CLAIMS = frozenset({"claim_inbox", "claim_steering", "discard_removed"})
+"""The effects that take work out of the inbox: each settles what was owed when it leaves
+nothing pending."""
 
 NEEDS = Needs(
     variables=("closing", "scheduled", "pending"),
@@ -88,10 +92,8 @@ class AgentWiring:
 
     flat = True
     instances: tuple[str, ...] = ("",)
-    hooked_events = frozenset(
-        {"send", "cancel", "halt", "start", "dispose", "shut", "remove", "take_steering"}
-    )
-    hooked_effects = frozenset({"clear_inbox", "claim_inbox"})
+    hooked_events = frozenset({"send", "cancel", "halt", "start", "dispose", "shut"})
+    hooked_effects = frozenset({"clear_inbox", *_CLAIMS})
     binding: frozenset[str] = frozenset()
 
     def __init__(self, model: Model, max_reactions: int = 2) -> None:
@@ -123,7 +125,6 @@ class AgentWiring:
         params = {e: tuple(p for p, _ in spec.params) for e, spec in m.table.events.items()}
         self._wake = params["send"].index("wake")
         self._keep_inbox = params["cancel"].index("keep_inbox")
-        self._rest = {e: params[e].index("rest") for e in ("remove", "take_steering")}
         # Compiled once: evaluated on the agent's positions of every state and notification.
         # The generated code reads the agent's positions, the first of the composite state's.
         self._violated = cast(
@@ -191,23 +192,20 @@ class AgentWiring:
 
     def after(self, store: list[Any], instance: int, event: str, args: Args) -> None:
         """The driver's start ends a pre-run cancel's window. A ``keep_inbox`` cancel parks,
-        and disposal, the hosting activation's shut or removing the last message excuses,
-        whatever was owed when it *finishes*, so work a cancel-requested observer queues
-        inside that cancel is parked with the rest (pre-abort, D4)."""
+        and disposal or the hosting activation's shut excuses, whatever was owed when it
+        *finishes*, so work a cancel-requested observer queues inside that cancel is parked
+        with the rest (pre-abort, D4)."""
         if event == "start":
             store[self._prerun] = False
-        if (
-            (event == "cancel" and args[self._keep_inbox])
-            or event in ("dispose", "shut")
-            or (event in self._rest and not args[self._rest[event]])
-        ):
+        if (event == "cancel" and args[self._keep_inbox]) or event in ("dispose", "shut"):
             store[self._owed] = False
 
     def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None:
-        """Discarding the inbox, or a claim that leaves nothing pending, settles what was owed,
-        before it is observed. A claim takes one next-turn message and its row has already set
-        ``pending`` to what is left: work left over stays owed until a later claim takes it."""
-        if name == "clear_inbox" or (name == "claim_inbox" and not store[self._pending]):
+        """Discarding the inbox, or a claim or a removal that leaves nothing pending, settles
+        what was owed, before it is observed: a wake a listener sends inside it is owed again.
+        A claim takes one next-turn message and its row has already set ``pending`` to what is
+        left: work left over stays owed until a later claim takes it."""
+        if name == "clear_inbox" or (name in _CLAIMS and not store[self._pending]):
             store[self._owed] = False
 
     def wire(
