@@ -1672,7 +1672,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=REPLAY_TIMEOUT,
         metavar="SECONDS",
-        help=f"with --replay: stop a replayer (its whole process group) that has not finished a "
+        help=f"with --replay: stop a replayer (its whole process tree) that has not finished a "
         f"vector file after SECONDS, naming the vector it was on (default {REPLAY_TIMEOUT:g})",
     )
 
