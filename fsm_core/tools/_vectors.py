@@ -1414,9 +1414,10 @@ class _Conversation:
         self.selector.register(self.stdout, selectors.EVENT_READ)
         self.selector.register(self.stderr, selectors.EVENT_READ)
         self.exit_fd: int | None = None
-        with contextlib.suppress(OSError):  # no pidfds here: waitid(WNOWAIT) polls instead
-            self.exit_fd = os.pidfd_open(port.pid)
-            self.selector.register(self.exit_fd, selectors.EVENT_READ)
+        if hasattr(os, "pidfd_open"):  # else (not Linux) waitid(WNOWAIT) polls instead
+            with contextlib.suppress(OSError):  # a kernel without pidfds: the same
+                self.exit_fd = os.pidfd_open(port.pid)
+                self.selector.register(self.exit_fd, selectors.EVENT_READ)
 
     def run(self, timeout: float, kill_tree: Callable[[], None]) -> None:
         """Talk until the replayer exits, ``timeout`` passes or a bound breaks; kill its tree;
@@ -1550,11 +1551,18 @@ def _kill_tree(port: subprocess.Popen[bytes], marker: bytes, pipes: frozenset[st
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(port.pid, signal.SIGKILL)
     for _ in range(_ROUNDS):
+        strays = _strays(marker, pipes)
+        if not strays:
+            return
         dying: list[int] = []
-        for pid in _strays(marker, pipes):
+        for pid in strays:
             try:
                 fd = os.pidfd_open(pid)
             except ProcessLookupError:
+                continue
+            except OSError:  # a kernel without pidfds: by pid, just after the scan named it
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
                 continue
             if not _holds(pid, marker, pipes):  # the pid was reused since the scan
                 os.close(fd)
@@ -1562,8 +1570,6 @@ def _kill_tree(port: subprocess.Popen[bytes], marker: bytes, pipes: frozenset[st
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             dying.append(fd)
-        if not dying:
-            return
         poll = select.poll()
         for fd in dying:
             poll.register(fd, select.POLLIN)

@@ -6,6 +6,7 @@ hold is a bound: bytes kept and printed, a failing vector named, processes left 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -257,23 +258,33 @@ os.read(r, 1)  # end-of-file once the daemon wrote its pid and closed the pipe
 """Leaves a daemon: a double fork into a session of its own, every pipe closed."""
 
 
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfds", "no-pidfds"])
 @pytest.mark.parametrize("escape", [SETSID, DAEMON], ids=["setsid-holding-stdout", "daemon"])
-def test_no_process_of_a_replayer_outlives_its_file(tmp_path: Path, escape: str) -> None:
+def test_no_process_of_a_replayer_outlives_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: str, pidfds: bool
+) -> None:
     """The replayer passes every vector and exits, leaving a process outside its group: the
     replay does not wait for it (the --timeout, which the unhardened command waited out) and it
-    is killed."""
+    is killed; on a kernel without pidfds too (exit seen by ``waitid``, strays killed by pid)."""
     lines = vectors(tmp_path)
     pid_file = tmp_path / "left.pid"
     left = 0
     try:
         script = f"PID = {str(pid_file)!r}\n{ANSWER}{escape}"
-        code, out, _, _ = replay(tmp_path, script, "--timeout", "20")
+        with monkeypatch.context() as patch:
+            if not pidfds:
+                patch.setattr(os, "pidfd_open", _no_pidfds)
+            code, out, _, _ = replay(tmp_path, script, "--timeout", "20")
         left = int(pid_file.read_text())
         assert _exits(left)
     finally:
         if left and not _exits(left, 0):
             os.kill(left, signal.SIGKILL)
     assert (code, out.splitlines()[-1].rpartition(": ")[2]) == (0, f"{len(lines)} pass")
+
+
+def _no_pidfds(pid: int, flags: int = 0) -> int:
+    raise OSError(errno.ENOSYS, "pidfd_open is not implemented")
 
 
 def _exits(pid: int, within: float = 10) -> bool:
