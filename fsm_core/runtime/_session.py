@@ -163,6 +163,9 @@ _CLASSIFICATION_MAX: Final = 64
 SAFE_INTEGER: Final = 2**53 - 1
 MAX_DEPTH: Final = 64
 
+_INT_DIGITS: Final = len(str(SAFE_INTEGER))
+"""The longest a JSON integer literal within +-SAFE_INTEGER can be (no leading zeros)."""
+
 _FLUSH_TIMEOUT: Final = 30.0
 """How many seconds a session's flush waits for its writer unless told otherwise."""
 
@@ -318,7 +321,7 @@ def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
     """An outcome: exactly ``{"kind"}``, or for ``error`` exactly ``{"kind", "step", "code"}``."""
     kind = value.get("kind")
     if kind == "error":
-        extra = sorted((repr(key) for key in value if key not in _ERROR_KEYS), key=str)
+        extra = sorted(echo(key) for key in value if key not in _ERROR_KEYS)
         if extra:
             raise _Fault(
                 f"field {echo(name)} must be exactly {_ERROR_FORM}, but also has "
@@ -344,7 +347,7 @@ def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
                 f"field '{name}.code' is {echo(code)}, not one of: {', '.join(ERROR_CODES)}"
             )
         return MappingProxyType({"kind": "error", "step": step, "code": str.__str__(code)})
-    extra = sorted((repr(key) for key in value if key != "kind"), key=str)
+    extra = sorted(echo(key) for key in value if key != "kind")
     if extra:
         raise _Fault(
             f'field {echo(name)} must be exactly {{"kind": ...}}, but also has '
@@ -468,8 +471,12 @@ def _check_record(record: object, seq: int) -> SessionEvent:
     got = record["seq"]
     if not isinstance(got, int) or isinstance(got, bool):
         raise _Fault(f"seq must be an integer, found {_kind(got)}")
+    got = int.__int__(got)  # an int subclass's own comparisons never run
     if got != seq:
-        raise _Fault(f"seq is {got} but should be {seq} (seq counts 0, 1, 2, ... in order)")
+        counts = f"should be {seq} (seq counts 0, 1, 2, ... in order)"
+        if not -SAFE_INTEGER <= got <= SAFE_INTEGER:  # str() of 5,000 digits raises
+            raise _Fault(f"seq is an integer beyond +-(2**53 - 1), but {counts}")
+        raise _Fault(f"seq is {got} but {counts}")
     event_type = _check_type(record["type"])
     return SessionEvent(seq, event_type, _check_data(event_type, record["data"]))
 
@@ -526,12 +533,25 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _parse_int(literal: str) -> int:
+    """A JSON integer literal: read when it can be within +-SAFE_INTEGER, and otherwise the
+    nearest integer beyond it, which the field's check refuses naming the field. So no literal
+    costs a conversion (quadratic in its digits), and none past Python's 4,300-digit limit
+    raises a ValueError that could only name the line."""
+    if len(literal.lstrip("-")) <= _INT_DIGITS:
+        return int(literal)
+    return -(SAFE_INTEGER + 1) if literal.startswith("-") else SAFE_INTEGER + 1
+
+
 def _parse(line: str) -> object:
     if not line.strip():
         raise _Fault("blank line (every line is one JSON record)")
     try:
         return json.loads(
-            line, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+            line,
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
         )
     except ValueError as e:  # JSONDecodeError, duplicate keys, NaN and Infinity
         raise _Fault(f"not valid JSON ({e})") from None
