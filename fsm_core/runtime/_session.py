@@ -40,6 +40,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -162,6 +163,11 @@ _CLASSIFICATION_MAX: Final = 64
 # reader runs out of stack. Checked on append, load and seed alike: what goes in reads back.
 SAFE_INTEGER: Final = 2**53 - 1
 MAX_DEPTH: Final = 64
+
+MAX_LOG_BYTES: Final = 64 * 2**20
+"""The largest session file read or written (64 MiB). Loading reads only a regular file and
+refuses a larger one before reading it (and stops reading one that holds more than its size
+said); a flush or save of a larger log is refused, so a file the session wrote loads back."""
 
 _INT_DIGITS: Final = len(str(SAFE_INTEGER))
 """The longest a JSON integer literal within +-SAFE_INTEGER can be (no leading zeros)."""
@@ -559,6 +565,82 @@ def _parse(line: str) -> object:
         raise _Fault("not valid JSON (nested too deeply)") from None
 
 
+# --- reading a session file --------------------------------------------------------------------
+
+_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+_FILE_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _open_log(path: StrPath, display: str) -> int | None:
+    """A descriptor of the session file at ``path``, or None if there is none.
+
+    Opened without blocking (a FIFO would wait for a writer) and checked on the descriptor,
+    not the name, so no rename between a check and the open can slip another file in: only a
+    regular file of at most :data:`MAX_LOG_BYTES` is kept open. Anything else raises
+    :class:`SessionError` naming ``display``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:  # where a directory cannot even be opened for reading
+        raise SessionError(display, "", _not_regular("a directory")) from None
+    except OSError as error:
+        raise SessionError(display, "", f"cannot open the file: {_reason(error)}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = next((kind for test, kind in _FILE_KINDS if test(status.st_mode)), None)
+            raise SessionError(display, "", _not_regular(kind or "a special file"))
+        if status.st_size > MAX_LOG_BYTES:
+            raise SessionError(display, "", f"{status.st_size:,} bytes, {_too_large()}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_log(fd: int, display: str) -> bytes:
+    """The bytes of the file open at ``fd`` (see :func:`_open_log`), reading no more than
+    ``MAX_LOG_BYTES + 1`` of them even when the file holds more than its size said."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= MAX_LOG_BYTES and (
+            chunk := os.read(fd, min(1 << 20, MAX_LOG_BYTES + 1 - size))
+        ):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as error:
+        raise SessionError(display, "", f"cannot read the file: {_reason(error)}") from None
+    if size > MAX_LOG_BYTES:
+        raise SessionError(display, "", _too_large())
+    return b"".join(chunks)
+
+
+def _not_regular(kind: str) -> str:
+    return f"{kind}, not a regular file (a session is read only from a regular file)"
+
+
+def _too_large() -> str:
+    return f"larger than the limit of {MAX_LOG_BYTES:,} bytes for a session file"
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+# --- writing it ----------------------------------------------------------------------------------
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` in one step: a synced temp file beside it, then rename."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -648,14 +730,6 @@ def _unlock(fd: int) -> None:
     """Release ``fd``'s lock even if a fork left a copy of the descriptor open somewhere."""
     if sys.platform != "win32":
         fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def _read_fd(fd: int) -> bytes:
-    """Everything left to read from ``fd``."""
-    chunks: list[bytes] = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 # --- the log ---------------------------------------------------------------------------------
@@ -852,9 +926,10 @@ class Session:
         self._stray: asyncio.Future[None] | None = None
         """The writer's call a flush stopped waiting for (its deadline passed, or its task was
         cancelled), until a later flush saw it end: no call begins while it runs."""
-        if self._path is not None and self._path.exists():
-            loaded = Session.load(self._path)
-            self._events, self._steps = loaded._events, loaded._steps
+        if self._path is not None:
+            loaded = Session._read(self._path, self._name, missing_ok=True)
+            if loaded is not None:
+                self._events, self._steps = loaded._events, loaded._steps
 
     @property
     def events(self) -> Sequence[SessionEvent]:
@@ -962,11 +1037,18 @@ class Session:
         )
 
     def _write(self, path: Path, name: str) -> None:
+        text = self.to_jsonl()
+        if len(text) > MAX_LOG_BYTES:  # ASCII: one byte a character
+            raise SessionError(
+                name,
+                "",
+                f"the log is {len(text):,} bytes, {_too_large()}; it was not written (the file "
+                "keeps the last log written)",
+            )
         try:
-            _write_atomically(path, self.to_jsonl())
+            _write_atomically(path, text)
         except OSError as error:
-            reason = error.strerror or type(error).__name__
-            raise SessionError(name, "", f"cannot write the log: {reason}") from error
+            raise SessionError(name, "", f"cannot write the log: {_reason(error)}") from error
 
     @classmethod
     def from_jsonl(cls, text: str, source: str = "<jsonl>") -> Session:
@@ -992,12 +1074,28 @@ class Session:
 
     @classmethod
     def load(cls, path: StrPath) -> Session:
-        """The session stored at ``path`` (see :meth:`from_jsonl`), not attached to it."""
-        display = os.fspath(path)
+        """The session stored at ``path`` (see :meth:`from_jsonl`), not attached to it.
+
+        Only a regular file of at most :data:`MAX_LOG_BYTES` is read: a directory, FIFO or
+        device is refused without blocking, before a byte is read, and so is a larger file,
+        each with a :class:`SessionError` naming ``path``.
+        """
+        session = cls._read(path, os.fspath(path), missing_ok=False)
+        assert session is not None  # missing_ok=False raises instead
+        return session
+
+    @classmethod
+    def _read(cls, path: StrPath, display: str, *, missing_ok: bool) -> Session | None:
+        """The session stored at ``path``; None iff there is no file and ``missing_ok``."""
+        fd = _open_log(path, display)
+        if fd is None:
+            if missing_ok:
+                return None
+            raise SessionError(display, "", "file not found")
         try:
-            raw = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise SessionError(display, "", "file not found") from None
+            raw = _read_log(fd, display)
+        finally:
+            os.close(fd)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -1091,9 +1189,8 @@ class Session:
             if not _try_lock(claim.fds[-1]):
                 held(f"another process (holding {lockfile})")
             claim.take(log, agent_id)
-            try:
-                fd = os.open(claim.target, os.O_RDONLY)
-            except FileNotFoundError:
+            fd = _open_log(claim.target, where)
+            if fd is None:
                 return  # a new log: nothing there to lose
             claim.fds.append(fd)
             status = os.fstat(fd)
@@ -1108,7 +1205,7 @@ class Session:
                 if not _try_lock(fd):
                     held("another process, through another name of the file,")
                 claim.take(inode, agent_id)
-            found = _read_fd(fd)
+            found = _read_log(fd, where)
             if not linked:
                 claim.fds.remove(fd)
                 os.close(fd)
