@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import inspect
 import json
 import math
@@ -568,6 +569,7 @@ def _parse(line: str) -> object:
 # --- reading a session file --------------------------------------------------------------------
 
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 
 _FILE_KINDS: Final = (
@@ -640,21 +642,91 @@ def _reason(error: OSError) -> str:
 
 # --- writing it ----------------------------------------------------------------------------------
 
+_TEMP_TRIES: Final = 16
+
+
+def _temp_names(path: Path) -> re.Pattern[str]:
+    """The names :func:`_write_atomically` gives its temp files for ``path``, and only those:
+    ``.NAME.`` then the 8 characters of ``[a-z0-9_]`` that ``tempfile.mkstemp`` draws, then
+    ``.tmp`` (a test pins that a real flush's temp file matches)."""
+    return re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp\Z")
+
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one step: a synced temp file beside it, then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Replace ``path`` with ``text`` in one step: a synced temp file beside it, then rename.
+
+    The temp file is locked (``flock``) from its creation until it is renamed over ``path``,
+    so :func:`_sweep_temp_files` in any process knows it for a live writer's. The kernel drops
+    the lock when the writer dies, and a killed writer's temp file is then the sweep's.
+    """
+    fd, tmp = _locked_temp_file(path)
     try:
         with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # still locked: a sweep cannot take it before the rename
         _fsync_directory(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _locked_temp_file(path: Path) -> tuple[int, str]:
+    """A new temp file beside ``path``, created and locked by this writer: its descriptor and
+    name. One a sweep locked first (between the creation and the lock, it took the file for a
+    killed writer's) is left to that sweep, and another is made."""
+    for _ in range(_TEMP_TRIES):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            if _try_lock(fd) and os.fstat(fd).st_nlink > 0:
+                return fd, tmp
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(errno.EAGAIN, "every temp file made beside the log was taken by a sweep")
+
+
+def _sweep_temp_files(path: Path) -> None:
+    """Remove the temp files that writers of ``path`` killed during a flush left beside it.
+
+    Only regular files named as :func:`_write_atomically` names this log's temp files
+    (:func:`_temp_names`) that no process holds locked, so never a live writer's, in this
+    process or another; a symlink, directory or FIFO of that name is left alone. Where there is
+    no ``flock`` (Windows), a live writer cannot be told from a dead one, and nothing is
+    removed. Best effort: a file that cannot be opened, locked or removed stays.
+    """
+    if sys.platform == "win32":
+        return
+    names = _temp_names(path)
+    try:
+        with os.scandir(path.parent) as entries:
+            found = [entry.name for entry in entries if names.match(entry.name)]
+    except OSError:
+        return
+    for name in found:
+        _remove_if_abandoned(path.parent / name)
+
+
+def _remove_if_abandoned(tmp: Path) -> None:
+    """Remove ``tmp`` iff it is a regular file no writer holds: lock it, then unlink it while
+    its name still leads to the file locked (a writer that renamed it away took its name)."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY | _NONBLOCK | _NOFOLLOW | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        held = os.fstat(fd)
+        if stat.S_ISREG(held.st_mode) and _try_lock(fd):
+            now = os.stat(tmp, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                os.unlink(tmp)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -878,6 +950,7 @@ class Session:
         "_path",
         "_steps",
         "_stray",
+        "_swept",
         "_target",
         "_writer",
         "_writing",
@@ -926,6 +999,9 @@ class Session:
         self._stray: asyncio.Future[None] | None = None
         """The writer's call a flush stopped waiting for (its deadline passed, or its task was
         cancelled), until a later flush saw it end: no call begins while it runs."""
+        self._swept: Path | None = None
+        """The file whose killed writers' temp files this session removed: its first write
+        there sweeps them (see :func:`_sweep_temp_files`)."""
         if self._path is not None:
             loaded = Session._read(self._path, self._name, missing_ok=True)
             if loaded is not None:
@@ -1045,6 +1121,9 @@ class Session:
                 f"the log is {len(text):,} bytes, {_too_large()}; it was not written (the file "
                 "keeps the last log written)",
             )
+        if self._swept != path:
+            _sweep_temp_files(path)
+            self._swept = path
         try:
             _write_atomically(path, text)
         except OSError as error:
