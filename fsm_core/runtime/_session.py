@@ -28,7 +28,11 @@ back); that one check reads more than one record.
 that validate their logs; a test keeps it and :data:`EVENT_SHAPES` in agreement.
 
 Loading and seeding are all or nothing: the first fault rejects the whole input with a
-:class:`SessionError` naming the source and the line (or index), and no session exists.
+:class:`SessionError` naming the source and the line (or index), and no session exists. A file
+is read only if it is regular and at most :data:`MAX_LOG_BYTES` long (a directory, FIFO or
+device is refused without blocking, before a byte is read), and no integer, however many digits
+it has, gets past its field's check: every bound is a :class:`SessionError`, never an
+``OSError``, ``ValueError`` or ``MemoryError``.
 """
 
 from __future__ import annotations
@@ -894,7 +898,10 @@ class Session:
         session.append("user/message", {"id": "m1", "text": "hi"})
 
     ``Session(path)`` persists the log at ``path``: an existing log there is loaded first (all
-    or nothing), and every :meth:`flush` replaces the file atomically with the whole log.
+    or nothing), and every :meth:`flush` replaces the file atomically with the whole log: a
+    temp file beside it, locked until it is renamed over the log. A writer killed mid-flush
+    leaves that temp file; this session's first write to the file removes the ones no live
+    writer holds. A log past :data:`MAX_LOG_BYTES` is neither read nor written.
     :meth:`load` and :meth:`from_jsonl` read a log without attaching to it, so replaying a
     recorded file never writes to it.
 
