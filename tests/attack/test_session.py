@@ -277,6 +277,7 @@ def _temps(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}."))
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock: nothing is swept")
 def test_the_temp_file_of_a_writer_killed_mid_flush_is_removed_by_the_next_writer(
     tmp_path: Path,
 ) -> None:
@@ -298,6 +299,7 @@ def test_the_temp_file_of_a_writer_killed_mid_flush_is_removed_by_the_next_write
     assert Session.load(path).events == _logged(turns=2).events
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock: nothing is swept")
 def test_a_live_writers_temp_file_in_another_process_is_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     _logged().save(path)
@@ -315,6 +317,7 @@ def test_a_live_writers_temp_file_in_another_process_is_left_alone(tmp_path: Pat
     assert Session.load(path).events == _logged(turns=4).events  # the child's flush landed
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock: nothing is swept")
 def test_only_the_logs_own_abandoned_temp_files_are_removed(tmp_path: Path) -> None:
     """The sweep takes regular files named exactly as this log's writer names its temp files
     (``.NAME.`` and 8 of ``[a-z0-9_]`` and ``.tmp``) that no live writer holds: nothing else."""
@@ -363,6 +366,7 @@ def test_the_capped_child_loads_a_real_log(tmp_path: Path) -> None:
     assert child.stdout == "3\n"
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock: nothing is swept")
 def test_sweeps_racing_a_writer_never_take_its_temp_file(tmp_path: Path) -> None:
     """Every save of a fresh session sweeps first; one thread flushing while another saves
     and sweeps: no flush loses its temp file (a rename of a removed file would fail)."""
