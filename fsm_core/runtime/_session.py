@@ -28,18 +28,24 @@ back); that one check reads more than one record.
 that validate their logs; a test keeps it and :data:`EVENT_SHAPES` in agreement.
 
 Loading and seeding are all or nothing: the first fault rejects the whole input with a
-:class:`SessionError` naming the source and the line (or index), and no session exists.
+:class:`SessionError` naming the source and the line (or index), and no session exists. A file
+is read only if it is regular and at most :data:`MAX_LOG_BYTES` long (a directory, FIFO or
+device is refused without blocking, before a byte is read), and no integer, however many digits
+it has, gets past its field's check: every bound is a :class:`SessionError`, never an
+``OSError``, ``ValueError`` or ``MemoryError``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import inspect
 import json
 import math
 import os
 import re
+import stat
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -162,6 +168,14 @@ _CLASSIFICATION_MAX: Final = 64
 # reader runs out of stack. Checked on append, load and seed alike: what goes in reads back.
 SAFE_INTEGER: Final = 2**53 - 1
 MAX_DEPTH: Final = 64
+
+MAX_LOG_BYTES: Final = 64 * 2**20
+"""The largest session file read or written (64 MiB). Loading reads only a regular file and
+refuses a larger one before reading it (and stops reading one that holds more than its size
+said); a flush or save of a larger log is refused, so a file the session wrote loads back."""
+
+_INT_DIGITS: Final = len(str(SAFE_INTEGER))
+"""The longest a JSON integer literal within +-SAFE_INTEGER can be (no leading zeros)."""
 
 _FLUSH_TIMEOUT: Final = 30.0
 """How many seconds a session's flush waits for its writer unless told otherwise."""
@@ -318,7 +332,7 @@ def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
     """An outcome: exactly ``{"kind"}``, or for ``error`` exactly ``{"kind", "step", "code"}``."""
     kind = value.get("kind")
     if kind == "error":
-        extra = sorted((repr(key) for key in value if key not in _ERROR_KEYS), key=str)
+        extra = sorted(echo(key) for key in value if key not in _ERROR_KEYS)
         if extra:
             raise _Fault(
                 f"field {echo(name)} must be exactly {_ERROR_FORM}, but also has "
@@ -344,7 +358,7 @@ def _check_outcome(name: str, value: Mapping[Any, object]) -> JSON:
                 f"field '{name}.code' is {echo(code)}, not one of: {', '.join(ERROR_CODES)}"
             )
         return MappingProxyType({"kind": "error", "step": step, "code": str.__str__(code)})
-    extra = sorted((repr(key) for key in value if key != "kind"), key=str)
+    extra = sorted(echo(key) for key in value if key != "kind")
     if extra:
         raise _Fault(
             f'field {echo(name)} must be exactly {{"kind": ...}}, but also has '
@@ -468,8 +482,12 @@ def _check_record(record: object, seq: int) -> SessionEvent:
     got = record["seq"]
     if not isinstance(got, int) or isinstance(got, bool):
         raise _Fault(f"seq must be an integer, found {_kind(got)}")
+    got = int.__int__(got)  # an int subclass's own comparisons never run
     if got != seq:
-        raise _Fault(f"seq is {got} but should be {seq} (seq counts 0, 1, 2, ... in order)")
+        counts = f"should be {seq} (seq counts 0, 1, 2, ... in order)"
+        if not -SAFE_INTEGER <= got <= SAFE_INTEGER:  # str() of 5,000 digits raises
+            raise _Fault(f"seq is an integer beyond +-(2**53 - 1), but {counts}")
+        raise _Fault(f"seq is {got} but {counts}")
     event_type = _check_type(record["type"])
     return SessionEvent(seq, event_type, _check_data(event_type, record["data"]))
 
@@ -526,12 +544,25 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _parse_int(literal: str) -> int:
+    """A JSON integer literal: read when it can be within +-SAFE_INTEGER, and otherwise the
+    nearest integer beyond it, which the field's check refuses naming the field. So no literal
+    costs a conversion (quadratic in its digits), and none past Python's 4,300-digit limit
+    raises a ValueError that could only name the line."""
+    if len(literal.lstrip("-")) <= _INT_DIGITS:
+        return int(literal)
+    return -(SAFE_INTEGER + 1) if literal.startswith("-") else SAFE_INTEGER + 1
+
+
 def _parse(line: str) -> object:
     if not line.strip():
         raise _Fault("blank line (every line is one JSON record)")
     try:
         return json.loads(
-            line, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+            line,
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
         )
     except ValueError as e:  # JSONDecodeError, duplicate keys, NaN and Infinity
         raise _Fault(f"not valid JSON ({e})") from None
@@ -539,20 +570,167 @@ def _parse(line: str) -> object:
         raise _Fault("not valid JSON (nested too deeply)") from None
 
 
+# --- reading a session file --------------------------------------------------------------------
+
+_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+_FILE_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _open_log(path: StrPath, display: str) -> int | None:
+    """A descriptor of the session file at ``path``, or None if there is none.
+
+    Opened without blocking (a FIFO would wait for a writer) and checked on the descriptor,
+    not the name, so no rename between a check and the open can slip another file in: only a
+    regular file of at most :data:`MAX_LOG_BYTES` is kept open. Anything else raises
+    :class:`SessionError` naming ``display``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:  # where a directory cannot even be opened for reading
+        raise SessionError(display, "", _not_regular("a directory")) from None
+    except OSError as error:
+        raise SessionError(display, "", f"cannot open the file: {_reason(error)}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = next((kind for test, kind in _FILE_KINDS if test(status.st_mode)), None)
+            raise SessionError(display, "", _not_regular(kind or "a special file"))
+        if status.st_size > MAX_LOG_BYTES:
+            raise SessionError(display, "", f"{status.st_size:,} bytes, {_too_large()}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_log(fd: int, display: str) -> bytes:
+    """The bytes of the file open at ``fd`` (see :func:`_open_log`), reading no more than
+    ``MAX_LOG_BYTES + 1`` of them even when the file holds more than its size said."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= MAX_LOG_BYTES and (
+            chunk := os.read(fd, min(1 << 20, MAX_LOG_BYTES + 1 - size))
+        ):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as error:
+        raise SessionError(display, "", f"cannot read the file: {_reason(error)}") from None
+    if size > MAX_LOG_BYTES:
+        raise SessionError(display, "", _too_large())
+    return b"".join(chunks)
+
+
+def _not_regular(kind: str) -> str:
+    return f"{kind}, not a regular file (a session is read only from a regular file)"
+
+
+def _too_large() -> str:
+    return f"larger than the limit of {MAX_LOG_BYTES:,} bytes for a session file"
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+# --- writing it ----------------------------------------------------------------------------------
+
+_TEMP_TRIES: Final = 16
+
+
+def _temp_names(path: Path) -> re.Pattern[str]:
+    """The names :func:`_write_atomically` gives its temp files for ``path``, and only those:
+    ``.NAME.`` then the 8 characters of ``[a-z0-9_]`` that ``tempfile.mkstemp`` draws, then
+    ``.tmp`` (a test pins that a real flush's temp file matches)."""
+    return re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp\Z")
+
+
 def _write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one step: a synced temp file beside it, then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Replace ``path`` with ``text`` in one step: a synced temp file beside it, then rename.
+
+    The temp file is locked (``flock``) from its creation until it is renamed over ``path``,
+    so :func:`_sweep_temp_files` in any process knows it for a live writer's. The kernel drops
+    the lock when the writer dies, and a killed writer's temp file is then the sweep's.
+    """
+    fd, tmp = _locked_temp_file(path)
     try:
         with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # still locked: a sweep cannot take it before the rename
         _fsync_directory(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _locked_temp_file(path: Path) -> tuple[int, str]:
+    """A new temp file beside ``path``, created and locked by this writer: its descriptor and
+    name. One a sweep locked first (between the creation and the lock, it took the file for a
+    killed writer's) is left to that sweep, and another is made."""
+    for _ in range(_TEMP_TRIES):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            if _try_lock(fd) and os.fstat(fd).st_nlink > 0:
+                return fd, tmp
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(errno.EAGAIN, "every temp file made beside the log was taken by a sweep")
+
+
+def _sweep_temp_files(path: Path) -> None:
+    """Remove the temp files that writers of ``path`` killed during a flush left beside it.
+
+    Only regular files named as :func:`_write_atomically` names this log's temp files
+    (:func:`_temp_names`) that no process holds locked, so never a live writer's, in this
+    process or another; a symlink, directory or FIFO of that name is left alone. Where there is
+    no ``flock`` (Windows), a live writer cannot be told from a dead one, and nothing is
+    removed. Best effort: a file that cannot be opened, locked or removed stays.
+    """
+    if sys.platform == "win32":
+        return
+    names = _temp_names(path)
+    try:
+        with os.scandir(path.parent) as entries:
+            found = [entry.name for entry in entries if names.match(entry.name)]
+    except OSError:
+        return
+    for name in found:
+        _remove_if_abandoned(path.parent / name)
+
+
+def _remove_if_abandoned(tmp: Path) -> None:
+    """Remove ``tmp`` iff it is a regular file no writer holds: lock it, then unlink it while
+    its name still leads to the file locked (a writer that renamed it away took its name)."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY | _NONBLOCK | _NOFOLLOW | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        held = os.fstat(fd)
+        if stat.S_ISREG(held.st_mode) and _try_lock(fd):
+            now = os.stat(tmp, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                os.unlink(tmp)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -628,14 +806,6 @@ def _unlock(fd: int) -> None:
     """Release ``fd``'s lock even if a fork left a copy of the descriptor open somewhere."""
     if sys.platform != "win32":
         fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def _read_fd(fd: int) -> bytes:
-    """Everything left to read from ``fd``."""
-    chunks: list[bytes] = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 # --- the log ---------------------------------------------------------------------------------
@@ -728,7 +898,10 @@ class Session:
         session.append("user/message", {"id": "m1", "text": "hi"})
 
     ``Session(path)`` persists the log at ``path``: an existing log there is loaded first (all
-    or nothing), and every :meth:`flush` replaces the file atomically with the whole log.
+    or nothing), and every :meth:`flush` replaces the file atomically with the whole log: a
+    temp file beside it, locked until it is renamed over the log. A writer killed mid-flush
+    leaves that temp file; this session's first write to the file removes the ones no live
+    writer holds. A log past :data:`MAX_LOG_BYTES` is neither read nor written.
     :meth:`load` and :meth:`from_jsonl` read a log without attaching to it, so replaying a
     recorded file never writes to it.
 
@@ -784,6 +957,7 @@ class Session:
         "_path",
         "_steps",
         "_stray",
+        "_swept",
         "_target",
         "_writer",
         "_writing",
@@ -832,9 +1006,13 @@ class Session:
         self._stray: asyncio.Future[None] | None = None
         """The writer's call a flush stopped waiting for (its deadline passed, or its task was
         cancelled), until a later flush saw it end: no call begins while it runs."""
-        if self._path is not None and self._path.exists():
-            loaded = Session.load(self._path)
-            self._events, self._steps = loaded._events, loaded._steps
+        self._swept: Path | None = None
+        """The file whose killed writers' temp files this session removed: its first write
+        there sweeps them (see :func:`_sweep_temp_files`)."""
+        if self._path is not None:
+            loaded = Session._read(self._path, self._name, missing_ok=True)
+            if loaded is not None:
+                self._events, self._steps = loaded._events, loaded._steps
 
     @property
     def events(self) -> Sequence[SessionEvent]:
@@ -942,11 +1120,21 @@ class Session:
         )
 
     def _write(self, path: Path, name: str) -> None:
+        text = self.to_jsonl()
+        if len(text) > MAX_LOG_BYTES:  # ASCII: one byte a character
+            raise SessionError(
+                name,
+                "",
+                f"the log is {len(text):,} bytes, {_too_large()}; it was not written (the file "
+                "keeps the last log written)",
+            )
+        if self._swept != path:
+            _sweep_temp_files(path)
+            self._swept = path
         try:
-            _write_atomically(path, self.to_jsonl())
+            _write_atomically(path, text)
         except OSError as error:
-            reason = error.strerror or type(error).__name__
-            raise SessionError(name, "", f"cannot write the log: {reason}") from error
+            raise SessionError(name, "", f"cannot write the log: {_reason(error)}") from error
 
     @classmethod
     def from_jsonl(cls, text: str, source: str = "<jsonl>") -> Session:
@@ -972,12 +1160,28 @@ class Session:
 
     @classmethod
     def load(cls, path: StrPath) -> Session:
-        """The session stored at ``path`` (see :meth:`from_jsonl`), not attached to it."""
-        display = os.fspath(path)
+        """The session stored at ``path`` (see :meth:`from_jsonl`), not attached to it.
+
+        Only a regular file of at most :data:`MAX_LOG_BYTES` is read: a directory, FIFO or
+        device is refused without blocking, before a byte is read, and so is a larger file,
+        each with a :class:`SessionError` naming ``path``.
+        """
+        session = cls._read(path, os.fspath(path), missing_ok=False)
+        assert session is not None  # missing_ok=False raises instead
+        return session
+
+    @classmethod
+    def _read(cls, path: StrPath, display: str, *, missing_ok: bool) -> Session | None:
+        """The session stored at ``path``; None iff there is no file and ``missing_ok``."""
+        fd = _open_log(path, display)
+        if fd is None:
+            if missing_ok:
+                return None
+            raise SessionError(display, "", "file not found")
         try:
-            raw = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise SessionError(display, "", "file not found") from None
+            raw = _read_log(fd, display)
+        finally:
+            os.close(fd)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -1071,9 +1275,8 @@ class Session:
             if not _try_lock(claim.fds[-1]):
                 held(f"another process (holding {lockfile})")
             claim.take(log, agent_id)
-            try:
-                fd = os.open(claim.target, os.O_RDONLY)
-            except FileNotFoundError:
+            fd = _open_log(claim.target, where)
+            if fd is None:
                 return  # a new log: nothing there to lose
             claim.fds.append(fd)
             status = os.fstat(fd)
@@ -1088,7 +1291,7 @@ class Session:
                 if not _try_lock(fd):
                     held("another process, through another name of the file,")
                 claim.take(inode, agent_id)
-            found = _read_fd(fd)
+            found = _read_log(fd, where)
             if not linked:
                 claim.fds.remove(fd)
                 os.close(fd)
