@@ -37,6 +37,7 @@ from acp.schema import (
     TextContentBlock,
 )
 
+from fsm_core._errors import ECHO_LIMIT, echo
 from fsm_core.runtime import (
     USER,
     AbortSignal,
@@ -74,6 +75,16 @@ past it, updates are merged or dropped (see ``_Lines``)."""
 LINE_LIMIT = 16 << 20
 """The longest JSON-RPC message read from the client, in bytes; a longer one is answered
 ``Invalid request`` and skipped."""
+
+DETAIL_LIMIT = 4 * ECHO_LIMIT
+"""The longest string an error's data carries whole; a longer one is shortened by
+:func:`~fsm_core._errors.echo` (see ``_bounded``)."""
+
+ITEM_LIMIT = 8
+"""The most items of a list or an object an error's data carries (see ``_bounded``)."""
+
+ERROR_LIMIT = 4096
+"""The most bytes of JSON an error carries; past it, once ``_bounded``, its data is echoed."""
 
 
 @final
@@ -212,7 +223,7 @@ class AcpAgent:
     async def cancel(self, session_id: str, **_: Any) -> None:
         session = self._sessions.get(session_id)
         if session is None:
-            log.warning("session/cancel for an unknown session %s", json.dumps(session_id))
+            log.warning("session/cancel for an unknown session %s", echo(session_id))
             return
         session.handle.agent.cancel(USER)
 
@@ -233,7 +244,7 @@ class AcpAgent:
     def _session(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
         if session is None:
-            raise _invalid_params(f"no session {json.dumps(session_id)}", sessionId=session_id)
+            raise _invalid_params(f"no session {echo(session_id)}")
         return session
 
     def _pending(self, agent: Agent) -> _Prompt | None:
@@ -340,6 +351,9 @@ class _Lines:
     cancel takes effect at once. At most :data:`UPDATE_LIMIT` updates wait: past that, an
     update of the same session and kind as the last one waiting is merged into it (their texts
     joined, up to :data:`LINE_LIMIT` characters), and any other is dropped, with a warning.
+
+    Input from the client is quoted only in short (errors through ``_shortened``, logs through
+    :func:`~fsm_core._errors.echo`).
     """
 
     def __init__(
@@ -385,6 +399,8 @@ class _Lines:
             self._updates += 1
             self._start()
             return
+        if "error" in message:
+            message = {**message, "error": _shortened(message["error"])}
         written = asyncio.get_running_loop().create_future()
         self._queue.append(_Out(message, written, refusal))
         self._start()
@@ -531,6 +547,42 @@ class _Lines:
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             await asyncio.wait([self._writer])
+
+
+def _bounded(value: object, depth: int = 0) -> Any:
+    """``value`` (an error, whose data may quote the client's input: a pydantic error's
+    ``input``, ``loc`` and ``msg``, an unknown method's name) with each string longer than
+    :data:`DETAIL_LIMIT` shortened by :func:`~fsm_core._errors.echo`, each list or object cut
+    to :data:`ITEM_LIMIT` items (a list ends with ``"... N more"``), and anything nested
+    deeper than six levels echoed."""
+    if isinstance(value, str):
+        return value if len(value) <= DETAIL_LIMIT else echo(value)
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 256 else echo(value)
+    if depth >= 6:
+        return echo(value)
+    if isinstance(value, list | tuple):
+        items = [_bounded(item, depth + 1) for item in value[:ITEM_LIMIT]]
+        if len(value) > ITEM_LIMIT:
+            items.append(f"... {len(value) - ITEM_LIMIT} more")
+        return items
+    if isinstance(value, dict):
+        return {
+            _bounded(str(key)): _bounded(item, depth + 1)
+            for key, item in itertools.islice(value.items(), ITEM_LIMIT)
+        }
+    return echo(value)
+
+
+def _shortened(error: object) -> Any:
+    """``error`` (a JSON-RPC error object) as it may be written: ``_bounded``, and at most
+    :data:`ERROR_LIMIT` bytes of JSON (past it, its data is echoed)."""
+    shown = _bounded(error)
+    if isinstance(shown, dict) and len(json.dumps(shown)) > ERROR_LIMIT:
+        shown["data"] = echo(shown.get("data"))
+    return shown
 
 
 def _line(message: dict[str, Any]) -> bytes:
