@@ -28,6 +28,7 @@ from acp.helpers import update_agent_message_text, update_agent_thought_text
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    CancelNotification,
     CloseSessionResponse,
     Implementation,
     InitializeResponse,
@@ -36,6 +37,7 @@ from acp.schema import (
     StopReason,
     TextContentBlock,
 )
+from pydantic import BaseModel, ValidationError
 
 from fsm_core._errors import ECHO_LIMIT, echo
 from fsm_core.runtime import (
@@ -85,6 +87,10 @@ ITEM_LIMIT = 8
 
 ERROR_LIMIT = 4096
 """The most bytes of JSON an error carries; past it, once ``_bounded``, its data is echoed."""
+
+NOTIFICATIONS: Mapping[str, type[BaseModel]] = {"session/cancel": CancelNotification}
+"""The params of each notification this agent serves; any other notification (but an
+extension's, ``_name``) is logged and ignored, as is one whose params do not validate."""
 
 
 @final
@@ -353,7 +359,8 @@ class _Lines:
     joined, up to :data:`LINE_LIMIT` characters), and any other is dropped, with a warning.
 
     Input from the client is quoted only in short (errors through ``_shortened``, logs through
-    :func:`~fsm_core._errors.echo`).
+    :func:`~fsm_core._errors.echo`), and a notification that is not served or does not
+    validate is logged in one line and ignored (the package would log a traceback for it).
     """
 
     def __init__(
@@ -374,6 +381,8 @@ class _Lines:
         self._answered = asyncio.Event()
         self.dropped = 0
         """How many progress updates were dropped because the client was not reading."""
+        self.ignored = 0
+        """How many notifications were ignored, not served or not valid."""
 
     async def send(self, message: dict[str, Any], *, refusal: bool = False) -> None:
         """Write ``message`` (see the class docstring for when this waits). Raises
@@ -525,7 +534,29 @@ class _Lines:
             if problem is not None:
                 await self._refuse(-32600, "Invalid request", problem)
                 continue
+            if "id" not in message and self._ignore(message):
+                continue
             return cast(dict[str, Any], message)
+
+    def _ignore(self, notification: dict[str, Any]) -> bool:
+        """True iff ``notification`` is one this agent does not serve, or whose params do not
+        validate; it is logged in one line. (Handed to the package, it would be logged with a
+        whole traceback, the params' pydantic errors included.)"""
+        method = notification["method"]
+        if method.startswith("_"):  # an extension's: the package ignores it quietly
+            return False
+        model = NOTIFICATIONS.get(method)
+        if model is None:
+            fault = "not served"
+        else:
+            try:
+                model.model_validate(notification.get("params"))
+                return False
+            except ValidationError as error:
+                fault = _fault(error)
+        self.ignored += 1
+        log.warning("ignored notification #%d, %s: %s", self.ignored, echo(method), fault)
+        return True
 
     async def _skip_line(self) -> None:
         while True:
@@ -583,6 +614,20 @@ def _shortened(error: object) -> Any:
     if isinstance(shown, dict) and len(json.dumps(shown)) > ERROR_LIMIT:
         shown["data"] = echo(shown.get("data"))
     return shown
+
+
+def _fault(error: ValidationError) -> str:
+    """A pydantic error in one short line: where and what its first fault is, and how many
+    more there are."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "params"
+    if len(where) > ECHO_LIMIT or not where.isprintable():
+        where = echo(where)
+    what = str(first["msg"])
+    if len(what) > ECHO_LIMIT or not what.isprintable():
+        what = echo(what)
+    more = error.error_count() - 1
+    return f"{where}: {what}" + (f" (and {more} more)" if more else "")
 
 
 def _line(message: dict[str, Any]) -> bytes:

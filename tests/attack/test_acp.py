@@ -71,3 +71,32 @@ def test_a_megabyte_of_client_input_is_quoted_in_short_in_answers_and_logs() -> 
     assert len(details) <= len("no session ") + ECHO_LIMIT
     assert len(done.stderr) < 200 and done.stderr.count(b"\n") == 1  # the unknown session
     assert b"s" * (ECHO_LIMIT + 1) not in done.stdout + done.stderr
+
+
+@pytest.mark.timeout(90)
+def test_a_thousand_malformed_notifications_log_one_short_line_each() -> None:
+    """Five kinds of malformed notification, 200 of each: no traceback, one line apiece."""
+    kinds = [
+        _notification("session/cancel", {}),
+        _notification("session/cancel", {"sessionId": {"k": "x" * 10_000}}),
+        _notification("session/cancel", ["not", "an", "object"]),
+        _notification("no/such/" + "m" * 10_000, {}),
+        _notification("session/prompt", {"sessionId": "session-1", "prompt": []}),
+    ]
+    data = b"".join(kinds * 200) + _request(1, "initialize", {"protocolVersion": 1})
+    done = _run(data)
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["id"] == 1
+    logged = done.stderr.decode().splitlines()
+    assert b"Traceback" not in done.stderr
+    assert len(logged) == 1000, logged[:3]
+    assert max(len(line) for line in logged) <= 200
+    assert logged[:5] == [
+        "ignored notification #1, 'session/cancel': sessionId: Field required",
+        "ignored notification #2, 'session/cancel': sessionId: Input should be a valid string",
+        "ignored notification #3, 'session/cancel': params: Input should be a valid dictionary"
+        " or instance of CancelNotification",
+        "ignored notification #4, 'no/such/" + "m" * 29 + "..." + "m" * 38 + "': not served",
+        "ignored notification #5, 'session/prompt': not served",
+    ]
+    assert logged[-1].startswith("ignored notification #1000, ")
