@@ -78,6 +78,16 @@ LINE_LIMIT = 16 << 20
 """The longest JSON-RPC message read from the client, in bytes; a longer one is answered
 ``Invalid request`` and skipped."""
 
+ANSWER_LIMIT = 256
+"""The most answers (responses, and refusals of lines that are not messages) that wait for a
+client that is not reading; at this many, the agent reads no more of its input until half of
+them are written (backpressure: see ``_Lines``)."""
+
+READ_LIMIT = 64 << 10
+"""The input the agent buffers from its stdin before it stops reading the pipe, in bytes
+(twice this, plus one read of the pipe); a longer line is assembled piece by piece, up to
+:data:`LINE_LIMIT`."""
+
 DETAIL_LIMIT = 4 * ECHO_LIMIT
 """The longest string an error's data carries whole; a longer one is shortened by
 :func:`~fsm_core._errors.echo` (see ``_bounded``)."""
@@ -358,6 +368,14 @@ class _Lines:
     update of the same session and kind as the last one waiting is merged into it (their texts
     joined, up to :data:`LINE_LIMIT` characters), and any other is dropped, with a warning.
 
+    Answers cannot be dropped (JSON-RPC promises one to every request), so a client that
+    stops reading is held back instead: while :data:`ANSWER_LIMIT` answers wait, the agent
+    reads no more of its input, until half of them are written. Its stdin pipe fills and the
+    client's own writes block: what the agent holds for it stays bounded (the waiting answers,
+    :data:`UPDATE_LIMIT` updates, the requests still running, and :data:`READ_LIMIT` of input
+    on stdin), however many requests it tries to send. The first pause logs a warning; the
+    counts are logged when the connection closes.
+
     Input from the client is quoted only in short (errors through ``_shortened``, logs through
     :func:`~fsm_core._errors.echo`), and a notification that is not served or does not
     validate is logged in one line and ignored (the package would log a traceback for it).
@@ -374,6 +392,11 @@ class _Lines:
         self._at_end = at_end
         self._queue: collections.deque[_Out] = collections.deque()
         self._updates = 0  # Invariant: the number of progress updates in _queue.
+        self._answers = 0  # Invariant: the number of messages in _queue that are not updates.
+        self._room = asyncio.Event()
+        """Set iff reading may go on: fewer than ANSWER_LIMIT answers wait (since the last
+        pause, fewer than half of them), or the client's end is closed."""
+        self._room.set()
         self._writer: asyncio.Task[None] | None = None
         self._broken: BaseException | None = None
         self._open: dict[Any, int] = {}
@@ -381,8 +404,12 @@ class _Lines:
         self._answered = asyncio.Event()
         self.dropped = 0
         """How many progress updates were dropped because the client was not reading."""
+        self.paused = 0
+        """How many times reading paused because ANSWER_LIMIT answers waited."""
         self.ignored = 0
         """How many notifications were ignored, not served or not valid."""
+        self.read = 0
+        """How many messages were read."""
 
     async def send(self, message: dict[str, Any], *, refusal: bool = False) -> None:
         """Write ``message`` (see the class docstring for when this waits). Raises
@@ -412,6 +439,17 @@ class _Lines:
             message = {**message, "error": _shortened(message["error"])}
         written = asyncio.get_running_loop().create_future()
         self._queue.append(_Out(message, written, refusal))
+        self._answers += 1
+        if self._answers >= ANSWER_LIMIT and self._room.is_set():
+            self._room.clear()
+            self.paused += 1
+            if self.paused == 1:
+                log.warning(
+                    "the client is not reading; reading no more requests while %d answers "
+                    "wait (%d messages read)",
+                    self._answers,
+                    self.read,
+                )
         self._start()
         await written
 
@@ -466,8 +504,12 @@ class _Lines:
             self._queue.popleft()
             if out.written is None:
                 self._updates -= 1
-            elif not out.written.done():
-                out.written.set_result(None)
+            else:
+                self._answers -= 1
+                if self._answers <= ANSWER_LIMIT // 2:
+                    self._room.set()
+                if not out.written.done():
+                    out.written.set_result(None)
             answer = out.message.get("id")
             if "method" not in out.message and not out.refusal and answer in self._open:
                 self._open[answer] -= 1
@@ -483,7 +525,8 @@ class _Lines:
             out = self._queue.popleft()
             if out.written is not None and not out.written.done():
                 out.written.set_exception(ConnectionError(f"the client's end is closed: {error}"))
-        self._updates = 0
+        self._updates = self._answers = 0
+        self._room.set()
 
     async def finish(self) -> None:
         """Return once every request read has been answered and every line is written (or
@@ -497,7 +540,13 @@ class _Lines:
     async def receive(self) -> dict[str, Any] | None:
         """The next message; at the end of the input, None, but only once ``at_end()`` ran
         and every request read has been answered (the connection stops its handlers when
-        this returns None)."""
+        this returns None).
+
+        Waits first while the client holds back :data:`ANSWER_LIMIT` answers (see the class
+        docstring), once the last request read has had its turn to run: a request that needs
+        no waiting is answered, or its answer queued, before the next one is read."""
+        await asyncio.sleep(0)
+        await self._room.wait()
         message = await self._receive()
         if message is None:
             self._at_end()
@@ -509,17 +558,14 @@ class _Lines:
     async def _receive(self) -> dict[str, Any] | None:
         while True:
             try:
-                line = await self._reader.readuntil(b"\n")
-            except asyncio.IncompleteReadError as end:
-                if not end.partial.strip():
-                    return None
-                line = end.partial
-            except asyncio.LimitOverrunError:
-                await self._skip_line()
+                line = await self._read_line()
+            except _TooLong:
                 await self._refuse(
                     -32600, "Invalid request", f"a message longer than {LINE_LIMIT} bytes"
                 )
                 continue
+            if line is None:
+                return None
             if not line.strip():
                 continue
             try:
@@ -534,6 +580,7 @@ class _Lines:
             if problem is not None:
                 await self._refuse(-32600, "Invalid request", problem)
                 continue
+            self.read += 1
             if "id" not in message and self._ignore(message):
                 continue
             return cast(dict[str, Any], message)
@@ -558,6 +605,33 @@ class _Lines:
         log.warning("ignored notification #%d, %s: %s", self.ignored, echo(method), fault)
         return True
 
+    async def _read_line(self) -> bytes | None:
+        """The next line of input, assembled from pieces of at most the reader's limit;
+        None at the end of the input. Raises ``_TooLong`` for a line longer than
+        :data:`LINE_LIMIT` bytes, once it is skipped to its end."""
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                piece = await self._reader.readuntil(b"\n")
+                ended = True
+            except asyncio.IncompleteReadError as end:  # the input ends
+                if size + len(end.partial) > LINE_LIMIT:
+                    raise _TooLong from None
+                line = b"".join([*pieces, end.partial])
+                return line if line.strip() else None
+            except asyncio.LimitOverrunError as over:
+                piece = await self._reader.readexactly(over.consumed)
+                ended = False
+            size += len(piece.rstrip(b"\n") if ended else piece)
+            if size > LINE_LIMIT:
+                if not ended:
+                    await self._skip_line()
+                raise _TooLong
+            pieces.append(piece)
+            if ended:
+                return b"".join(pieces)
+
     async def _skip_line(self) -> None:
         while True:
             try:
@@ -573,11 +647,21 @@ class _Lines:
         await self.send({"jsonrpc": "2.0", "id": None, "error": error}, refusal=True)
 
     async def close(self) -> None:
-        """Stop the writer (a client that never reads again would hold it forever); the
-        streams are the process's own."""
+        """Stop the writer (a client that never reads again would hold it forever), and log
+        how often the client held the agent back; the streams are the process's own."""
+        if self.dropped or self.paused:
+            log.warning(
+                "the client was slow to read (progress updates dropped: %d, reading paused: %d)",
+                self.dropped,
+                self.paused,
+            )
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             await asyncio.wait([self._writer])
+
+
+class _TooLong(Exception):
+    """A line of input was longer than :data:`LINE_LIMIT` bytes (and is skipped)."""
 
 
 def _bounded(value: object, depth: int = 0) -> Any:
@@ -702,7 +786,7 @@ async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[No
     file, which the event loop cannot watch (``fsm-core acp < requests.jsonl > out``; such a
     stdin ends at once, so its prompts answer ``cancelled``: see ``AcpAgent.client_left``)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    reader = asyncio.StreamReader(limit=READ_LIMIT)
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     except ValueError:

@@ -5,14 +5,21 @@ point: bytes written, lines logged, requests read while the client reads nothing
 
 from __future__ import annotations
 
+import asyncio
 import json
+import queue
+import re
 import subprocess
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fsm_core._errors import ECHO_LIMIT, echo
+from fsm_core.acp import EchoModel, serve
+from fsm_core.acp._adapter import ANSWER_LIMIT, LINE_LIMIT, READ_LIMIT
 
 AGENT = (sys.executable, "-m", "fsm_core.acp")
 BIG = "s" * (1 << 20)
@@ -100,3 +107,112 @@ def test_a_thousand_malformed_notifications_log_one_short_line_each() -> None:
         "ignored notification #5, 'session/prompt': not served",
     ]
     assert logged[-1].startswith("ignored notification #1000, ")
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")  # pragma: no cover
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("count", [40_000, 160_000])
+def test_a_client_that_never_reads_is_held_back_and_every_request_is_answered(
+    count: int,
+) -> None:
+    """A client writes ``count`` requests and reads nothing. The agent stops reading its
+    stdin once ANSWER_LIMIT answers wait, so the client's writes block before it has sent
+    them all (they are megabytes; the agent holds at most a few hundred KB of input), the
+    agent has read a number of requests that does not grow with ``count``, and its memory
+    has not grown. Once the client reads, every request is answered, none dropped."""
+    process = subprocess.Popen(
+        AGENT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+    try:
+        stdin.write(_request(0, "initialize", {"protocolVersion": 1}))
+        stdin.flush()
+        assert json.loads(stdout.readline())["id"] == 0
+        before = _rss_kb(process.pid)
+
+        flood = b"".join(_request(rid, "no/such/method") for rid in range(1, count + 1))
+        # Far more than the agent buffers: twice READ_LIMIT, one read, the pipe's 64 KiB.
+        assert len(flood) > 4 * (2 * READ_LIMIT + (256 << 10) + (64 << 10))
+        events: queue.Queue[str] = queue.Queue()
+
+        def write() -> None:
+            stdin.write(flood)
+            stdin.flush()
+            events.put("the client wrote every request")
+
+        def log() -> None:
+            for line in stderr:
+                events.put(line.decode())
+
+        threading.Thread(target=write, daemon=True).start()
+        threading.Thread(target=log, daemon=True).start()
+        paused = events.get()  # the writer blocks for good unless the agent reads it all
+        found = re.fullmatch(
+            rf"the client is not reading; reading no more requests while {ANSWER_LIMIT} "
+            r"answers wait \((\d+) messages read\)\n",
+            paused,
+        )
+        assert found is not None, paused
+        assert int(found[1]) < 4 * ANSWER_LIMIT + (256 << 10) // 80
+        grown = _rss_kb(process.pid) - before
+        assert grown < 16 << 10, f"{grown} KB"
+
+        answered = {json.loads(stdout.readline())["id"] for _ in range(count)}
+        assert answered == set(range(1, count + 1))
+        assert events.get() == "the client wrote every request"
+        stdin.close()
+        assert process.wait(timeout=60) == 0
+        assert events.get().startswith(
+            "the client was slow to read (progress updates dropped: 0, reading paused: "
+        )
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.timeout(60)
+def test_a_line_past_the_line_limit_is_refused_and_lines_past_the_read_limit_are_served() -> None:
+    """Input is read in pieces of READ_LIMIT: a request longer than that is served whole,
+    one longer than LINE_LIMIT is refused, and the agent reads on."""
+    long_text = "t" * (3 * READ_LIMIT)
+    prompt = {"sessionId": "session-1", "prompt": [{"type": "text", "text": long_text}]}
+    data = b"".join(
+        [
+            _request(1, "session/new", {"cwd": "/", "mcpServers": []}),
+            _request(2, "session/prompt", prompt),
+            b" " * (LINE_LIMIT + 1) + b"\n",
+            b"x" * (LINE_LIMIT + 1) + b"\n",
+            _request(3, "initialize", {"protocolVersion": 1}),
+        ]
+    )
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=READ_LIMIT)
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+
+        reader.feed_data(data)
+        reader.feed_eof()
+        await serve(EchoModel(), (reader, write))
+        return [json.loads(line) for line in written]
+
+    out = asyncio.run(main())
+    texts = [m["params"]["update"]["content"]["text"] for m in out if "method" in m]
+    assert texts[-1] == "echo: " + long_text
+    answers = [(m["id"], m.get("error", {}).get("code")) for m in out if "method" not in m]
+    assert sorted(answers, key=repr) == [(1, None), (2, None), (3, None)] + [(None, -32600)] * 2
+    assert [m["error"]["data"] for m in out if m.get("id", 0) is None] == [
+        {"details": f"a message longer than {LINE_LIMIT} bytes"}
+    ] * 2
