@@ -24,6 +24,8 @@ from fsm_core.acp._adapter import ANSWER_LIMIT, LINE_LIMIT, READ_LIMIT
 AGENT = (sys.executable, "-m", "fsm_core.acp")
 BIG = "s" * (1 << 20)
 """A megabyte of client input, to be quoted (if at all) in short."""
+WIDE = {f"k{i}": {f"j{j}": "v" * 400 for j in range(8)} for i in range(8)}
+"""An input that is still over ERROR_LIMIT once each part is bounded (64 echoed strings)."""
 
 
 def _line(message: dict[str, Any]) -> bytes:
@@ -50,7 +52,7 @@ def _run(data: bytes) -> subprocess.CompletedProcess[bytes]:
 def test_a_megabyte_of_client_input_is_quoted_in_short_in_answers_and_logs() -> None:
     """An unknown 1 MB session id (a prompt, a cancel), a 1 MB method name, and 1 MB values
     pydantic refuses (its error quotes the input, its location and, for a bad tag, the tag in
-    its message) each come back in a few hundred bytes."""
+    its message) each come back in a few hundred bytes, an error in at most ERROR_LIMIT."""
     data = b"".join(
         [
             _request(1, "session/prompt", {"sessionId": BIG, "prompt": []}),
@@ -59,6 +61,7 @@ def test_a_megabyte_of_client_input_is_quoted_in_short_in_answers_and_logs() -> 
             _request(3, "session/prompt", {"sessionId": {BIG: BIG}, "prompt": []}),
             _request(4, "session/prompt", {"sessionId": "x", "prompt": [{"type": BIG}]}),
             _request(5, "session/prompt", {"sessionId": "x", "prompt": [{"type": "x"}] * 5000}),
+            _request(6, "session/prompt", {"sessionId": WIDE, "prompt": []}),
         ]
     )
     done = _run(data)
@@ -71,11 +74,14 @@ def test_a_megabyte_of_client_input_is_quoted_in_short_in_answers_and_logs() -> 
         (3, -32602),
         (4, -32602),
         (5, -32602),
+        (6, -32602),
     ]
     assert max(len(line) for line in lines) < 4200, [len(line) for line in lines]
     details = answers[0]["error"]["data"]["details"]
     assert details == "no session " + echo(BIG)
     assert len(details) <= len("no session ") + ECHO_LIMIT
+    wide = answers[5]["error"]["data"]  # over ERROR_LIMIT once bounded: echoed whole
+    assert isinstance(wide, str) and len(wide) <= ECHO_LIMIT
     assert len(done.stderr) < 200 and done.stderr.count(b"\n") == 1  # the unknown session
     assert b"s" * (ECHO_LIMIT + 1) not in done.stdout + done.stderr
 
