@@ -77,10 +77,7 @@ def test_prompt_cancel_mid_turn_prompt_again_and_close(tmp_path: Path) -> None:
             with pytest.raises(RequestError) as unknown:
                 await conn.prompt(session_id="session-9", prompt=[text_block("hi")])
             assert unknown.value.code == -32602
-            assert unknown.value.data == {
-                "details": 'no session "session-9"',
-                "sessionId": "session-9",
-            }
+            assert unknown.value.data == {"details": "no session 'session-9'"}
 
             await conn.close_session(session_id=sid)
             with pytest.raises(RequestError) as closed:

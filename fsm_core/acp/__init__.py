@@ -15,11 +15,13 @@ talks JSON-RPC on its stdin and stdout. Each ACP session is one agent of one
   the client left), answers each ``cancelled``, writes out every answer, disposes every agent,
   then the process exits;
 - progress updates never wait for a client that stops reading stdout (a bounded queue merges,
-  then drops them), so a cancel takes effect at once; answers wait for the client.
+  then drops them), so a cancel takes effect at once; answers wait for the client, and while
+  256 of them wait, the agent reads no more requests (backpressure), so its memory stays
+  bounded.
 
 The model is pluggable (``--model MODULE:FACTORY``); the default :class:`EchoModel` answers
-``echo: <prompt>`` with no network. Bad client input gets the JSON-RPC error response and the
-agent goes on serving.
+``echo: <prompt>`` with no network. Bad client input gets the JSON-RPC error response (quoting
+the input in short) and the agent goes on serving; a bad notification is logged in one line.
 
     await serve(EchoModel())      # until the client closes stdin
 """

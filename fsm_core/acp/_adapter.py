@@ -28,6 +28,7 @@ from acp.helpers import update_agent_message_text, update_agent_thought_text
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    CancelNotification,
     CloseSessionResponse,
     Implementation,
     InitializeResponse,
@@ -36,7 +37,9 @@ from acp.schema import (
     StopReason,
     TextContentBlock,
 )
+from pydantic import BaseModel, ValidationError
 
+from fsm_core._errors import ECHO_LIMIT, echo
 from fsm_core.runtime import (
     USER,
     AbortSignal,
@@ -74,6 +77,30 @@ past it, updates are merged or dropped (see ``_Lines``)."""
 LINE_LIMIT = 16 << 20
 """The longest JSON-RPC message read from the client, in bytes; a longer one is answered
 ``Invalid request`` and skipped."""
+
+ANSWER_LIMIT = 256
+"""The most answers (responses, and refusals of lines that are not messages) that wait for a
+client that is not reading; at this many, the agent reads no more of its input until half of
+them are written (backpressure: see ``_Lines``)."""
+
+READ_LIMIT = 64 << 10
+"""The input the agent buffers from its stdin before it stops reading the pipe, in bytes
+(twice this, plus one read of the pipe); a longer line is assembled piece by piece, up to
+:data:`LINE_LIMIT`."""
+
+DETAIL_LIMIT = 4 * ECHO_LIMIT
+"""The longest string an error's data carries whole; a longer one is shortened by
+:func:`~fsm_core._errors.echo` (see ``_bounded``)."""
+
+ITEM_LIMIT = 8
+"""The most items of a list or an object an error's data carries (see ``_bounded``)."""
+
+ERROR_LIMIT = 4096
+"""The most bytes of JSON an error carries; past it, once ``_bounded``, its data is echoed."""
+
+NOTIFICATIONS: Mapping[str, type[BaseModel]] = {"session/cancel": CancelNotification}
+"""The params of each notification this agent serves; any other notification (but an
+extension's, ``_name``) is logged and ignored, as is one whose params do not validate."""
 
 
 @final
@@ -212,7 +239,7 @@ class AcpAgent:
     async def cancel(self, session_id: str, **_: Any) -> None:
         session = self._sessions.get(session_id)
         if session is None:
-            log.warning("session/cancel for an unknown session %s", json.dumps(session_id))
+            log.warning("session/cancel for an unknown session %s", echo(session_id))
             return
         session.handle.agent.cancel(USER)
 
@@ -233,7 +260,7 @@ class AcpAgent:
     def _session(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
         if session is None:
-            raise _invalid_params(f"no session {json.dumps(session_id)}", sessionId=session_id)
+            raise _invalid_params(f"no session {echo(session_id)}")
         return session
 
     def _pending(self, agent: Agent) -> _Prompt | None:
@@ -340,6 +367,18 @@ class _Lines:
     cancel takes effect at once. At most :data:`UPDATE_LIMIT` updates wait: past that, an
     update of the same session and kind as the last one waiting is merged into it (their texts
     joined, up to :data:`LINE_LIMIT` characters), and any other is dropped, with a warning.
+
+    Answers cannot be dropped (JSON-RPC promises one to every request), so a client that
+    stops reading is held back instead: while :data:`ANSWER_LIMIT` answers wait, the agent
+    reads no more of its input, until half of them are written. Its stdin pipe fills and the
+    client's own writes block: what the agent holds for it stays bounded (the waiting answers,
+    :data:`UPDATE_LIMIT` updates, the requests still running, and :data:`READ_LIMIT` of input
+    on stdin), however many requests it tries to send. The first pause logs a warning; the
+    counts are logged when the connection closes.
+
+    Input from the client is quoted only in short (errors through ``_shortened``, logs through
+    :func:`~fsm_core._errors.echo`), and a notification that is not served or does not
+    validate is logged in one line and ignored (the package would log a traceback for it).
     """
 
     def __init__(
@@ -353,6 +392,11 @@ class _Lines:
         self._at_end = at_end
         self._queue: collections.deque[_Out] = collections.deque()
         self._updates = 0  # Invariant: the number of progress updates in _queue.
+        self._answers = 0  # Invariant: the number of messages in _queue that are not updates.
+        self._room = asyncio.Event()
+        """Set iff reading may go on: fewer than ANSWER_LIMIT answers wait (since the last
+        pause, fewer than half of them), or the client's end is closed."""
+        self._room.set()
         self._writer: asyncio.Task[None] | None = None
         self._broken: BaseException | None = None
         self._open: dict[Any, int] = {}
@@ -360,6 +404,12 @@ class _Lines:
         self._answered = asyncio.Event()
         self.dropped = 0
         """How many progress updates were dropped because the client was not reading."""
+        self.paused = 0
+        """How many times reading paused because ANSWER_LIMIT answers waited."""
+        self.ignored = 0
+        """How many notifications were ignored, not served or not valid."""
+        self.read = 0
+        """How many messages were read."""
 
     async def send(self, message: dict[str, Any], *, refusal: bool = False) -> None:
         """Write ``message`` (see the class docstring for when this waits). Raises
@@ -385,8 +435,21 @@ class _Lines:
             self._updates += 1
             self._start()
             return
+        if "error" in message:
+            message = {**message, "error": _shortened(message["error"])}
         written = asyncio.get_running_loop().create_future()
         self._queue.append(_Out(message, written, refusal))
+        self._answers += 1
+        if self._answers >= ANSWER_LIMIT and self._room.is_set():
+            self._room.clear()
+            self.paused += 1
+            if self.paused == 1:
+                log.warning(
+                    "the client is not reading; reading no more requests while %d answers "
+                    "wait (%d messages read)",
+                    self._answers,
+                    self.read,
+                )
         self._start()
         await written
 
@@ -441,8 +504,12 @@ class _Lines:
             self._queue.popleft()
             if out.written is None:
                 self._updates -= 1
-            elif not out.written.done():
-                out.written.set_result(None)
+            else:
+                self._answers -= 1
+                if self._answers <= ANSWER_LIMIT // 2:
+                    self._room.set()
+                if not out.written.done():
+                    out.written.set_result(None)
             answer = out.message.get("id")
             if "method" not in out.message and not out.refusal and answer in self._open:
                 self._open[answer] -= 1
@@ -458,7 +525,8 @@ class _Lines:
             out = self._queue.popleft()
             if out.written is not None and not out.written.done():
                 out.written.set_exception(ConnectionError(f"the client's end is closed: {error}"))
-        self._updates = 0
+        self._updates = self._answers = 0
+        self._room.set()
 
     async def finish(self) -> None:
         """Return once every request read has been answered and every line is written (or
@@ -472,7 +540,13 @@ class _Lines:
     async def receive(self) -> dict[str, Any] | None:
         """The next message; at the end of the input, None, but only once ``at_end()`` ran
         and every request read has been answered (the connection stops its handlers when
-        this returns None)."""
+        this returns None).
+
+        Waits first while the client holds back :data:`ANSWER_LIMIT` answers (see the class
+        docstring), once the last request read has had its turn to run: a request that needs
+        no waiting is answered, or its answer queued, before the next one is read."""
+        await asyncio.sleep(0)
+        await self._room.wait()
         message = await self._receive()
         if message is None:
             self._at_end()
@@ -484,17 +558,14 @@ class _Lines:
     async def _receive(self) -> dict[str, Any] | None:
         while True:
             try:
-                line = await self._reader.readuntil(b"\n")
-            except asyncio.IncompleteReadError as end:
-                if not end.partial.strip():
-                    return None
-                line = end.partial
-            except asyncio.LimitOverrunError:
-                await self._skip_line()
+                line = await self._read_line()
+            except _TooLong:
                 await self._refuse(
                     -32600, "Invalid request", f"a message longer than {LINE_LIMIT} bytes"
                 )
                 continue
+            if line is None:
+                return None
             if not line.strip():
                 continue
             try:
@@ -509,7 +580,57 @@ class _Lines:
             if problem is not None:
                 await self._refuse(-32600, "Invalid request", problem)
                 continue
+            self.read += 1
+            if "id" not in message and self._ignore(message):
+                continue
             return cast(dict[str, Any], message)
+
+    def _ignore(self, notification: dict[str, Any]) -> bool:
+        """True iff ``notification`` is one this agent does not serve, or whose params do not
+        validate; it is logged in one line. (Handed to the package, it would be logged with a
+        whole traceback, the params' pydantic errors included.)"""
+        method = notification["method"]
+        if method.startswith("_"):  # an extension's: the package ignores it quietly
+            return False
+        model = NOTIFICATIONS.get(method)
+        if model is None:
+            fault = "not served"
+        else:
+            try:
+                model.model_validate(notification.get("params"))
+                return False
+            except ValidationError as error:
+                fault = _fault(error)
+        self.ignored += 1
+        log.warning("ignored notification #%d, %s: %s", self.ignored, echo(method), fault)
+        return True
+
+    async def _read_line(self) -> bytes | None:
+        """The next line of input, assembled from pieces of at most the reader's limit;
+        None at the end of the input. Raises ``_TooLong`` for a line longer than
+        :data:`LINE_LIMIT` bytes, once it is skipped to its end."""
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                piece = await self._reader.readuntil(b"\n")
+                ended = True
+            except asyncio.IncompleteReadError as end:  # the input ends
+                if size + len(end.partial) > LINE_LIMIT:
+                    raise _TooLong from None
+                line = b"".join([*pieces, end.partial])
+                return line if line.strip() else None
+            except asyncio.LimitOverrunError as over:
+                piece = await self._reader.readexactly(over.consumed)
+                ended = False
+            size += len(piece.rstrip(b"\n") if ended else piece)
+            if size > LINE_LIMIT:
+                if not ended:
+                    await self._skip_line()
+                raise _TooLong
+            pieces.append(piece)
+            if ended:
+                return b"".join(pieces)
 
     async def _skip_line(self) -> None:
         while True:
@@ -526,11 +647,71 @@ class _Lines:
         await self.send({"jsonrpc": "2.0", "id": None, "error": error}, refusal=True)
 
     async def close(self) -> None:
-        """Stop the writer (a client that never reads again would hold it forever); the
-        streams are the process's own."""
+        """Stop the writer (a client that never reads again would hold it forever), and log
+        how often the client held the agent back; the streams are the process's own."""
+        if self.dropped or self.paused:
+            log.warning(
+                "the client was slow to read (progress updates dropped: %d, reading paused: %d)",
+                self.dropped,
+                self.paused,
+            )
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             await asyncio.wait([self._writer])
+
+
+class _TooLong(Exception):
+    """A line of input was longer than :data:`LINE_LIMIT` bytes (and is skipped)."""
+
+
+def _bounded(value: object, depth: int = 0) -> Any:
+    """``value`` (an error, whose data may quote the client's input: a pydantic error's
+    ``input``, ``loc`` and ``msg``, an unknown method's name) with each string longer than
+    :data:`DETAIL_LIMIT` shortened by :func:`~fsm_core._errors.echo`, each list or object cut
+    to :data:`ITEM_LIMIT` items (a list ends with ``"... N more"``), and anything nested
+    deeper than six levels echoed."""
+    if isinstance(value, str):
+        return value if len(value) <= DETAIL_LIMIT else echo(value)
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 256 else echo(value)
+    if depth >= 6:
+        return echo(value)
+    if isinstance(value, list | tuple):
+        items = [_bounded(item, depth + 1) for item in value[:ITEM_LIMIT]]
+        if len(value) > ITEM_LIMIT:
+            items.append(f"... {len(value) - ITEM_LIMIT} more")
+        return items
+    if isinstance(value, dict):
+        return {
+            _bounded(str(key)): _bounded(item, depth + 1)
+            for key, item in itertools.islice(value.items(), ITEM_LIMIT)
+        }
+    return echo(value)
+
+
+def _shortened(error: object) -> Any:
+    """``error`` (a JSON-RPC error object) as it may be written: ``_bounded``, and at most
+    :data:`ERROR_LIMIT` bytes of JSON (past it, its data is echoed)."""
+    shown = _bounded(error)
+    if isinstance(shown, dict) and len(json.dumps(shown)) > ERROR_LIMIT:
+        shown["data"] = echo(shown.get("data"))
+    return shown
+
+
+def _fault(error: ValidationError) -> str:
+    """A pydantic error in one short line: where and what its first fault is, and how many
+    more there are."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "params"
+    if len(where) > ECHO_LIMIT or not where.isprintable():
+        where = echo(where)
+    what = str(first["msg"])
+    if len(what) > ECHO_LIMIT or not what.isprintable():
+        what = echo(what)
+    more = error.error_count() - 1
+    return f"{where}: {what}" + (f" (and {more} more)" if more else "")
 
 
 def _line(message: dict[str, Any]) -> bytes:
@@ -605,7 +786,7 @@ async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[No
     file, which the event loop cannot watch (``fsm-core acp < requests.jsonl > out``; such a
     stdin ends at once, so its prompts answer ``cancelled``: see ``AcpAgent.client_left``)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    reader = asyncio.StreamReader(limit=READ_LIMIT)
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     except ValueError:
