@@ -68,7 +68,8 @@ GRANDPARENT = f"$(awk '$4 != {os.getpid()} {{print $4}}' /proc/$PPID/stat)"
 
 class Fight:
     """A hook that records its PID, its parent's (the process it sees as its supervisor) and a
-    child's, does ``attack`` to its parent, says it is ready and sleeps holding its pipes."""
+    child's, does ``attack`` to its parent, says it is ready and sleeps holding its pipes (as
+    ``exec sleep``, so the PIDs it records are all of its processes)."""
 
     NAMES = ("hook", "parent", "child", "grandparent")
 
@@ -83,7 +84,7 @@ class Fight:
             f"sleep 1000 & echo $! > {d}/child.pid; "
             f"{attack}; "
             f"echo ready > {d}/ready; "
-            f"sleep 1000"
+            f"exec sleep 1000"  # the hook's PID sleeps: the fixture can clean up every one
         )
 
     async def ready(self, pids: list[int]) -> list[int]:
