@@ -27,6 +27,7 @@ from fsm_core import (
     RunHookOptions,
     Runtime,
     ToolCall,
+    UsageError,
     UserMessage,
     run_hook,
 )
@@ -208,15 +209,19 @@ def test_an_aborted_signal_starts_no_hook(tmp_path: Path) -> None:
 
 def test_bad_hook_arguments_are_refused() -> None:
     signal = AbortController().signal
-    with pytest.raises(TypeError, match=r"^a hook command is a non-empty shell command string"):
+    with pytest.raises(UsageError, match=r"^a hook command is a non-empty shell command string"):
         asyncio.run(run_hook("  ", RunHookOptions(signal=signal)))
-    with pytest.raises(TypeError, match=r"^run_hook takes RunHookOptions, not dict$"):
+    with pytest.raises(UsageError, match=r"^run_hook takes RunHookOptions, not dict$"):
         asyncio.run(run_hook("true", {"signal": signal}))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^Hooks.prompt is a sequence of non-empty shell"):
         Hooks(prompt="true")
-    with pytest.raises(TypeError, match=r"^RunHookOptions.grace is a number of seconds"):
+    with pytest.raises(
+        TypeError, match=r"^Hooks.grace is a number of seconds from 0 to 60, not True$"
+    ):
+        Hooks(grace=True)
+    with pytest.raises(UsageError, match=r"^RunHookOptions.grace is a number of seconds"):
         RunHookOptions(signal=signal, grace=float("nan"))
-    with pytest.raises(TypeError, match=r"^RunHookOptions.signal is an AbortSignal, not None$"):
+    with pytest.raises(UsageError, match=r"^RunHookOptions.signal is an AbortSignal, not None$"):
         RunHookOptions(signal=None)  # type: ignore[arg-type]
 
 
