@@ -17,6 +17,7 @@ tests/test_readme.py keeps the two lists in step):
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import select
@@ -195,12 +196,21 @@ def _standard_streams() -> _Output:
 
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
             return "read-only"
-    if stat.S_ISFIFO(os.fstat(fd).st_mode) and hasattr(select, "poll"):
-        poll = select.poll()
-        poll.register(fd, select.POLLOUT)
-        if any(events & select.POLLERR for _, events in poll.poll(0)):  # no reader left
-            return "reader gone"
-    return "writable"
+    return "reader gone" if _reader_left() else "writable"
+
+
+def _reader_left() -> bool:
+    """True iff standard output is a pipe whose every reader has closed it (a write would
+    fail with EPIPE), told without writing."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "poll"):
+            return False
+    except (AttributeError, OSError, ValueError):  # none, or a stream in memory
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
 
 
 def _is_open(fd: int) -> bool:
@@ -540,9 +550,16 @@ PROGRESS_AFTER = 2.0
 
 def _progress(name: str) -> Callable[[int, int, int, float], None]:
     """Print a progress line on stderr, as TLC and SPIN do, about once a second once a check
-    has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's."""
+    has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's.
+
+    Each call (about once a second) also looks whether standard output's reader has left,
+    and stops the check then with :class:`BrokenPipeError` (141): its report has nowhere to
+    go, so the rest of the search would be work for nobody.
+    """
 
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
+        if _reader_left():
+            raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
         if elapsed < PROGRESS_AFTER:
             return
         rate = states / elapsed if elapsed > 0 else 0.0

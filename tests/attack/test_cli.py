@@ -142,6 +142,33 @@ def test_a_long_check_whose_reader_left_does_not_run(tmp_path: Path) -> None:
     assert not trace.exists()
 
 
+def test_a_check_whose_reader_leaves_while_it_runs_stops_within_a_progress_tick(
+    tmp_path: Path,
+) -> None:
+    """The reader leaves once bench_L reports progress: the check stops there (141, quietly),
+    so the violating model after it is never checked and its trace never written."""
+    argv, _ = violating_check(tmp_path)  # several models: trace.agent_races.txt
+    check = argv.index("check")
+    argv[check + 1 : check + 1] = ["bench_L"]  # first, then agent_races
+    argv += ["--backend", "python"]
+    with subprocess.Popen(
+        [*FSM_CORE, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as p:
+        assert p.stdout is not None and p.stderr is not None
+        progress: list[str] = []
+        for line in p.stderr:
+            progress.append(line)
+            if line.startswith("bench_L: states="):
+                break
+        p.stdout.close()
+        progress += p.stderr.readlines()
+        p.wait(timeout=600)
+    assert p.returncode == 141
+    assert progress, "bench_L ended before it reported progress"
+    assert all(line.startswith("bench_L: states=") for line in progress), progress
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["specs"]
+
+
 # --- a second Ctrl-C -----------------------------------------------------------------------------
 
 
