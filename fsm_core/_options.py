@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from fsm_core._errors import echo
 
 
 def positive_int(text: str) -> int:
     """An argparse ``type`` for a count that must be at least 1 (states, runs, processes).
 
     argparse names the flag in its error: ``argument --max-states: must be a positive
-    integer, not '0'``, and exits 2.
+    integer, not '0'``, and exits 2. The value is quoted by :func:`~fsm_core._errors.echo`,
+    so 100,000 digits give an 80-character quote; digits past what Python converts (4,300 by
+    default) are refused as too many, not as "not an integer".
     """
     try:
         value = int(text)
     except ValueError:
+        digits = text.strip().lstrip("+").replace("_", "")
+        if digits.isdigit() and len(digits) > sys.get_int_max_str_digits() > 0:
+            raise argparse.ArgumentTypeError(
+                f"must be a positive integer of at most {sys.get_int_max_str_digits()} digits, "
+                f"not {echo(text)} ({len(digits)} digits)"
+            ) from None
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {echo(text)}")
     return value

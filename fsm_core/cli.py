@@ -7,22 +7,32 @@ tests/test_readme.py keeps the two lists in step):
 - 1: a check failed: a violation, a missed ``[expect]``, a search cut short by
   ``--max-states``, a surviving mutant, counts that disagree, stale diagrams.
 - 2: bad input, refused before anything runs wherever it can be (a malformed table or model
-  file, an unknown name, a bad flag), or output that cannot be written.
-- 130: interrupted (SIGINT): one line, no traceback, no trace file.
-- 141: standard output closed early (a pipe's reader left): quiet, as SIGPIPE would stop it.
+  file, an unknown name, a bad flag), or output that cannot be written (a full disk, a
+  standard output closed with ``>&-``).
+- 130: interrupted (SIGINT): one line, no traceback, no trace file; a second one is ignored.
+- 141: standard output's reader left (a pipe's reader closed it): quiet, as SIGPIPE would
+  stop it.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import select
+import signal
+import stat
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import FrameType
+from typing import Any, Literal, NoReturn
 
-from fsm_core._errors import FsmError, TransitionError, echo
+from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
@@ -58,13 +68,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     standard output early is a quiet 141; output that cannot be written is 2. Standard output
     is flushed here, so a full disk or a closed pipe shows as a status, not as a traceback
     from the interpreter's flush at exit.
+
+    Standard output is looked at before the command line is read: closed (``>&-``) or open
+    for reading only, it is 2 and one line; a pipe whose reader has already left is a quiet
+    141. Either way nothing runs. Every message quotes an argument through :func:`echo` once
+    it is longer than :data:`QUOTE_LIMIT` (:data:`~fsm_core._errors.ECHO_LIMIT` in argparse's
+    own messages) or not printable. After the first SIGINT every later one is ignored: a second
+    Ctrl-C cannot break into the shutdown, and in a caller that runs ``main`` in process
+    SIGINT stays ignored after an interrupt.
     """
-    args = _parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    output = _standard_streams()
+    if output == "closed":
+        _say("fsm-core: cannot write output: standard output is closed (>&-); >/dev/null drops it")
+        return 2
+    if output == "read-only":
+        _say("fsm-core: cannot write output: standard output is open for reading only")
+        return 2
+    if output == "reader gone":
+        return BROKEN_PIPE
+    parser = _parser(words)
+    args, unknown = parser.parse_known_args(words)
+    if unknown:
+        parser.error(f"unrecognized arguments: {known(unknown)}")
+    with _first_interrupt_only():
+        return _main(args, words)
+
+
+def _main(args: argparse.Namespace, words: Sequence[str]) -> int:
     try:
         code = _run(args)
         sys.stdout.flush()
     except KeyboardInterrupt:
-        print("fsm-core: interrupted", file=sys.stderr)
+        _ignore_interrupts()  # a handler other than ours raised it (asyncio's, in acp)
+        _say("fsm-core: interrupted")
         return INTERRUPTED
     except BrokenPipeError:
         _discard_stdout()
@@ -72,20 +109,167 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TransitionError:
         raise  # a table refused a step the code took: a bug, and its traceback is the report
     except FsmError as e:
-        print(f"fsm-core: {e}", file=sys.stderr)
+        _say(f"fsm-core: {_bounded(str(e), words)}")
         return 2
     except OSError as e:
         if e.filename is not None:  # creating, opening or renaming a named file failed
-            print(f"fsm-core: {e.filename}: {e.strerror}", file=sys.stderr)
+            _say(f"fsm-core: {_bounded(_shown_path(e.filename), words)}: {e.strerror}")
         else:  # writing failed; our writes to unnamed files are standard output's
             _discard_stdout()
-            print(f"fsm-core: cannot write output: {e.strerror or e}", file=sys.stderr)
+            _say(f"fsm-core: cannot write output: {e.strerror or e}")
         return 2
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+QUOTE_LIMIT = 4 * ECHO_LIMIT
+"""The longest argument (a path, mostly) a message of the command line shows as it is; a
+longer one, or one that is not printable, is shown by :func:`echo` (80 characters, escaped)."""
+
+
+def _bounded(message: str, words: Sequence[str], limit: int = QUOTE_LIMIT) -> str:
+    """``message`` with each argument in ``words`` that it quotes, whole or as a flag's value
+    (after ``--flag=`` or ``-f``), plainly or as its ``repr``, shown by :func:`echo` instead
+    when it is longer than ``limit`` or not printable.
+
+    The net under every message the command line prints: a value quoted by code that does
+    not shorten it (argparse's ``invalid choice: 'AAA...'``, a path in an ``OSError``) is
+    shortened here.
+    """
+    pieces = set(words)
+    for word in words:
+        if word.startswith("-"):
+            pieces.add(word.partition("=")[2])
+            if not word.startswith("--"):
+                pieces.add(word[2:])
+    for piece in sorted(pieces, key=len, reverse=True):
+        if not piece.strip() or (len(piece) <= limit and piece.isprintable()):
+            continue
+        short = echo(piece)
+        message = message.replace(repr(piece), short).replace(piece, short)
+    return message
+
+
+def _shown_path(path: object) -> str:
+    """A path as a message names it: as it is, unless longer than :data:`QUOTE_LIMIT` or not
+    printable (then by :func:`echo`)."""
+    text = os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else str(path)
+    return text if len(text) <= QUOTE_LIMIT and text.isprintable() else echo(text)
+
+
+def _say(line: str) -> None:
+    """Print ``line`` on standard error; a standard error that cannot be written loses it."""
+    with suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+_Output = Literal["writable", "closed", "read-only", "reader gone"]
+
+
+def _standard_streams() -> _Output:
+    """Make the standard descriptors safe to use, and say whether standard output can be
+    written.
+
+    A descriptor the caller closed (``>&-``, ``2>&-``, ``<&-``) is opened on the null
+    device, so that no file this process opens later takes its number (a model file as
+    descriptor 2 would receive a child's errors); a closed standard error becomes a stream to
+    the null device, where ``print(file=sys.stderr)`` would otherwise write on standard output.
+    Standard output itself is then ``closed`` when the caller closed it, ``read-only`` when
+    it was opened for reading (``1</dev/null``), ``reader gone`` when it is a pipe nobody
+    reads any more, and ``writable`` otherwise (a stream in memory included).
+    """
+    closed = {fd for fd in (0, 1, 2) if not _is_open(fd)}
+    for fd in sorted(closed):
+        null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if 2 in closed or sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process
+    if 1 in closed or sys.stdout is None:
+        return "closed"
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # a stream in memory (a test's capture): always writable
+        return "writable"
+    if sys.platform != "win32":
+        import fcntl  # noqa: PLC0415 - POSIX only
+
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            return "read-only"
+    return "reader gone" if _reader_left() else "writable"
+
+
+def _reader_left() -> bool:
+    """True iff standard output is a pipe whose every reader has closed it (a write would
+    fail with EPIPE), told without writing."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "poll"):
+            return False
+    except (AttributeError, OSError, ValueError):  # none, or a stream in memory
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _on_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT's handler while ``fsm-core`` runs: the first interrupt raises
+    :class:`KeyboardInterrupt`, after ignoring every later one."""
+    _ignore_interrupts()
+    raise KeyboardInterrupt
+
+
+def _ignore_interrupts() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def _first_interrupt_only() -> Iterator[None]:
+    """Within the block, SIGINT raises :class:`KeyboardInterrupt` once and is then ignored
+    (Python's own handler raises it again for a second Ctrl-C, even inside the interpreter's
+    shutdown, which prints "Exception ignored in threading._shutdown"). Only where SIGINT has
+    Python's handler, in the main thread: an ignored SIGINT stays ignored. The handler is
+    restored after the block unless an interrupt came."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, _on_interrupt)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is _on_interrupt:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose messages (an invalid choice, a bad value, an unknown argument) quote
+    at most :data:`~fsm_core._errors.ECHO_LIMIT` characters of any argument in ``words``."""
+
+    def __init__(self, *args: Any, words: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.words = words
+
+    def error(self, message: str) -> NoReturn:
+        super().error(_bounded(message, self.words, ECHO_LIMIT))
+
+
+def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line's parser; its messages shorten what they quote of ``words``."""
+    parser = _Parser(
+        words=words,
         prog="fsm-core",
         description="Executable specification of turn cancellation and multi-agent teardown.",
     )
@@ -100,18 +284,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    _configure_check(sub.add_parser("check", help="model-check the bounded models in models/"))
-    bench.configure(sub.add_parser("bench", help="time the checker against the baseline BFS"))
-    mutants.configure(sub.add_parser("mutants", help="prove every planted table bug is caught"))
-    vectors.configure(
-        sub.add_parser("vectors", help="generate the conformance vectors ports replay")
-    )
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, words=words)
 
-    p_spec = sub.add_parser("spec", help="print the transition tables")
+    _configure_check(add("check", "model-check the bounded models in models/"))
+    bench.configure(add("bench", "time the checker against the baseline BFS"))
+    mutants.configure(add("mutants", "prove every planted table bug is caught"))
+    vectors.configure(add("vectors", "generate the conformance vectors ports replay"))
+
+    p_spec = add("spec", "print the transition tables")
     p_spec.add_argument("machine", nargs="*", help="machines to print (default: all)")
     p_spec.add_argument("--json", action="store_true", help="the JSON export ports consume")
 
-    p_acp = sub.add_parser("acp", help="serve an agent over the Agent Client Protocol on stdio")
+    p_acp = add("acp", "serve an agent over the Agent Client Protocol on stdio")
     p_acp.add_argument(
         "--model",
         default=None,
@@ -138,7 +323,7 @@ def _parser() -> argparse.ArgumentParser:
             help=f"a shell command run as a {seam} hook, {when} (repeatable, run in order)",
         )
 
-    p_diag = sub.add_parser("diagrams", help="generate DOT (and SVG, when dot is present)")
+    p_diag = add("diagrams", "generate DOT (and SVG, when dot is present)")
     p_diag.add_argument("--out", type=Path, default=None, help="output directory")
     p_diag.add_argument(
         "--check", action="store_true", help="fail and name each stale file; write nothing"
@@ -157,6 +342,8 @@ def _acp(args: argparse.Namespace) -> int:
     from fsm_core import acp  # noqa: PLC0415 - the other subcommands need not load it
     from fsm_core.runtime import Hooks  # noqa: PLC0415
 
+    if sys.stdin is None:
+        raise _Refused("acp: standard input is closed (<&-): the client's requests arrive there")
     if args.model is not None and args.hold is not None:
         raise _Refused("--hold applies to the echo model only; drop it or --model")
     model: ModelAdapter
@@ -166,19 +353,29 @@ def _acp(args: argparse.Namespace) -> int:
         try:
             model = acp.load_model(args.model)()
         except ValueError as error:
-            raise _Refused(str(error)) from None
+            module, _, factory = args.model.partition(":")
+            raise _Refused(
+                _bounded(str(error), [args.model, module, factory], ECHO_LIMIT)
+            ) from None
     try:
         hooks = Hooks(prompt=args.hook_prompt, tool=args.hook_tool, stop=args.hook_stop)
     except TypeError as error:
         raise _Refused(str(error).replace("Hooks.", "--hook-")) from None
-    asyncio.run(acp.serve(model, hooks=hooks))
+    # asyncio's own SIGINT handler cancels the serving task first (see _first_interrupt_only).
+    ours = signal.getsignal(signal.SIGINT)
+    if ours is _on_interrupt:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        asyncio.run(acp.serve(model, hooks=hooks))
+    finally:
+        if ours is _on_interrupt and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_interrupt)
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.specs is not None and not args.specs.is_dir():
-        fault = "not a directory" if args.specs.exists() else "no such directory"
-        raise _Refused(f"--specs {args.specs}: {fault}")
+    if args.specs is not None:
+        _directory("--specs", args.specs)
     if args.command == "check":
         return _check(args)
     if args.command == "bench":
@@ -221,6 +418,25 @@ def _run(args: argparse.Namespace) -> int:
     for path in write_diagrams(spec, out):
         print(f"wrote {path}")
     return 0
+
+
+def _directory(flag: str, path: Path) -> None:
+    """Refuse ``flag``'s ``path`` unless it is a directory."""
+    try:
+        if path.is_dir():
+            return
+        fault = "not a directory" if path.exists() else "no such directory"
+    except OSError as e:  # a name too long for the file system, a loop of links
+        fault = e.strerror or str(e)
+    raise _Refused(f"{flag} {_shown_path(path)}: {fault}")
+
+
+def _is_file(path: Path) -> bool:
+    """True iff ``path`` is a regular file; a name the file system refuses is none."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _discard_stdout() -> None:
@@ -298,12 +514,12 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
     for name in chosen:
         path = Path(name)
         if path.suffix == ".toml" or len(path.parts) > 1:
-            if not path.is_file():
-                raise _Refused(f"no model file {name}")
+            if not _is_file(path):
+                raise _Refused(f"no model file {_shown_path(name)}")
             out.append(load_model(path, specs=specs))
             continue
         candidate = root / f"{name}.toml"
-        if not candidate.is_file():
+        if not _is_file(candidate):
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
             raise _Refused(f"unknown model {echo(name)} (models: {known})")
         out.append(load_model(candidate, f"{root.name}/{candidate.name}", specs=specs))
@@ -321,7 +537,7 @@ def _unique(models: list[Model]) -> list[Model]:
     for m in models:
         if m.name in seen:
             raise _Refused(
-                f"model name {m.name!r} is used twice ({seen[m.name].file}, {m.file}): a run "
+                f"model name {echo(m.name)} is used twice ({seen[m.name].file}, {m.file}): a run "
                 "names its report and trace files by model; give one a different [model] name"
             )
         seen[m.name] = m
@@ -334,9 +550,16 @@ PROGRESS_AFTER = 2.0
 
 def _progress(name: str) -> Callable[[int, int, int, float], None]:
     """Print a progress line on stderr, as TLC and SPIN do, about once a second once a check
-    has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's."""
+    has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's.
+
+    Each call (about once a second) also looks whether standard output's reader has left,
+    and stops the check then with :class:`BrokenPipeError` (141): its report has nowhere to
+    go, so the rest of the search would be work for nobody.
+    """
 
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
+        if _reader_left():
+            raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
         if elapsed < PROGRESS_AFTER:
             return
         rate = states / elapsed if elapsed > 0 else 0.0
@@ -365,12 +588,16 @@ def _trace_paths(out: Path, models: Sequence[Model], force: bool) -> dict[str, P
         for m in models
     }
     for path in paths.values():
-        if not path.parent.is_dir():
-            raise _Refused(f"--trace-out {path}: no directory {path.parent}")
-        if path.exists() and not path.is_file():  # a directory, /dev/null, a FIFO
-            raise _Refused(f"--trace-out {path}: not a regular file")
-        if path.exists() and not force:
-            raise _Refused(f"--trace-out {path}: the file exists; --force overwrites it")
+        shown = _shown_path(path)
+        try:
+            if not path.parent.is_dir():
+                raise _Refused(f"--trace-out {shown}: no directory {_shown_path(path.parent)}")
+            if path.exists() and not path.is_file():  # a directory, /dev/null, a FIFO
+                raise _Refused(f"--trace-out {shown}: not a regular file")
+            if path.exists() and not force:
+                raise _Refused(f"--trace-out {shown}: the file exists; --force overwrites it")
+        except OSError as e:  # a name too long for the file system, a loop of links
+            raise _Refused(f"--trace-out {shown}: {e.strerror or e}") from None
     return paths
 
 
@@ -430,7 +657,8 @@ def _check(args: argparse.Namespace) -> int:
                 _write_whole(path, text)
             except OSError as e:
                 raise _Refused(
-                    f"cannot write the trace of {r.model.name} to {path}: {e.strerror or e}"
+                    f"cannot write the trace of {r.model.name} to {_shown_path(path)}: "
+                    f"{e.strerror or e}"
                 ) from None
             written.append(f"{r.model.name}: wrote the {trace_format} trace to {path}")
 

@@ -860,7 +860,9 @@ def _select_runtime(
     known: list[str] = [name for module in catalogues for name in module.BY_NAME]
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise MutantError(f"unknown runtime mutant {unknown[0]!r} (mutants: {', '.join(known)})")
+        raise MutantError(
+            f"unknown runtime mutant {echo(unknown[0])} (mutants: {', '.join(known)})"
+        )
     return [
         [m for m in module.BY_NAME.values() if not names or m.name in names]
         for module in catalogues
