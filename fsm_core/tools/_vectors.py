@@ -1690,7 +1690,7 @@ def _seconds(text: str) -> float:
     except ValueError:
         seconds = math.nan
     if not 0 < seconds < math.inf:
-        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text!r}")
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {echo(text)}")
     return seconds
 
 
@@ -1744,7 +1744,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"fail: {shown(name)}: {len(mine) - SHOWN:,} more vectors fail")
         if failures:
             print(f"every failure in full, one JSON line each: {full.name}")
-        print(f"replayed {count} vectors with {shlex.join(command)}: {count - len(failures)} pass")
+        passed = count - len(failures)
+        print(f"replayed {count} vectors with {shown(shlex.join(command))}: {passed} pass")
         return 1 if failures else 0
     if args.check:
         return _check(specs, out)
