@@ -640,7 +640,10 @@ def _check(args: argparse.Namespace) -> int:
             print(f"{m.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
         reports.append(r)
     failed = any(
-        (r.verdict != "ok" and not _expected_violation(r)) or r.mismatches() or r.unreacted
+        (r.verdict != "ok" and not _expected_violation(r))
+        or r.mismatches()
+        or r.unreacted
+        or r.unreached
         for r in reports
     )
     violating = [r for r in reports if r.violation is not None]
@@ -694,8 +697,9 @@ def _check(args: argparse.Namespace) -> int:
         print("\n".join(written))
     findings = [(r, _surprises(r)) for r in reports if r.result.complete]
     findings = [(r, dead) for r, dead in findings if dead]
-    unreached = [r for r in reports if r.unreacted]
-    if findings or unreached:
+    unreacted = [r for r in reports if r.unreacted]
+    unreached = [r for r in reports if r.unreached]
+    if findings or unreacted or unreached:
         print()
     for r, dead in findings:
         count = len(dead)
@@ -703,12 +707,21 @@ def _check(args: argparse.Namespace) -> int:
             f"finding: {r.model.name}: {count} row{'s' if count != 1 else ''} never taken: "
             f"{', '.join(dead)}"
         )
-    for r in unreached:
+    for r in unreacted:
         count, them = len(r.unreacted), "them" if len(r.unreacted) != 1 else "it"
         print(
             f"finding: {r.model.name}: {count} notifying effect{'s' if count != 1 else ''} "
             f"nothing re-enters: {', '.join(r.unreacted)} (re-enter {them} in [environment] "
             f"reactions, or say why not in [environment] unreacted of {r.model.file})"
+        )
+    for r in unreached:
+        count = len(r.unreached)
+        print(
+            f"finding: {r.model.name}: {count} notifying effect{'s' if count != 1 else ''} "
+            f"re-entered in name only, no step made a call inside: {', '.join(r.unreached)} "
+            f"(raise the budgets that reach {'them' if count != 1 else 'it'}, or drop "
+            f"{'them' if count != 1 else 'it'} from [environment] reactions and say why in "
+            f"[environment] unreacted of {r.model.file})"
         )
     print(done_line(reports, time.perf_counter() - start))
     return 1 if failed else 0

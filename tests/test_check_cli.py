@@ -456,6 +456,8 @@ def test_a_reaction_no_step_reaches_re_enters_nothing(tmp_path: Path) -> None:
     r = run(str(path))
     assert r.code == 1, r.out
     assert (
-        "finding: races: 2 notifying effects nothing re-enters: publish_disposing, "
-        "publish_disposed (" in r.out
+        "finding: races: 2 notifying effects re-entered in name only, no step made a call "
+        "inside: publish_disposing, publish_disposed (raise the budgets that reach them, or drop "
+        "them from [environment] reactions and say why in [environment] unreacted of "
+        "models/races.toml)" in r.out.splitlines()
     )

@@ -240,6 +240,7 @@ def test_cancel_turn_exports_its_effects_in_order() -> None:
     }
     assert _texts(row["do"]) == [
         "notify_cancel_requested(cause)",
+        ("holder == live", ["latch := false"]),
         ("not keep_inbox", ["pending := false", "latch := false", "clear_inbox()"]),
         ("holder == live", ["holder := aborted", "reason := cause", "abort_holder(cause)"]),
     ]
@@ -687,16 +688,20 @@ def test_listing_shows_a_row_with_its_numbered_effects_and_clauses() -> None:
         "cancelling"
     )
     body = lines[head + 1 : lines.index("", head)]
-    assert [line for line in body if not line.startswith("      An effective")] == [
+    doc = " ".join(_row("agent", "cancel.turn")["doc"].split())
+    assert " ".join(line.strip() for line in body[:3]) == doc  # the doc, wrapped
+    assert body[3:] == [
         "      1. notify_cancel_requested(cause)  (notifies)",
-        "      2. when not keep_inbox:",
-        "         2.1. pending := false",
-        "         2.2. latch := false",
-        "         2.3. clear_inbox()  (notifies)",
-        "      3. when holder == live:",
-        "         3.1. holder := aborted",
-        "         3.2. reason := cause",
-        "         3.3. abort_holder(cause)  (notifies)",
+        "      2. when holder == live:",
+        "         2.1. latch := false",
+        "      3. when not keep_inbox:",
+        "         3.1. pending := false",
+        "         3.2. latch := false",
+        "         3.3. clear_inbox()  (notifies)",
+        "      4. when holder == live:",
+        "         4.1. holder := aborted",
+        "         4.2. reason := cause",
+        "         4.3. abort_holder(cause)  (notifies)",
         "      clauses: S000.cause-union, S000.effective-cancel, S000.frozen-reason, "
         "S000.first-wins, S000.observer-work, S004.agent-cancel, S004.cancel-keep-inbox",
     ]

@@ -117,8 +117,9 @@ MODEL_FAULTS = [
         _model("agent.toml", "agent", AGENT_ENV + 'unreacted = { start = "why" }\n'),
         "models/m.toml: [environment] unreacted: 'start' is no notifying effect of this "
         "model's tables (notifying: enqueue, notify_cancel_requested, clear_inbox, "
-        "abort_holder, publish_status, claim_inbox, claim_steering, publish_turn_start, "
-        "publish_turn_end, publish_turn_error, publish_disposing, publish_disposed)",
+        "discard_removed, abort_holder, publish_status, claim_inbox, claim_steering, "
+        "publish_turn_start, publish_turn_end, publish_turn_error, publish_disposing, "
+        "publish_disposed)",
         id="unreacted-names-no-notifying-effect",
     ),
     pytest.param(
@@ -127,8 +128,8 @@ MODEL_FAULTS = [
             "agent",
             AGENT_ENV + 'reactions = ["enqueue"]\nunreacted = { enqueue = "why" }\n',
         ),
-        "models/m.toml: [environment] unreacted: 'enqueue' is re-entered here (by listeners); "
-        "unreacted names only what nothing re-enters",
+        "models/m.toml: [environment] unreacted: 'enqueue' is re-entered here (by listeners): "
+        "unreacted names only effects neither reactions nor the wiring re-enter",
         id="unreacted-names-a-reaction-point",
     ),
     pytest.param(

@@ -1036,6 +1036,7 @@ def test_the_limit_table_in_specs_readme_is_the_loaders() -> None:
 
     readme = (specs_dir() / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Limits\n")[1].split("\n## ")[0]
+    section = section.split("\nA durable session log")[0]  # the loader's table, not the log's
     rows = [
         line.split("|")[1:3]
         for line in section.splitlines()
@@ -1165,3 +1166,19 @@ def test_a_runtime_needs_the_wiring_of_its_tables(tmp_path: Path) -> None:
         match=exactly(f"{specs}: no wiring.toml connects the tables that rt.subagents runs"),
     ):
         Runtime(ScriptedModel(), specs=specs)
+
+
+def test_the_session_limit_table_in_specs_readme_is_the_sessions() -> None:
+    from fsm_core._paths import specs_dir
+    from fsm_core.runtime import _session
+
+    readme = (specs_dir() / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\nA durable session log")[1].split("\n## ")[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ")]
+    documented = {n.strip(): v.strip() for n, v in rows if "---" not in n and n.strip() != "limit"}
+    assert _session.SAFE_INTEGER == 2**53 - 1
+    assert documented == {
+        "session file": f"{_session.MAX_LOG_BYTES >> 20} MiB (`MAX_LOG_BYTES`)",
+        "integers": "+-(2**53 - 1) (`SAFE_INTEGER`)",
+        "nesting": f"{_session.MAX_DEPTH} (`MAX_DEPTH`)",
+    }

@@ -16,7 +16,7 @@ from fsm_core.check._explore import (
 )
 from fsm_core.check._moves import Move
 from fsm_core.check._property import Property
-from fsm_core.check._reentry import unreacted
+from fsm_core.check._reentry import unreached, unreacted
 from fsm_core.check._system import build
 
 __all__ = ["Backend", "Report", "check"]
@@ -41,9 +41,12 @@ class Report:
     dead_rows: tuple[str, ...]
     violation: Violation[Any] | None
     unreacted: tuple[str, ...] = ()
-    """The notifying effects nothing re-enters in the model and its file does not excuse: each
-    a finding that fails ``fsm-core check`` (:mod:`fsm_core.check._reentry`). After a complete
-    search, an effect its reactions name but no taken step made a call inside counts too."""
+    """The notifying effects no listener and no wiring call re-enters in the model and its
+    file does not excuse: each a finding that fails ``fsm-core check``
+    (:mod:`fsm_core.check._reentry`)."""
+    unreached: tuple[str, ...] = ()
+    """The notifying effects the model re-enters (its reactions, its wiring) inside which no
+    step of a complete, violation-free search made a call: each a finding that fails too."""
     backend: Literal["vector", "python"] = "python"
     """The backend that explored the model."""
     fallback: str | None = None
@@ -123,7 +126,7 @@ def check(
         violation = Violation(eventually, unsettled)
     moves = [built.moves[i] for i in result.labels_taken]
     taken = {row for move in moves for row in move.rows()}
-    uncovered = unreacted(model, moves if result.complete and violation is None else None)
+    idle = unreached(model, moves) if result.complete and violation is None else ()
     dead = tuple(r.id for r in model.machine.table.rows if r.reject is None and r.id not in taken)
     result.graph = None  # edges served the liveness check; do not keep them alive
     used: Literal["vector", "python"] = "python" if fallback or backend == "python" else "vector"
@@ -135,7 +138,8 @@ def check(
         built.properties,
         dead,
         violation,
-        uncovered,
+        unreacted(model),
+        idle,
         used,
         fallback,
     )

@@ -303,8 +303,8 @@ def _unreacted(f: _File, model: Model, value: object) -> dict[str, str]:
         if points[name]:
             f.fail(
                 where,
-                f"{echo(name)} is re-entered here (by {points[name]}); unreacted names only "
-                "what nothing re-enters",
+                f"{echo(name)} is re-entered here (by {points[name]}): unreacted names only "
+                "effects neither reactions nor the wiring re-enter",
             )
         out[name] = f.text(where, why, name)
         if not out[name].strip():

@@ -6,10 +6,14 @@ call back in. A model proves what happens there only if something re-enters it: 
 (``notify_parent`` telling the parent). A notifying effect nothing re-enters is a reaction
 point the model abstracts away, so whatever a listener could break there is proved nowhere:
 the checker reports it as a finding, like a row never taken, unless the model file says why
-it leaves it (``[environment] unreacted = { EFFECT = "why" }``). Naming an effect in
-``reactions`` is not enough: a complete search must also have made a call inside it in some
-step (a model whose budgets never reach the effect, or leave no call to make there, re-enters
-nothing there).
+it leaves it (``[environment] unreacted = { EFFECT = "why" }``).
+
+Naming an effect in ``reactions`` is not enough: after a complete search that found no
+violation, an effect no step made a call inside (a model whose budgets never reach it, or
+leave no call to make there) is a finding of its own, *unreached*. After a search cut short
+or stopped by a violation, the listing alone counts: the steps not explored might have
+reached it. Any call counts: the check says a listener re-entered the effect, not that every
+call a listener could make there was tried (the model's budgets say which calls exist).
 
 In a tree model the effects are named ``MACHINE.EFFECT`` (``activation.settle``,
 ``agent.publish_status``): the node's table, the door's and the agents' have one namespace
@@ -25,7 +29,7 @@ from fsm_core.check._config import Model
 from fsm_core.check._moves import Move
 from fsm_core.table import Machine
 
-__all__ = ["notification_points", "reentered", "unreacted"]
+__all__ = ["notification_points", "reentered", "unreached", "unreacted"]
 
 
 def _qualified(model: Model) -> bool:
@@ -86,13 +90,22 @@ def _machine_of(model: Model, instance: str) -> str:
     return model.machine.table.name
 
 
-def unreacted(model: Model, taken: Iterable[Move] | None = None) -> tuple[str, ...]:
-    """The notifying effects nothing re-enters in ``model`` and its file does not excuse, in
-    table order: each is a finding. With ``taken`` (the moves of a complete search), an effect
-    is re-entered only if some taken move made a call inside it."""
-    calls = None if taken is None else reentered(model, taken)
+def unreacted(model: Model) -> tuple[str, ...]:
+    """The notifying effects no listener and no wiring call re-enters in ``model`` and its
+    file does not excuse, in table order: each is a finding."""
     return tuple(
         name
         for name, how in notification_points(model).items()
-        if name not in model.unreacted and (not how or (calls is not None and name not in calls))
+        if not how and name not in model.unreacted
+    )
+
+
+def unreached(model: Model, taken: Iterable[Move]) -> tuple[str, ...]:
+    """The notifying effects ``model`` re-enters (its reactions name them, or the wiring
+    calls inside them) inside which no move of ``taken`` made a call, in table order: each is
+    a finding. ``taken`` is a complete search's moves: those of a search cut short prove
+    nothing unreached."""
+    calls = reentered(model, taken)
+    return tuple(
+        name for name, how in notification_points(model).items() if how and name not in calls
     )

@@ -265,8 +265,8 @@ def summary_table(reports: Iterable[Report]) -> str:
 
     Dead rows are counted only for a complete search (``-`` otherwise: a search cut short by a
     violation or a state limit has not tried every row); ``unreacted`` counts the notifying
-    effects nothing re-enters and the model does not excuse (:mod:`~._reentry`), whatever the
-    search found.
+    effects nothing re-enters and the model does not excuse, and those re-entered in name only
+    (:mod:`~._reentry`).
     """
     rows = [_COLUMNS]
     for r in reports:
@@ -282,7 +282,7 @@ def summary_table(reports: Iterable[Report]) -> str:
                 f"{res.seconds:.2f}",
                 f"{_rate(res.states, res.seconds):.0f}",
                 str(len(r.dead_rows)) if res.complete else "-",
-                str(len(r.unreacted)),
+                str(len(r.unreacted) + len(r.unreached)),
                 _expectation_mark(r),
             )
         )
@@ -365,6 +365,7 @@ def _model_json(r: Report) -> dict[str, Any]:
         "complete": res.complete,
         "dead_rows": list(r.dead_rows),
         "unreacted": list(r.unreacted),
+        "unreached": list(r.unreached),
         "clauses": sorted({c for p in r.properties for c in p.clauses}),
         "violation": violation,
         "expect": None

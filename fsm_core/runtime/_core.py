@@ -443,8 +443,7 @@ class AgentCore(Hosted[AgentContext]):
 
     @performs("discard_removed")
     def _discard_removed(self) -> None:
-        removed = self._context  # only remove's row discards one message: the one removed
-        assert isinstance(removed, UserMessage)
+        removed = self._about(UserMessage)  # remove's fire carries the message it removes
         taken = self.inbox._take(removed.id)
         assert taken is not None
         self._discard([taken])

@@ -298,6 +298,11 @@ class TurnRunner:
         assembled = await self.events.waterfall(
             "agent/assemble", AssembleContext(self.agent, signal, history), _same
         )
+        if type(assembled) is not AssembleContext:
+            raise UsageError(
+                f"agent {self.id}: an agent/assemble listener returned {echo(assembled)}, not "
+                "an AssembleContext; return the context it was given, or a changed copy"
+            )
         # A snapshot already; what a listener built is copied, so it cannot change it later.
         return history if assembled.messages is history else tuple(assembled.messages)
 
@@ -344,6 +349,11 @@ class TurnRunner:
         configured = await self.events.waterfall(
             "agent/request", RequestConfig(self.agent, signal, turn, step, request), _same
         )
+        if type(configured) is not RequestConfig:
+            raise UsageError(
+                f"agent {self.id}: an agent/request listener returned {echo(configured)}, not "
+                "a RequestConfig; return the payload it was given, or a changed copy"
+            )
         sent = configured.request
         if type(sent) is not Request or (sent.agent_id, sent.turn, sent.step) != (
             request.agent_id,

@@ -1359,8 +1359,16 @@ def _run_port(
         )
     except OSError as e:
         raise FsmError(f"--replay {shown(shlex.join(argv[:-1]))}: {e.strerror or e}") from None
-    talk = _Conversation(port, data, bounds, verdict, _Run(timeout, sum(bounds)))
     tree = f"{_TOKEN}={marker}".encode()
+    try:
+        talk = _Conversation(port, data, bounds, verdict, _Run(timeout, sum(bounds)))
+    except BaseException:  # no conversation (an fstat, a selector, Ctrl-C): no replayer either
+        _kill_tree(port, tree, frozenset())
+        for pipe in (port.stdin, port.stdout, port.stderr):
+            if pipe is not None:
+                pipe.close()
+        port.wait()
+        raise
     try:
         talk.run(timeout, lambda: _kill_tree(port, tree, talk.pipes))
     except BaseException:  # an interrupt (Ctrl-C): the replayer goes too

@@ -30,7 +30,10 @@ from fsm_core.tools._vectors import (
 )
 from tests.table_driver import VECTORS
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="probes /proc and pidfds: Linux"),
+]
 
 FLOOD = 32 << 20
 """What a flooding replayer writes: 32 MiB, thousands of times what a small file's answer may

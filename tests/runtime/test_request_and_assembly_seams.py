@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from fsm_core import UsageError
 from fsm_core.runtime import (
     USER,
     AbortSignal,
@@ -327,6 +328,55 @@ def test_a_listener_that_raises_outside_a_turn_raises_to_the_caller_and_leaves_t
         agent.followup(UserMessage("m1", "hi"))  # a turn's assembly is unaffected
         await agent.when_idle()
         assert outcomes(agent.session) == {1: COMPLETED}
+        await rt.aclose()
+
+    run(scenario())
+
+
+def test_a_listener_that_returns_no_payload_is_named_not_an_attribute_error() -> None:
+    """Review of issue 23: a waterfall listener returning something else than the payload it
+    was given (here the messages alone) is a UsageError naming what it returned: outside a
+    turn it reaches the caller; inside one the turn ends seam-failed, before any request."""
+
+    async def scenario() -> None:
+        model = ScriptedModel([Reply("never asked")])
+        rt = Runtime(model=model)
+        agent = (await rt.create_agent("a1")).agent
+
+        async def messages_only(payload: AssembleContext, next: NextAssembly) -> Any:
+            return payload.messages
+
+        rt.events.on("agent/assemble", messages_only)
+        with pytest.raises(UsageError, match=r"returned Messages\(\[\]\), not an Assemble"):
+            await agent.assemble()
+        agent.followup(UserMessage("m1", "hi"))
+        await agent.when_idle()
+        assert model.requests == []  # assembly comes before the step opens: step 0
+        assert outcomes(agent.session) == {1: {"kind": "error", "step": 0, "code": "seam-failed"}}
+        await rt.aclose()
+
+    run(scenario())
+
+
+def test_a_request_listener_that_returns_the_request_alone_ends_the_turn_seam_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        model = ScriptedModel([Reply("never asked")])
+        rt = Runtime(model=model)
+        agent = (await rt.create_agent("a1")).agent
+
+        async def request_only(payload: RequestConfig, next: NextRequest) -> Any:
+            return payload.request
+
+        rt.events.on("agent/request", request_only)
+        agent.followup(UserMessage("m1", "hi"))
+        await agent.when_idle()
+        assert model.requests == []
+        assert outcomes(agent.session) == {1: {"kind": "error", "step": 1, "code": "seam-failed"}}
+        (error,) = [r.exc_info[1] for r in caplog.records if r.exc_info]
+        assert isinstance(error, UsageError)  # not an AttributeError
+        assert "listener returned Request(" in str(error)
         await rt.aclose()
 
     run(scenario())
