@@ -1059,7 +1059,8 @@ class Session:
 
     async def flush(self) -> None:
         """A durability point: when it returns, the whole log is on disk (if attached), or
-        its writer has taken it.
+        its writer has taken it. A session whose agent was disposed writes its file no more
+        (it holds it no more: another agent may have resumed the log since).
 
         The runtime awaits it through the ``session/flush`` waterfall after each turn ends,
         before the next turn and before idle, and once more when the agent is disposed. With
@@ -1322,6 +1323,9 @@ class Session:
         claim, self._claim = self._claim, None
         if claim is not None:
             claim.release()
+            # It wrote its last log at disposal; holding the file no more, it writes it no more:
+            # a late flush would overwrite whatever a writer that resumed the log since wrote.
+            self._target = None
         self._agent = None
 
     def __repr__(self) -> str:

@@ -390,3 +390,37 @@ def test_sweeps_racing_a_writer_never_take_its_temp_file(tmp_path: Path) -> None
         sweeper.join()
     assert failures == []
     assert _temps(path) == []
+
+
+# --- a disposed writer's session object -------------------------------------------------------
+
+
+def test_a_disposed_agents_session_flushed_late_leaves_the_resumed_log_alone(
+    tmp_path: Path,
+) -> None:
+    """A user who keeps the Session of a disposed agent and flushes it after another agent
+    resumed the log must not overwrite the newer log with the older one: the session no longer
+    holds the file, so it no longer writes it."""
+    from fsm_core.runtime import Reply, Runtime, UserMessage
+    from fsm_core.testing import ScriptedModel
+
+    path = tmp_path / "a.jsonl"
+
+    async def scenario() -> None:
+        rt = Runtime(model=ScriptedModel([Reply("one"), Reply("two")]))
+        first = Session(path)
+        handle = await rt.create_agent("a1", first)
+        handle.agent.followup(UserMessage("m1", "hi"))
+        await handle.agent.when_idle()
+        await handle.dispose()
+        resumed = await rt.create_agent("a2", Session(path))  # reads the log, resumes it
+        resumed.agent.followup(UserMessage("m2", "again"))
+        await resumed.agent.when_idle()
+        newer = path.read_bytes()
+        assert len(Session.load(path).events) > len(first.events)
+
+        await first.flush()  # the disposed agent's session, flushed late
+        assert path.read_bytes() == newer
+        await rt.aclose()
+
+    asyncio.run(scenario())
