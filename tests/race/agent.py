@@ -69,6 +69,7 @@ from fsm_core import (
     MessagesClaimed,
     PreStep,
     Rejected,
+    RequestConfig,
     RequestError,
     State,
     StatusChanged,
@@ -109,11 +110,20 @@ R = TypeVar("R")
 Next = Callable[[P], Awaitable[R]]
 
 Seam = Literal[
-    "pre-step", "assembly", "model", "request-error", "tool", "turn-stopping", "flush", "hook"
+    "pre-step",
+    "assembly",
+    "request",
+    "model",
+    "request-error",
+    "tool",
+    "turn-stopping",
+    "flush",
+    "hook",
 ]
 SEAMS: tuple[Seam, ...] = (
     "pre-step",
     "assembly",
+    "request",
     "model",
     "request-error",
     "tool",
@@ -327,6 +337,7 @@ class AgentRaceMachine(RuleBasedStateMachine):
             events.on(name, self._guarded(name, self._noted(name)))
         events.on("agent/pre-step", self._pre_step)
         events.on("agent/assemble", self._assemble)
+        events.on("agent/request", self._configure)
         events.on("agent/request-error", self._request_error)
         events.on("agent/tool-approval", self._passing("hook"))
         events.on("agent/turn-stopping", self._passing("turn-stopping", turn=True))
@@ -921,6 +932,16 @@ class AgentRaceMachine(RuleBasedStateMachine):
         if self.step is not None:
             self.problems.append(f"assembly in turn {self.turn} ran inside step {self.step}")
         return await self._passing("assembly")(payload, next)  # type: ignore[no-any-return]
+
+    async def _configure(
+        self, payload: RequestConfig, next: Next[RequestConfig, RequestConfig]
+    ) -> RequestConfig:
+        # Request configuration runs inside the step it configures, before the model call.
+        if self.step != (payload.turn, payload.step):
+            self.problems.append(
+                f"request configuration {payload.turn}.{payload.step} ran in step {self.step}"
+            )
+        return await self._passing("request", turn=True)(payload, next)  # type: ignore[no-any-return]
 
     def _passing(self, seam: Seam, *, turn: bool = False) -> Callable[[Any, Next[Any, Any]], Any]:
         """A waterfall listener that passes ``seam`` (its gate, if armed), then the chain on;
