@@ -21,13 +21,8 @@ from pathlib import Path
 import pytest
 
 from fsm_core.cli import main
-from fsm_core.tools._vectors import (
-    REASON_SHOWN,
-    TABLES,
-    VERDICT_DEPTH,
-    VERDICT_SLACK,
-    verdict_bound,
-)
+from fsm_core.tools._replay import REASON_SHOWN, VERDICT_DEPTH, VERDICT_SLACK, verdict_bound
+from fsm_core.tools._vectors import TABLES
 from tests.table_driver import VECTORS
 
 pytestmark = [
