@@ -36,6 +36,7 @@ from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check._parallel import Source, check_in_workers
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -503,27 +504,52 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         "python (one state at a time; every model), or auto (the default): vector wherever a "
         "model fits. Both find the same counts and traces",
     )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="check up to N models at once, each in a process of its own (default: the cores "
+        "this process may use); 1 checks them one after another in this process. The output "
+        "is the same but for the timings",
+    )
 
 
-def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
-    """Every default-tier model, or the named ones (a name is a file stem; else a path)."""
+def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Model, Source]]:
+    """Every default-tier model, or the named ones (a name is a file stem; else a path), each
+    with where a worker loads it again."""
     root = models_dir()
     if not chosen:
-        return [m for m in load_models(root, specs=specs) if m.tier == "default"]
-    out: list[Model] = []
+        # load_models names each model root.name/FILE, as the named ones below are.
+        return [
+            (m, Source(root / Path(m.file).name, m.file, specs))
+            for m in load_models(root, specs=specs)
+            if m.tier == "default"
+        ]
+    out: list[tuple[Model, Source]] = []
     for name in chosen:
         path = Path(name)
         if path.suffix == ".toml" or len(path.parts) > 1:
             if not _is_file(path):
                 raise _Refused(f"no model file {_shown_path(name)}")
-            out.append(load_model(path, specs=specs))
+            out.append((load_model(path, specs=specs), Source(path.absolute(), None, specs)))
             continue
         candidate = root / f"{name}.toml"
         if not _is_file(candidate):
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
             raise _Refused(f"unknown model {echo(name)} (models: {known})")
-        out.append(load_model(candidate, f"{root.name}/{candidate.name}", specs=specs))
-    return _unique(out)
+        display = f"{root.name}/{candidate.name}"
+        out.append((load_model(candidate, display, specs=specs), Source(candidate, display, specs)))
+    _unique([m for m, _ in out])
+    return out
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the system has one), at least 1:
+    ``--workers``' default."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def _unique(models: list[Model]) -> list[Model]:
@@ -631,14 +657,32 @@ def _check(args: argparse.Namespace) -> int:
         raise _Refused("--force applies only to --trace-out")
     trace_format = args.trace_format or "text"
     start = time.perf_counter()
-    models = _select_models(args.model, args.specs)
+    jobs = _select_models(args.model, args.specs)
+    models = [m for m, _ in jobs]
     paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
+
+    def fell_back(r: Report) -> None:
+        if r.fallback is not None and (args.backend == "vector" or r.model.kind == "table"):
+            print(f"{r.model.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
+
+    workers = min(args.workers or usable_cores(), len(jobs))
     reports: list[Report] = []
-    for m in models:
-        r = check(m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend)
-        if r.fallback is not None and (args.backend == "vector" or m.kind == "table"):
-            print(f"{m.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
-        reports.append(r)
+    if workers > 1:  # in processes, each loading its model again from its file
+        reports = check_in_workers(
+            jobs,
+            workers,
+            progress=_progress,
+            on_report=fell_back,
+            max_states=args.max_states,
+            backend=args.backend,
+        )
+    else:
+        for m in models:
+            r = check(
+                m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend
+            )
+            fell_back(r)
+            reports.append(r)
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r))
         or r.mismatches()
