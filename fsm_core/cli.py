@@ -519,10 +519,12 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Mode
     """Every default-tier model, or the named ones (a name is a file stem; else a path), each
     with where a worker loads it again."""
     root = models_dir()
+    # A worker may run in another directory (the forkserver's): it gets absolute paths.
+    again = specs.absolute() if specs is not None else None
     if not chosen:
         # load_models names each model root.name/FILE, as the named ones below are.
         return [
-            (m, Source(root / Path(m.file).name, m.file, specs))
+            (m, Source(root.absolute() / Path(m.file).name, m.file, again))
             for m in load_models(root, specs=specs)
             if m.tier == "default"
         ]
@@ -532,14 +534,19 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Mode
         if path.suffix == ".toml" or len(path.parts) > 1:
             if not _is_file(path):
                 raise _Refused(f"no model file {_shown_path(name)}")
-            out.append((load_model(path, specs=specs), Source(path.absolute(), None, specs)))
+            out.append((load_model(path, specs=specs), Source(path.absolute(), None, again)))
             continue
         candidate = root / f"{name}.toml"
         if not _is_file(candidate):
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
             raise _Refused(f"unknown model {echo(name)} (models: {known})")
         display = f"{root.name}/{candidate.name}"
-        out.append((load_model(candidate, display, specs=specs), Source(candidate, display, specs)))
+        out.append(
+            (
+                load_model(candidate, display, specs=specs),
+                Source(candidate.absolute(), display, again),
+            )
+        )
     _unique([m for m, _ in out])
     return out
 
