@@ -7,8 +7,9 @@ tests/test_readme.py keeps the two lists in step):
 - 1: a check failed: a violation, a missed ``[expect]``, a search cut short by
   ``--max-states``, a surviving mutant, counts that disagree, stale diagrams.
 - 2: bad input, refused before anything runs wherever it can be (a malformed table or model
-  file, an unknown name, a bad flag), or output that cannot be written (a full disk, a
-  standard output closed with ``>&-``).
+  file, an unknown name, a bad flag), output that cannot be written (a full disk, a
+  standard output closed with ``>&-``), or a ``check --workers`` worker that died (killed)
+  before its report.
 - 130: interrupted (SIGINT): one line, no traceback, no trace file; a second one is ignored.
 - 141: standard output's reader left (a pipe's reader closed it): quiet, as SIGPIPE would
   stop it.

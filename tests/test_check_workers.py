@@ -178,14 +178,15 @@ def test_sigint_stops_every_worker_with_one_line_and_130() -> None:
 
 @linux_only
 def test_a_worker_killed_is_an_error_naming_its_model() -> None:
-    """bench_S is reported long before bench_L's first progress line: the one worker then
-    running checks bench_L."""
+    """bench_S is reported long before bench_L's first progress line: of the workers killed
+    then, one was checking bench_L, and the other waited for work."""
     p, _, workers = under_way(
         ["check", "--workers", "2", "--backend", "python", "bench_S", LONG], f"{LONG}: states="
     )
     with p:
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGKILL)
+        assert len(workers) == 2, workers
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
         out, err = p.communicate(timeout=60)
     assert (p.returncode, out) == (2, "")
     assert err.splitlines()[-1] == (

@@ -8,14 +8,15 @@ the caller joins to its own model again (:func:`attach`)::
 
     reports = check_in_workers([(model, Source(path))], workers=2)
 
-The workers are :mod:`multiprocessing` processes, one per model and at most ``workers`` at a
-time, made by the ``forkserver`` (``spawn`` where there is none): a server that has imported
+The workers are ``workers`` :mod:`multiprocessing` processes, each checking one model after
+another, made by the ``forkserver`` (``spawn`` where there is none): a server that has imported
 the checker once forks each worker, so a worker starts in milliseconds and never inherits the
-caller's threads. A process per model, rather than a pool of long-lived ones, is what lets the
-caller name the model whose worker died and stop every worker with
-:meth:`multiprocessing.Process.terminate`: :class:`concurrent.futures.ProcessPoolExecutor`
-breaks every pending future when one worker dies and has no public way to stop its workers on
-Python 3.11.
+caller's threads. A worker keeps the tables it has loaded (proving a table is most of a model's
+loading, a second or more), so it pays for each table once, not once per model. The workers
+are managed here rather than by :class:`concurrent.futures.ProcessPoolExecutor`, which breaks
+every pending future when one worker dies, without saying which model it was checking, and on
+Python 3.11 has no public way to stop its workers on Ctrl-C: here the caller knows each
+worker's model and stops them all with :meth:`multiprocessing.Process.terminate`.
 
 Each worker talks to the caller over a pipe of its own: progress ticks and, last, its report.
 The caller prints the progress lines itself, so lines from several workers never interleave
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, Literal, final
+from typing import Any, Literal, NoReturn, final
 
 from fsm_core._errors import FsmError, TransitionError
 from fsm_core.check._check import Backend, Report, check
@@ -130,41 +131,54 @@ def _context() -> multiprocessing.context.BaseContext:
 
 
 _Message = tuple[Any, ...]
-"""What a worker sends: ``("progress", states, frontier, depth, elapsed)``, then one of
-``("report", Detached)``, ``("refused", message)`` (an :class:`FsmError` but a bug's) or
-``("failed", traceback)``."""
+"""What a worker sends for a job: ``("progress", states, frontier, depth, elapsed)`` ticks,
+then one of ``("report", Detached)``, ``("refused", message)`` (an :class:`FsmError` but a
+bug's) or ``("failed", traceback)``."""
+
+_Job = tuple[Source, int | None, Backend]
+"""What a worker is sent: a model's source, ``max_states`` and the backend; None to stop."""
 
 
-def _work(conn: Connection, source: Source, max_states: int | None, backend: Backend) -> None:
-    """A worker's body: load the model, check it, send the report over ``conn``."""
+def _serve(conn: Connection) -> None:
+    """A worker's body: check each model it is sent, sending back its ticks and its report,
+    until it is sent None or the caller is gone. Tables stay loaded from one model to the
+    next (:func:`load_model` keeps the last few), so a worker pays for each table once."""
     # Ctrl-C in a terminal reaches the whole process group; the caller alone answers it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def progress(states: int, frontier: int, depth: int, elapsed: float) -> None:
         conn.send(("progress", states, frontier, depth, elapsed))
 
-    try:
-        model = load_model(source.path, source.display, specs=source.specs)
-        report = check(model, progress=progress, max_states=max_states, backend=backend)
-        message: _Message = ("report", detach(report))
-    except TransitionError:  # a bug: its traceback is the report
-        message = ("failed", traceback.format_exc())
-    except FsmError as e:
-        message = ("refused", str(e))
-    except Exception:
-        message = ("failed", traceback.format_exc())
-    conn.send(message)
-    conn.close()
+    while True:
+        try:
+            job: _Job | None = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        source, max_states, backend = job
+        try:
+            model = load_model(source.path, source.display, specs=source.specs)
+            report = check(model, progress=progress, max_states=max_states, backend=backend)
+            message: _Message = ("report", detach(report))
+        except TransitionError:  # a bug: its traceback is the report
+            message = ("failed", traceback.format_exc())
+        except FsmError as e:
+            message = ("refused", str(e))
+        except Exception:
+            message = ("failed", traceback.format_exc())
+        conn.send(message)
 
 
 @dataclass(slots=True)
-class _Running:
-    index: int
-    model: Model
+class _Worker:
+    """A worker process, and the model it is checking (None while it waits for one)."""
+
     process: BaseProcess
     conn: Connection
-    progress: Progress
-    report: Report | None = None
+    index: int = -1
+    model: Model | None = None
+    progress: Progress | None = None
 
 
 def check_in_workers(
@@ -176,100 +190,115 @@ def check_in_workers(
     max_states: int | None = None,
     backend: Backend = "auto",
 ) -> list[Report]:
-    """Check each job's model in a worker process, at most ``workers`` at once; the reports in
-    the order of ``jobs``, the same as :func:`check` gives one model after another.
+    """Check each job's model in one of ``workers`` processes; the reports in the order of
+    ``jobs``, the same as :func:`check` gives one model after another.
 
     ``progress(name)`` makes the callback for a model's ticks, called in this process.
     ``on_report`` sees each report in the order of ``jobs``, as soon as it and every report
     before it are in. A worker that ends without a report raises :class:`WorkerDied` naming
     its model; a worker's :class:`FsmError` is raised here with its message; any other
     fault in a worker is a bug, raised as :class:`RuntimeError` with the worker's traceback.
-    Whatever ends the call early (those, an interrupt, an exception from a callback) stops
-    every worker still running before it propagates.
+    Whatever ends the call (those, an interrupt, an exception from a callback, or the last
+    report) stops every worker before it returns or propagates.
     """
     context = _context()
     waiting = list(enumerate(jobs))
     waiting.reverse()
-    running: dict[Connection, _Running] = {}
     reports: dict[int, Report] = {}
     shown = 0
+    pool: list[_Worker] = []
+    stopped = False  # True iff every worker was sent None: it ends by itself
     try:
-        while waiting or running:
-            while waiting and len(running) < workers:
-                index, (model, source) = waiting.pop()
-                reader, writer = context.Pipe(duplex=False)
-                process = context.Process(  # type: ignore[attr-defined]
-                    target=_work,
-                    args=(writer, source, max_states, backend),
-                    name=f"fsm-core check {model.name}",
-                    daemon=True,
-                )
-                process.start()
-                writer.close()  # the worker holds the only writing end: its death is EOF here
-                tick = progress(model.name) if progress is not None else _silent
-                running[reader] = _Running(index, model, process, reader, tick)
-            # A worker's pipe (a message is in) and its sentinel (it has ended), each with
-            # True iff it is the sentinel.
-            ends: dict[object, tuple[_Running, bool]] = {}
-            for job in running.values():
-                ends[job.conn] = (job, False)
-                ends[job.process.sentinel] = (job, True)
-            pipes = [job.conn for job in running.values()]
-            for ready in wait([*pipes, *(job.process.sentinel for job in running.values())]):
-                job, ended = ends[ready]
-                if job.conn not in running:
-                    continue  # its pipe and its sentinel were both ready; one settled it
-                if _receive(job, ended=ended):
-                    del running[job.conn]
-                    job.conn.close()
-                    job.process.join()
-                    assert job.report is not None
-                    reports[job.index] = job.report
+        for _ in range(min(workers, len(jobs))):
+            ours, theirs = context.Pipe()
+            process = context.Process(  # type: ignore[attr-defined]
+                target=_serve, args=(theirs,), name="fsm-core check worker", daemon=True
+            )
+            process.start()
+            theirs.close()  # the worker holds the only other end: its death is EOF here
+            pool.append(_Worker(process, ours))
+        while waiting or any(w.model is not None for w in pool):
+            for worker in pool:
+                if worker.model is None and waiting:
+                    index, (model, source) = waiting.pop()
+                    worker.index, worker.model = index, model
+                    worker.progress = progress(model.name) if progress is not None else None
+                    _send(worker, (source, max_states, backend))
+            busy = [w for w in pool if w.model is not None]
+            # A busy worker's pipe (a message is in) and its sentinel (it has ended).
+            ends: dict[object, tuple[_Worker, bool]] = {}
+            for worker in busy:
+                ends[worker.conn] = (worker, False)
+                ends[worker.process.sentinel] = (worker, True)
+            for ready in wait([*(w.conn for w in busy), *(w.process.sentinel for w in busy)]):
+                worker, ended = ends[ready]
+                if worker.model is None:
+                    continue  # its pipe and its sentinel were both ready; the pipe settled it
+                report = _receive(worker, ended=ended)
+                if report is not None:
+                    reports[worker.index] = report
+                    worker.model = worker.progress = None
             while shown in reports:
                 if on_report is not None:
                     on_report(reports[shown])
                 shown += 1
+        for worker in pool:
+            _send(worker, None)
+        stopped = True
     finally:
-        for job in running.values():
-            job.process.terminate()
-        for job in running.values():
-            job.process.join()
-            job.conn.close()
+        for worker in pool if not stopped else ():
+            worker.process.terminate()
+        for worker in pool:
+            worker.process.join()
+            worker.conn.close()
     return [reports[i] for i in range(len(jobs))]
 
 
-def _silent(states: int, frontier: int, depth: int, elapsed: float) -> None:
-    pass
+def _send(worker: _Worker, job: _Job | None) -> None:
+    """Send ``worker`` its next job (None: stop); a worker already dead raises
+    :class:`WorkerDied` naming the model it was to check."""
+    try:
+        worker.conn.send(job)
+    except OSError:  # BrokenPipeError, which must not pass for standard output's (141)
+        if worker.model is None:
+            return  # stopping one that is gone anyway
+        _died(worker)
 
 
-def _receive(job: _Running, *, ended: bool) -> bool:
-    """Read the next message of ``job``'s worker (every one it left, once it has ``ended``);
-    True iff its report is in. Raises when the worker failed, or ended without a report."""
-    while not ended or job.conn.poll(0):
+def _receive(worker: _Worker, *, ended: bool) -> Report | None:
+    """Read the next message of ``worker`` (every one it left, once it has ``ended``); its
+    report, once in. Raises when the worker failed, or ended without a report."""
+    assert worker.model is not None
+    while not ended or worker.conn.poll(0):
         try:
-            message: _Message = job.conn.recv()
+            message: _Message = worker.conn.recv()
         except EOFError:  # the worker is gone, and its report never came
             break
         kind = message[0]
         if kind == "progress":
-            job.progress(*message[1:])
+            if worker.progress is not None:
+                worker.progress(*message[1:])
         elif kind == "report":
-            job.report = attach(message[1], job.model)
-            return True
+            return attach(message[1], worker.model)
         elif kind == "refused":
             raise _WorkerFault(message[1])
         else:
-            raise RuntimeError(f"the worker checking {job.model.name} failed:\n{message[1]}")
+            raise RuntimeError(f"the worker checking {worker.model.name} failed:\n{message[1]}")
         if not ended:
-            return False
-    job.process.join()
-    code = job.process.exitcode
+            return None
+    _died(worker)
+
+
+def _died(worker: _Worker) -> NoReturn:
+    assert worker.model is not None
+    worker.process.join()
+    code = worker.process.exitcode
     how = (
         f"killed by {signal.Signals(-code).name}"
         if code is not None and code < 0
         else f"exit status {code}"
     )
     raise WorkerDied(
-        f"the worker checking {job.model.name} ({job.model.file}) died ({how}) before it "
-        "reported; nothing is reported: --workers 1 checks every model in this process"
+        f"the worker checking {worker.model.name} ({worker.model.file}) died ({how}) before "
+        "it reported; nothing is reported: --workers 1 checks every model in this process"
     )
