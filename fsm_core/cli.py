@@ -510,9 +510,9 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="check up to N models at once, each in a process of its own (default: the cores "
-        "this process may use); 1 checks them one after another in this process. The output "
-        "is the same but for the timings",
+        help="check up to N models at once in N worker processes (default: the cores this "
+        "process may use); 1 checks them one after another in this process. The output is the "
+        "same but for the timings",
     )
 
 
