@@ -37,7 +37,7 @@ from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
-from fsm_core.check._parallel import Source, check_in_workers
+from fsm_core.check._parallel import Source, check_in_workers, warm_up
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -665,6 +665,8 @@ def _check(args: argparse.Namespace) -> int:
         raise _Refused("--force applies only to --trace-out")
     trace_format = args.trace_format or "text"
     start = time.perf_counter()
+    if (args.workers or usable_cores()) > 1 and len(args.model) != 1:
+        warm_up()  # the workers' server imports the checker while this process loads models
     jobs = _select_models(args.model, args.specs)
     models = [m for m, _ in jobs]
     paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)

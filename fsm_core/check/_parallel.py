@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import multiprocessing.forkserver
 import signal
 import traceback
 from collections.abc import Callable, Sequence
@@ -44,7 +45,15 @@ from fsm_core.check._modelfile import load_model
 from fsm_core.check._moves import Move
 from fsm_core.check._property import Property
 
-__all__ = ["Detached", "Source", "WorkerDied", "attach", "check_in_workers", "detach"]
+__all__ = [
+    "Detached",
+    "Source",
+    "WorkerDied",
+    "attach",
+    "check_in_workers",
+    "detach",
+    "warm_up",
+]
 
 
 @final
@@ -128,6 +137,13 @@ def _context() -> multiprocessing.context.BaseContext:
         context.set_forkserver_preload(["fsm_core.check._parallel", "fsm_core.check._vector"])
         return context
     return multiprocessing.get_context("spawn")
+
+
+def warm_up() -> None:
+    """Start the forkserver now, to import the checker while this process loads the models;
+    :func:`check_in_workers` would start it otherwise. Without a forkserver, nothing."""
+    if _context().get_start_method() == "forkserver":
+        multiprocessing.forkserver.ensure_running()
 
 
 _Message = tuple[Any, ...]
