@@ -7,8 +7,9 @@ tests/test_readme.py keeps the two lists in step):
 - 1: a check failed: a violation, a missed ``[expect]``, a search cut short by
   ``--max-states``, a surviving mutant, counts that disagree, stale diagrams.
 - 2: bad input, refused before anything runs wherever it can be (a malformed table or model
-  file, an unknown name, a bad flag), or output that cannot be written (a full disk, a
-  standard output closed with ``>&-``).
+  file, an unknown name, a bad flag), output that cannot be written (a full disk, a
+  standard output closed with ``>&-``), or a ``check --workers`` worker that died (killed)
+  before its report.
 - 130: interrupted (SIGINT): one line, no traceback, no trace file; a second one is ignored.
 - 141: standard output's reader left (a pipe's reader closed it): quiet, as SIGPIPE would
   stop it.
@@ -36,6 +37,7 @@ from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check._parallel import Source, check_in_workers, warm_up
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -503,27 +505,59 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         "python (one state at a time; every model), or auto (the default): vector wherever a "
         "model fits. Both find the same counts and traces",
     )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="check up to N models at once in N worker processes (default: the cores this "
+        "process may use); 1 checks them one after another in this process. The output is the "
+        "same but for the timings",
+    )
 
 
-def _select_models(chosen: Sequence[str], specs: Path | None) -> list[Model]:
-    """Every default-tier model, or the named ones (a name is a file stem; else a path)."""
+def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Model, Source]]:
+    """Every default-tier model, or the named ones (a name is a file stem; else a path), each
+    with where a worker loads it again."""
     root = models_dir()
+    # A worker may run in another directory (the forkserver's): it gets absolute paths.
+    again = specs.absolute() if specs is not None else None
     if not chosen:
-        return [m for m in load_models(root, specs=specs) if m.tier == "default"]
-    out: list[Model] = []
+        # load_models names each model root.name/FILE, as the named ones below are.
+        return [
+            (m, Source(root.absolute() / Path(m.file).name, m.file, again))
+            for m in load_models(root, specs=specs)
+            if m.tier == "default"
+        ]
+    out: list[tuple[Model, Source]] = []
     for name in chosen:
         path = Path(name)
         if path.suffix == ".toml" or len(path.parts) > 1:
             if not _is_file(path):
                 raise _Refused(f"no model file {_shown_path(name)}")
-            out.append(load_model(path, specs=specs))
+            out.append((load_model(path, specs=specs), Source(path.absolute(), None, again)))
             continue
         candidate = root / f"{name}.toml"
         if not _is_file(candidate):
             known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
             raise _Refused(f"unknown model {echo(name)} (models: {known})")
-        out.append(load_model(candidate, f"{root.name}/{candidate.name}", specs=specs))
-    return _unique(out)
+        display = f"{root.name}/{candidate.name}"
+        out.append(
+            (
+                load_model(candidate, display, specs=specs),
+                Source(candidate.absolute(), display, again),
+            )
+        )
+    _unique([m for m, _ in out])
+    return out
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the system has one), at least 1:
+    ``--workers``' default."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def _unique(models: list[Model]) -> list[Model]:
@@ -631,14 +665,34 @@ def _check(args: argparse.Namespace) -> int:
         raise _Refused("--force applies only to --trace-out")
     trace_format = args.trace_format or "text"
     start = time.perf_counter()
-    models = _select_models(args.model, args.specs)
+    if (args.workers or usable_cores()) > 1 and len(args.model) != 1:
+        warm_up()  # the workers' server imports the checker while this process loads models
+    jobs = _select_models(args.model, args.specs)
+    models = [m for m, _ in jobs]
     paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
+
+    def fell_back(r: Report) -> None:
+        if r.fallback is not None and (args.backend == "vector" or r.model.kind == "table"):
+            print(f"{r.model.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
+
+    workers = min(args.workers or usable_cores(), len(jobs))
     reports: list[Report] = []
-    for m in models:
-        r = check(m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend)
-        if r.fallback is not None and (args.backend == "vector" or m.kind == "table"):
-            print(f"{m.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
-        reports.append(r)
+    if workers > 1:  # in processes, each loading its model again from its file
+        reports = check_in_workers(
+            jobs,
+            workers,
+            progress=_progress,
+            on_report=fell_back,
+            max_states=args.max_states,
+            backend=args.backend,
+        )
+    else:
+        for m in models:
+            r = check(
+                m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend
+            )
+            fell_back(r)
+            reports.append(r)
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r))
         or r.mismatches()
