@@ -207,3 +207,26 @@ def test_one_model_is_checked_in_this_process_whatever_workers_says(
     monkeypatch.setattr(cli, "check_in_workers", refuse)
     r: Run = run("--workers", "2", "bench_S")
     assert r.code == 0, r.out
+
+
+def test_the_costliest_model_is_handed_out_first_and_reports_keep_their_order() -> None:
+    """The model whose ``[expect]`` records the most transitions starts first, so it does not
+    start last while the other workers idle; the reports still come in the order asked."""
+    from fsm_core._paths import models_dir
+    from fsm_core.check import load_model
+    from fsm_core.check._parallel import Source, check_in_workers
+
+    names = ("bench_S", "agent_races", "activation_chain")
+    jobs = [
+        (load_model(models_dir() / f"{n}.toml"), Source(models_dir() / f"{n}.toml")) for n in names
+    ]
+    handed: list[str] = []
+
+    def progress(name: str) -> Any:
+        handed.append(name)
+        return None
+
+    reports = check_in_workers(jobs, 1, progress=progress)
+    costs = {m.name: m.expect.transitions for m, _ in jobs if m.expect is not None}
+    assert handed == sorted(names, key=costs.__getitem__, reverse=True)
+    assert [r.model.name for r in reports] == list(names)

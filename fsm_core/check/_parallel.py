@@ -218,8 +218,9 @@ def check_in_workers(
     report) stops every worker before it returns or propagates.
     """
     context = _context()
-    waiting = list(enumerate(jobs))
-    waiting.reverse()
+    # Handed out costliest first (popped from the end), so the longest model does not start
+    # last while the other workers idle; the reports still come in the order of ``jobs``.
+    waiting = sorted(enumerate(jobs), key=lambda job: _cost(job[1][0]))
     reports: dict[int, Report] = {}
     shown = 0
     pool: list[_Worker] = []
@@ -268,6 +269,12 @@ def check_in_workers(
             worker.process.join()
             worker.conn.close()
     return [reports[i] for i in range(len(jobs))]
+
+
+def _cost(model: Model) -> float:
+    """What checking ``model`` is expected to cost: the transitions its ``[expect]`` records,
+    and the most for a model that records none (it may be the largest)."""
+    return float("inf") if model.expect is None else model.expect.transitions
 
 
 def _send(worker: _Worker, job: _Job | None) -> None:
