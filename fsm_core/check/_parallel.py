@@ -35,15 +35,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, Literal, NoReturn, final
+from typing import Any, NoReturn, final
 
 from fsm_core._errors import FsmError, TransitionError
 from fsm_core.check._check import Backend, Report, check
 from fsm_core.check._config import Model
-from fsm_core.check._explore import Progress, Result, Violation
+from fsm_core.check._explore import Progress
 from fsm_core.check._modelfile import load_model
-from fsm_core.check._moves import Move
-from fsm_core.check._property import Property
 
 __all__ = [
     "Detached",
@@ -66,60 +64,26 @@ class Source:
     specs: Path | None = None
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class Detached:
-    """A :class:`Report` without its model: what a worker sends back, picklable.
+Detached = dict[str, Any]
+"""A :class:`Report`'s fields but its model, by name: what a worker sends back, picklable.
 
-    Invariant: ``properties`` carry no predicate and ``result`` no parent pointers or graph;
-    the report functions read neither (only names, statements, clauses and the trace).
-    """
-
-    result: Result[Any]
-    names: tuple[str, ...]
-    moves: list[Move]
-    properties: tuple[Property, ...]
-    dead_rows: tuple[str, ...]
-    violation: Violation[Any] | None
-    unreacted: tuple[str, ...]
-    unreached: tuple[str, ...]
-    backend: Literal["vector", "python"]
-    fallback: str | None
+Invariant: ``properties`` carry no predicate and ``result`` no parent pointers or graph; the
+report functions read neither (only names, statements, clauses and the trace)."""
 
 
 def detach(report: Report) -> Detached:
-    """``report`` without what only the process that checked it can hold or needs."""
-    result = dataclasses.replace(report.result, graph=None, parent={})
-    return Detached(
-        result,
-        report.names,
-        report.moves,
-        tuple(dataclasses.replace(p, predicate=None) for p in report.properties),
-        report.dead_rows,
-        report.violation,
-        report.unreacted,
-        report.unreached,
-        report.backend,
-        report.fallback,
-    )
+    """``report`` without what only the process that checked it can hold or needs. Every
+    other field of :class:`Report` goes as it is, so a field added there needs nothing here."""
+    fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+    del fields["model"]
+    fields["result"] = dataclasses.replace(report.result, graph=None, parent={})
+    fields["properties"] = tuple(dataclasses.replace(p, predicate=None) for p in report.properties)
+    return fields
 
 
 def attach(detached: Detached, model: Model) -> Report:
     """The report of ``model`` that ``detached`` was made from (less what :func:`detach` left)."""
-    d = detached
-    return Report(
-        model,
-        d.result,
-        d.names,
-        d.moves,
-        d.properties,
-        d.dead_rows,
-        d.violation,
-        d.unreacted,
-        d.unreached,
-        d.backend,
-        d.fallback,
-    )
+    return Report(model=model, **detached)
 
 
 class WorkerDied(FsmError):

@@ -112,22 +112,25 @@ ATTACKS = {
 }
 
 
+async def _aborted(fight: Fight, reaped: list[int]) -> HookResult:
+    """Run ``fight``'s hook, abort it once its attack is under way, and return its result
+    (:func:`_unwedged`: the test fails, naming the wedge, if ``run_hook`` never returns)."""
+    controller = AbortController()
+    running = asyncio.ensure_future(
+        run_hook(fight.command, RunHookOptions(signal=controller.signal, grace=0.1))
+    )
+    await fight.ready(reaped)
+    controller.abort(USER)
+    return await _unwedged(running, reaped)  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("attack", list(ATTACKS.values()), ids=list(ATTACKS))
 def test_a_hook_that_fights_its_supervisor_is_killed_and_reaped_after_the_abort(
     tmp_path: Path, reaped: list[int], attack: str
 ) -> None:
     fight = Fight(tmp_path, attack)
 
-    async def main() -> HookResult:
-        controller = AbortController()
-        running = asyncio.ensure_future(
-            run_hook(fight.command, RunHookOptions(signal=controller.signal, grace=0.1))
-        )
-        await fight.ready(reaped)
-        controller.abort(USER)
-        return await _unwedged(running, reaped)  # type: ignore[no-any-return]
-
-    result = asyncio.run(main())
+    result = asyncio.run(_aborted(fight, reaped))
     assert [pid for pid in reaped if alive(pid)] == []
     assert (result.exit_code, result.decision) == (None, None)
 
@@ -217,16 +220,7 @@ def test_a_hook_that_kills_its_supervisor_itself_is_killed_and_run_hook_returns(
     and ``run_hook`` returns. None is left running (init may leave them zombies)."""
     fight = Fight(tmp_path, f"kill -KILL {GRANDPARENT}")
 
-    async def main() -> HookResult:
-        controller = AbortController()
-        running = asyncio.ensure_future(
-            run_hook(fight.command, RunHookOptions(signal=controller.signal, grace=0.1))
-        )
-        await fight.ready(reaped)
-        controller.abort(USER)
-        return await _unwedged(running, reaped)  # type: ignore[no-any-return]
-
-    result = asyncio.run(main())
+    result = asyncio.run(_aborted(fight, reaped))
     assert [pid for pid in reaped if _running(pid)] == []
     assert (result.exit_code, result.decision) == (None, None)
 

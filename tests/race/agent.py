@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast, get_args
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -120,17 +120,7 @@ Seam = Literal[
     "flush",
     "hook",
 ]
-SEAMS: tuple[Seam, ...] = (
-    "pre-step",
-    "assembly",
-    "request",
-    "model",
-    "request-error",
-    "tool",
-    "turn-stopping",
-    "flush",
-    "hook",
-)
+SEAMS: tuple[Seam, ...] = get_args(Seam)
 ReplyKind = Literal["stop", "max_tokens", "blocked", "tool_calls", "error", "error_retry"]
 REPLIES: tuple[ReplyKind, ...] = (
     "stop",
