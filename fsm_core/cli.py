@@ -45,9 +45,6 @@ from fsm_core.check._report import (
     to_itf,
     to_json,
 )
-from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
-from fsm_core.export import spec_to_json, spec_to_text
-from fsm_core.runtime import ModelAdapter
 from fsm_core.table import load_spec
 from fsm_core.tools import _bench as bench
 from fsm_core.tools import _mutants as mutants
@@ -342,7 +339,7 @@ def _acp(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from fsm_core import acp  # noqa: PLC0415 - the other subcommands need not load it
-    from fsm_core.runtime import Hooks  # noqa: PLC0415
+    from fsm_core.runtime import Hooks, ModelAdapter  # noqa: PLC0415
 
     if sys.stdin is None:
         raise _Refused("acp: standard input is closed (<&-): the client's requests arrive there")
@@ -400,12 +397,16 @@ def _run(args: argparse.Namespace) -> int:
             names = ", ".join(spec.machines)
             raise _Refused(f"unknown machine {echo(unknown[0])} (machines: {names})")
         chosen = args.machine or list(spec.machines)
+        from fsm_core.export import spec_to_json, spec_to_text  # noqa: PLC0415
+
         if args.json:
             # ASCII escapes keep the export printable on any terminal; JSON readers undo them.
             print(json.dumps(spec_to_json(spec, chosen), indent=2))
         else:
             print(spec_to_text(spec, chosen), end="")
         return 0
+
+    from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams  # noqa: PLC0415
 
     out = args.out if args.out is not None else default_out_dir()
     if args.check:
