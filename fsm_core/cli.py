@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import json
 import os
 import select
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any, Literal, NoReturn
 
 from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
@@ -46,9 +47,6 @@ from fsm_core.check._report import (
     to_json,
 )
 from fsm_core.table import load_spec
-from fsm_core.tools import _bench as bench
-from fsm_core.tools import _mutants as mutants
-from fsm_core.tools import _vectors as vectors
 
 INTERRUPTED = 130
 """The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""
@@ -287,9 +285,10 @@ def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, words=words)
 
     _configure_check(add("check", "model-check the bounded models in models/"))
-    bench.configure(add("bench", "time the checker against the baseline BFS"))
-    mutants.configure(add("mutants", "prove every planted table bug is caught"))
-    vectors.configure(add("vectors", "generate the conformance vectors ports replay"))
+    for name, (_, what) in _TOOLS.items():
+        tool = add(name, what)
+        if name in words:  # its options, and the imports behind them, only when it may run
+            _tool(name).configure(tool)
 
     p_spec = add("spec", "print the transition tables")
     p_spec.add_argument("machine", nargs="*", help="machines to print (default: all)")
@@ -328,6 +327,20 @@ def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
         "--check", action="store_true", help="fail and name each stale file; write nothing"
     )
     return parser
+
+
+_TOOLS = {
+    "bench": ("fsm_core.tools._bench", "time the checker against the baseline BFS"),
+    "mutants": ("fsm_core.tools._mutants", "prove every planted table bug is caught"),
+    "vectors": ("fsm_core.tools._vectors", "generate the conformance vectors ports replay"),
+}
+"""The subcommands whose options and run live in a module of :mod:`fsm_core.tools`: each is
+imported only by a command line that names it (any word, so an abbreviated ``--spec DIR``
+before it cannot hide it), which keeps their imports out of every ``check``."""
+
+
+def _tool(name: str) -> ModuleType:
+    return importlib.import_module(_TOOLS[name][0])
 
 
 class _Refused(FsmError):
@@ -377,14 +390,11 @@ def _run(args: argparse.Namespace) -> int:
         _directory("--specs", args.specs)
     if args.command == "check":
         return _check(args)
-    if args.command == "bench":
-        return bench.run(args)
-    if args.command == "mutants":
-        return mutants.run(args)
+    if args.command in _TOOLS:
+        status: int = _tool(args.command).run(args)
+        return status
     if args.command == "acp":
         return _acp(args)
-    if args.command == "vectors":
-        return vectors.run(args)
     if args.command == "diagrams" and args.specs is not None and args.out is None:
         raise _Refused(
             "diagrams with --specs needs --out DIR: the default directory holds the shipped "
