@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import json
 import os
 import select
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any, Literal, NoReturn
 
 from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
@@ -45,13 +46,7 @@ from fsm_core.check._report import (
     to_itf,
     to_json,
 )
-from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams
-from fsm_core.export import spec_to_json, spec_to_text
-from fsm_core.runtime import ModelAdapter
 from fsm_core.table import load_spec
-from fsm_core.tools import _bench as bench
-from fsm_core.tools import _mutants as mutants
-from fsm_core.tools import _vectors as vectors
 
 INTERRUPTED = 130
 """The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""
@@ -290,9 +285,10 @@ def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, words=words)
 
     _configure_check(add("check", "model-check the bounded models in models/"))
-    bench.configure(add("bench", "time the checker against the baseline BFS"))
-    mutants.configure(add("mutants", "prove every planted table bug is caught"))
-    vectors.configure(add("vectors", "generate the conformance vectors ports replay"))
+    for name, (_, what) in _TOOLS.items():
+        tool = add(name, what)
+        if name in words:  # its options, and the imports behind them, only when it may run
+            _tool(name).configure(tool)
 
     p_spec = add("spec", "print the transition tables")
     p_spec.add_argument("machine", nargs="*", help="machines to print (default: all)")
@@ -333,6 +329,20 @@ def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+_TOOLS = {
+    "bench": ("fsm_core.tools._bench", "time the checker against the baseline BFS"),
+    "mutants": ("fsm_core.tools._mutants", "prove every planted table bug is caught"),
+    "vectors": ("fsm_core.tools._vectors", "generate the conformance vectors ports replay"),
+}
+"""The subcommands whose options and run live in a module of :mod:`fsm_core.tools`: each is
+imported only by a command line that names it (any word, so an abbreviated ``--spec DIR``
+before it cannot hide it), which keeps their imports out of every ``check``."""
+
+
+def _tool(name: str) -> ModuleType:
+    return importlib.import_module(_TOOLS[name][0])
+
+
 class _Refused(FsmError):
     """Bad input the command line itself finds: an unknown model or machine, a bad flag."""
 
@@ -342,7 +352,7 @@ def _acp(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from fsm_core import acp  # noqa: PLC0415 - the other subcommands need not load it
-    from fsm_core.runtime import Hooks  # noqa: PLC0415
+    from fsm_core.runtime import Hooks, ModelAdapter  # noqa: PLC0415
 
     if sys.stdin is None:
         raise _Refused("acp: standard input is closed (<&-): the client's requests arrive there")
@@ -380,14 +390,11 @@ def _run(args: argparse.Namespace) -> int:
         _directory("--specs", args.specs)
     if args.command == "check":
         return _check(args)
-    if args.command == "bench":
-        return bench.run(args)
-    if args.command == "mutants":
-        return mutants.run(args)
+    if args.command in _TOOLS:
+        status: int = _tool(args.command).run(args)
+        return status
     if args.command == "acp":
         return _acp(args)
-    if args.command == "vectors":
-        return vectors.run(args)
     if args.command == "diagrams" and args.specs is not None and args.out is None:
         raise _Refused(
             "diagrams with --specs needs --out DIR: the default directory holds the shipped "
@@ -400,12 +407,16 @@ def _run(args: argparse.Namespace) -> int:
             names = ", ".join(spec.machines)
             raise _Refused(f"unknown machine {echo(unknown[0])} (machines: {names})")
         chosen = args.machine or list(spec.machines)
+        from fsm_core.export import spec_to_json, spec_to_text  # noqa: PLC0415
+
         if args.json:
             # ASCII escapes keep the export printable on any terminal; JSON readers undo them.
             print(json.dumps(spec_to_json(spec, chosen), indent=2))
         else:
             print(spec_to_text(spec, chosen), end="")
         return 0
+
+    from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams  # noqa: PLC0415
 
     out = args.out if args.out is not None else default_out_dir()
     if args.check:

@@ -4,6 +4,11 @@ Profiles:
 - ``ci``: derandomized and reproducible; the default (CI and ``scripts/test``).
 - ``dev``: more random examples for local work.
 - ``deep``: long searches, e.g. ``scripts/test --hypothesis-profile=deep -k stateful``.
+- ``fuzz``: random, with the example database named by ``FSM_CORE_FUZZ_DB`` (a directory, or a
+  ``redis://`` URL); what ``hypothesis fuzz`` (HypoFuzz) runs the race machines under, and what
+  replays the failures it saved there in plain pytest (README "Race search");
+- ``fuzz-replay``: the ``fuzz`` database's saved failures replayed as they are, nothing new
+  generated.
 
 Select with ``--hypothesis-profile=NAME`` or the ``HYPOTHESIS_PROFILE`` environment variable.
 """
@@ -12,7 +17,25 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+FUZZ_DB = "FSM_CORE_FUZZ_DB"
+"""The environment variable naming the ``fuzz`` profile's example database."""
+
+
+def fuzz_database(where: str) -> ExampleDatabase:
+    """The example database at ``where``: a Redis server for a ``redis://`` (or ``rediss://``)
+    URL, which fuzzers on several machines can share, else a directory (shared by processes on
+    one machine, or by machines through a shared filesystem)."""
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        # Imported here: redis comes with the ``fuzz`` dependency group only.
+        from hypothesis.extra.redis import RedisExampleDatabase
+        from redis import Redis
+
+        return RedisExampleDatabase(Redis.from_url(where))
+    return DirectoryBasedExampleDatabase(where)
+
 
 settings.register_profile(
     "ci",
@@ -26,4 +49,18 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.register_profile("deep", max_examples=5000, deadline=None, print_blob=True)
+settings.register_profile(
+    "fuzz",
+    # Neither opens anything yet: a directory is made at the first save, Redis connects then.
+    database=fuzz_database(os.environ.get(FUZZ_DB, ".hypothesis/fuzz")),
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "fuzz-replay",
+    settings.get_profile("fuzz"),
+    # What the fuzzers saved, replayed as it is: nothing generated, nothing shrunk.
+    phases=[Phase.explicit, Phase.reuse],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
