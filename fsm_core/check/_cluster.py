@@ -205,7 +205,7 @@ def check_on_cluster(
     ``client``'s cluster, each loading ``model`` from ``source``; as
     :func:`~fsm_core.check._partition.check_partitioned`'s."""
     built = build(model)
-    engine, fallback = engine_for(model, built, backend)
+    engine, fallback, _ = engine_for(model, built, backend)
     with Cluster(client, model, source, engine) as transport:
         result, moves = search(
             model.name, transport, width(engine, built), max_states=max_states, progress=progress

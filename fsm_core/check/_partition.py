@@ -486,20 +486,21 @@ def width(engine: Engine, built: Built) -> int:
     return max(1, len(built.system.labels)) if engine == "vector" else WIDTH
 
 
-def engine_for(model: Model, built: Built, backend: str) -> tuple[Engine, str | None]:
+def engine_for(model: Model, built: Built, backend: str) -> tuple[Engine, str | None, Any]:
     """Which shards explore ``model`` (as :func:`~fsm_core.check._check.check` chooses its
-    backend), and why not the vector backend when it was asked for."""
+    backend), why not the vector backend when it was asked for, and the table compiled for
+    the vector backend when it explores (None otherwise)."""
     if backend == "python":
-        return "python", None
+        return "python", None, None
     if model.kind != "table":
-        return "python", f"it is an {model.kind} model; the vector backend explores table models"
+        explain = f"it is an {model.kind} model; the vector backend explores table models"
+        return "python", explain, None
     from fsm_core.check import _vector  # noqa: PLC0415
 
     try:
-        _vector.VectorSearch(model, built.system)
+        return "vector", None, TableShard.compiled(model, built)
     except _vector.Unfit as e:
-        return "python", str(e)
-    return "vector", None
+        return "python", str(e), None
 
 
 # --- a shard between rounds ------------------------------------------------------------------
@@ -766,7 +767,7 @@ class Local:
     the model at the next step it was to answer."""
 
     def __init__(
-        self, model: Model, source: Source, built: Built, engine: Engine, owners: int
+        self, model: Model, source: Source, built: Built, search: Any, owners: int
     ) -> None:
         self.model = model
         self.owners = owners
@@ -774,8 +775,9 @@ class Local:
         self._keys: list[Keys] = []
         self._pieces: list[list[Any]] = []
         try:
-            # Made before the workers are forked, so they start with the table compiled.
-            search = TableShard.compiled(model, built) if engine == "vector" else None
+            # ``search`` (the compiled table) is made before the workers are forked: they
+            # start with it.
+            engine: Engine = "python" if search is None else "vector"
             forking = "fork" in multiprocessing.get_all_start_methods() and sys.platform == "linux"
             context = multiprocessing.get_context("fork") if forking else _context()
             for me in range(1, owners):
@@ -900,12 +902,12 @@ def check_partitioned(
     backend: str = "auto",
 ) -> Report:
     """``check(model, liveness=False)``'s report, the search partitioned across ``workers``
-    shards: this process and ``workers - 1`` worker processes loading ``model`` from
-    ``source``. The same counts, verdict, violated property and trace length; the timings
-    and the trace's states may differ (two shortest traces can end in different states)."""
+    shards: this process and ``workers - 1`` worker processes (forked, or loading ``model``
+    from ``source``). The same report but for the timings: the shards' keys put every level
+    in the single-process search's order, so even the trace is the same one."""
     built = build(model)
-    engine, fallback = engine_for(model, built, backend)
-    with Local(model, source, built, engine, workers) as transport:
+    engine, fallback, table = engine_for(model, built, backend)
+    with Local(model, source, built, table, workers) as transport:
         result, moves = search(
             model.name, transport, width(engine, built), max_states=max_states, progress=progress
         )
