@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import pickle
 import signal
 import sys
 import time
@@ -708,6 +709,22 @@ _Reply = tuple[str, Any]
 :class:`FsmError`) or ``("failed", traceback)`` (a bug)."""
 
 
+def _send(conn: Connection, message: Any) -> None:
+    """Send ``message`` over ``conn``, its NumPy arrays' memory written to the pipe as it is
+    (pickle's out-of-band buffers): a level's codes are copied once each way, not three times."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    conn.send((head, len(buffers)))
+    for buffer in buffers:
+        conn.send_bytes(buffer.raw())
+
+
+def _recv(conn: Connection) -> Any:
+    """What :func:`_send` sent (its arrays read-only, over the bytes received)."""
+    head, count = conn.recv()
+    return pickle.loads(head, buffers=[conn.recv_bytes() for _ in range(count)])
+
+
 def _serve_shard(conn: Connection, made: Callable[[], Shard], me: int) -> None:
     """A worker's body: be shard ``me`` (``made()``), and take each step it is sent, as
     ``(what, *args)`` for :meth:`Held.step`, until it is sent None or the coordinator is gone."""
@@ -715,7 +732,7 @@ def _serve_shard(conn: Connection, made: Callable[[], Shard], me: int) -> None:
     held: Held | None = None
     while True:
         try:
-            step: tuple[Any, ...] | None = conn.recv()
+            step: tuple[Any, ...] | None = _recv(conn)
         except EOFError:
             return
         if step is None:
@@ -731,7 +748,7 @@ def _serve_shard(conn: Connection, made: Callable[[], Shard], me: int) -> None:
             reply = ("refused", str(e))
         except Exception:
             reply = ("failed", traceback.format_exc())
-        conn.send(reply)
+        _send(conn, reply)
 
 
 def _loaded(source: Source, engine: Engine, me: int, owners: int) -> Shard:
@@ -810,7 +827,7 @@ class Local:
     def close(self) -> None:
         for _, conn in self.workers:
             with contextlib.suppress(OSError):
-                conn.send(None)
+                _send(conn, None)
         for process, conn in self.workers:
             process.join(timeout=1.0)
             if process.exitcode is None:
@@ -857,7 +874,7 @@ class Local:
 
     def _send(self, shard: int, step: tuple[Any, ...]) -> None:
         try:
-            self.workers[shard - 1][1].send(step)
+            _send(self.workers[shard - 1][1], step)
         except OSError:  # BrokenPipeError: it is gone
             self._died(shard)
 
@@ -865,7 +882,7 @@ class Local:
         process, conn = self.workers[shard - 1]
         wait([conn, process.sentinel])
         try:
-            kind, answer = conn.recv() if conn.poll() else ("gone", None)
+            kind, answer = _recv(conn) if conn.poll() else ("gone", None)
         except (EOFError, OSError):  # a worker killed mid-reply resets the pipe
             kind, answer = "gone", None
         if kind == "ok":
