@@ -38,7 +38,7 @@ from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
-from fsm_core.check._parallel import Source, check_in_workers, warm_up
+from fsm_core.check._parallel import Source, check_in_workers, partitions, warm_up
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -522,8 +522,17 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="check up to N models at once in N worker processes (default: the cores this "
-        "process may use); 1 checks them one after another in this process. The output is the "
-        "same but for the timings",
+        "process may use); 1 checks them one after another in this process. A large bench "
+        "model checked alone has its search partitioned across N processes instead. The "
+        "output is the same but for the timings",
+    )
+    p.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="partition each model's search across the workers of the Dask scheduler at "
+        "ADDRESS (tcp://HOST:8786), which need fsm-core and the same models and tables; "
+        "needs the cluster extra (pip install 'fsm-core[cluster]')",
     )
 
 
@@ -617,6 +626,56 @@ def _progress(name: str) -> Callable[[int, int, int, float], None]:
     return report
 
 
+def _cluster_client(address: str) -> Callable[[], Any]:
+    """What connects to the Dask scheduler at ``address``; refused when Dask is not installed."""
+    try:
+        from fsm_core.check import _cluster  # noqa: PLC0415
+    except ImportError as e:
+        raise _Refused(
+            f"--cluster needs Dask distributed ({e.name} is not installed): "
+            "pip install 'fsm-core[cluster]' (or uv sync --extra cluster)"
+        ) from None
+    return lambda: _cluster.connect(address)
+
+
+def _check_on_cluster(
+    connect: Callable[[], Any], jobs: Sequence[tuple[Model, Source]], args: argparse.Namespace
+) -> list[Report]:
+    """Each model checked on the cluster, one after another; a model whose check runs the
+    liveness pass (every tier but bench) is checked in this process instead, saying so."""
+    from fsm_core.check import _cluster  # noqa: PLC0415
+
+    reports: list[Report] = []
+    with connect() as client:
+        for model, source in jobs:
+            if model.tier != "bench":
+                print(
+                    f"{model.name}: checked in this process: its liveness pass needs the whole "
+                    "graph in one place",
+                    file=sys.stderr,
+                )
+                reports.append(
+                    check(
+                        model,
+                        progress=_progress(model.name),
+                        max_states=args.max_states,
+                        backend=args.backend,
+                    )
+                )
+                continue
+            reports.append(
+                _cluster.check_on_cluster(
+                    client,
+                    model,
+                    source,
+                    progress=_progress(model.name),
+                    max_states=args.max_states,
+                    backend=args.backend,
+                )
+            )
+    return reports
+
+
 def _expected_violation(r: Report) -> bool:
     """The model records this very violation in its ``[expect]`` (a known-bad model)."""
     e = r.model.expect
@@ -676,7 +735,9 @@ def _check(args: argparse.Namespace) -> int:
         raise _Refused("--force applies only to --trace-out")
     trace_format = args.trace_format or "text"
     start = time.perf_counter()
-    if (args.workers or usable_cores()) > 1 and len(args.model) != 1:
+    if args.cluster is not None:
+        connect = _cluster_client(args.cluster)  # refused before any model is loaded
+    elif (args.workers or usable_cores()) > 1 and len(args.model) != 1:
         warm_up()  # the workers' server imports the checker while this process loads models
     jobs = _select_models(args.model, args.specs)
     models = [m for m, _ in jobs]
@@ -688,7 +749,26 @@ def _check(args: argparse.Namespace) -> int:
 
     workers = min(args.workers or usable_cores(), len(jobs))
     reports: list[Report] = []
-    if workers > 1:  # in processes, each loading its model again from its file
+    if args.cluster is not None:
+        reports = _check_on_cluster(connect, jobs, args)
+        for r in reports:
+            fell_back(r)
+    elif partitions(models[0], args.workers or usable_cores(), len(models)):
+        # Imported here, as check imports the vector backend: NumPy costs every other command.
+        from fsm_core.check._partition import check_partitioned  # noqa: PLC0415
+
+        model, source = jobs[0]
+        r = check_partitioned(
+            model,
+            source,
+            args.workers or usable_cores(),
+            progress=_progress(model.name),
+            max_states=args.max_states,
+            backend=args.backend,
+        )
+        fell_back(r)
+        reports.append(r)
+    elif workers > 1:  # in processes, each loading its model again from its file
         reports = check_in_workers(
             jobs,
             workers,

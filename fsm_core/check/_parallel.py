@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, NoReturn, final
+from typing import Any, Final, NoReturn, final
 
 from fsm_core._errors import FsmError, TransitionError
 from fsm_core.check._check import Backend, Report, check
@@ -50,6 +50,7 @@ __all__ = [
     "attach",
     "check_in_workers",
     "detach",
+    "partitions",
     "warm_up",
 ]
 
@@ -98,7 +99,9 @@ def _context() -> multiprocessing.context.BaseContext:
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         # The server imports the checker once; each worker it forks starts with it loaded.
-        context.set_forkserver_preload(["fsm_core.check._parallel", "fsm_core.check._vector"])
+        context.set_forkserver_preload(
+            ["fsm_core.check._parallel", "fsm_core.check._vector", "fsm_core.check._partition"]
+        )
         return context
     return multiprocessing.get_context("spawn")
 
@@ -233,6 +236,20 @@ def check_in_workers(
             worker.process.join()
             worker.conn.close()
     return [reports[i] for i in range(len(jobs))]
+
+
+PARTITION_AFTER: Final = 2_000_000
+"""The transitions a model's ``[expect]`` records from which ``fsm-core check`` partitions it
+(a smaller search is over before the workers have loaded the model)."""
+
+
+def partitions(model: Model, workers: int, models: int) -> bool:
+    """Whether ``fsm-core check`` partitions ``model``'s search across ``workers`` processes:
+    when it is the run's only model, there is more than one worker, its check runs no
+    liveness pass (a bench-tier model: the pass needs the whole graph in one process), and
+    its ``[expect]`` records :data:`PARTITION_AFTER` transitions or more (or none)."""
+    big = model.expect is None or model.expect.transitions >= PARTITION_AFTER
+    return workers > 1 and models == 1 and model.tier == "bench" and big
 
 
 def _cost(model: Model) -> float:

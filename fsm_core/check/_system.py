@@ -34,6 +34,8 @@ class Built:
     names: tuple[str, ...]
     moves: list[Move]
     properties: tuple[Property, ...]
+    composition: Composition
+    """What the system runs (a partitioned search packs the states it receives with it)."""
 
 
 class TableComposition:
@@ -116,4 +118,4 @@ def build(model: Model, *, interpreted: bool = False) -> Built:
         model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock,
         c.unpack, c.grouped if isinstance(c, CompiledEngine) else None,
     )  # fmt: skip
-    return Built(system, c.layout.names, c.moves, properties)
+    return Built(system, c.layout.names, c.moves, properties, c)

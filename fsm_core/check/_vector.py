@@ -965,8 +965,10 @@ class VectorSearch:
             return limit + 1, False
         return None
 
-    def _level(self, frontier: Codes, shift: int, count: int) -> _Level:
-        """Check every state of ``frontier`` and take every label it enables."""
+    def _level(self, frontier: Codes, shift: int, count: int, ranks: Codes | None = None) -> _Level:
+        """Check every state of ``frontier`` and take every label it enables. An edge's key
+        counts its parent by its position in ``frontier``, or by its rank in ``ranks`` (a
+        partitioned search's frontier is one slice of the level: see ``_partition``)."""
         layout = self.layout
         phase = frontier // layout.stride[0]
         present = np.bincount(phase, minlength=layout.radix[0])
@@ -981,7 +983,7 @@ class VectorSearch:
             whole = size == frontier.size
             pos = np.arange(size) if whole else np.flatnonzero(phase == group.state)
             codes = frontier if whole else frontier[pos]
-            key = pos * count
+            key = (pos if ranks is None else ranks[pos]) * count
             base = (codes << shift) + key if shift else codes
             env = _Env(layout, codes, base, None if shift else key)
             always = False

@@ -1,0 +1,224 @@
+"""One model's search partitioned across processes finds what one process finds: the same
+counts, verdict, violated property, shortest trace, rows taken and findings, on the default
+models, on spec mutants, and at state limits; a worker that dies stops the check with a clear
+error, and ``--cluster`` does the same search on a Dask cluster."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fsm_core.check
+from fsm_core._paths import models_dir
+from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check._parallel import Source, partitions
+from fsm_core.check._partition import check_partitioned
+from fsm_core.tools._mutants import MUTANTS, _copy_tables
+from tests.test_check_cli import run
+from tests.test_check_workers import descendants, linux_only, under_way, untimed
+
+DEFAULT_MODELS = [m for m in load_models(models_dir()) if m.tier == "default"]
+
+
+def outcome(report: Report) -> tuple[Any, ...]:
+    """Everything a check reports but its timings; moves by value (a composed model numbers
+    them as met, so the numbers differ from one process to another)."""
+    r, v = report.result, report.violation
+    trace = None
+    if v is not None:
+        trace = (v.name, [(None if i is None else report.moves[i], s) for i, s in v.trace])
+    return (
+        report.verdict,
+        r.states,
+        r.transitions,
+        r.depth,
+        r.complete,
+        trace,
+        sorted({str(report.moves[i]) for i in r.labels_taken}),  # a table may repeat a move
+        report.dead_rows,
+        report.unreached,
+        report.backend,
+    )
+
+
+def assert_partitioned_alike(model: Model, path: Path, **options: Any) -> Report:
+    """``model`` checked in one process and in two shards (without the liveness pass, which
+    is not partitioned): they must agree. The partitioned report."""
+    one = check(model, liveness=False, **options)
+    two = check_partitioned(model, Source(path.absolute()), 2, **options)
+    assert outcome(two) == outcome(one)
+    return two
+
+
+def _path(model: Model) -> Path:
+    return models_dir() / Path(model.file).name
+
+
+@pytest.mark.parametrize("model", DEFAULT_MODELS, ids=lambda m: m.name)
+def test_every_default_model_partitioned_finds_what_one_process_finds(model: Model) -> None:
+    report = assert_partitioned_alike(model, _path(model))
+    assert report.verdict == "ok"
+
+
+def test_the_python_backend_partitions_a_table_model_alike() -> None:
+    model = load_model(models_dir() / "bench_M.toml")
+    assert assert_partitioned_alike(model, _path(model), backend="python").backend == "python"
+
+
+@pytest.mark.parametrize("limit", [1, 2, 500, 20_000, 123_456])
+@pytest.mark.parametrize("backend", ["vector", "python"])
+def test_a_state_limit_stops_both_at_the_same_state(backend: str, limit: int) -> None:
+    model = load_model(models_dir() / "bench_M.toml")
+    report = assert_partitioned_alike(model, _path(model), max_states=limit, backend=backend)
+    assert report.verdict == "incomplete"
+
+
+SAMPLE = [
+    m
+    for m in MUTANTS
+    if m.name
+    in {
+        "last_wins_cause",
+        "keep_inbox_parks_post_abort_wake",
+        "parent_leaves_before_children",
+        "root_notice_refused",
+        "close_leaves_agent_awake",
+    }
+]
+"""Spec mutants of each composed kind's tables (agent, activation, admission, wiring)."""
+
+
+@pytest.fixture
+def planted() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="fsm-core-partition-test-") as tmp:
+        root = Path(tmp)
+        _copy_tables(root, None)
+        yield root
+
+
+@pytest.mark.parametrize("mutant", SAMPLE, ids=[m.name for m in SAMPLE])
+def test_a_spec_mutant_partitioned_breaks_the_same_property_alike(
+    mutant: Any, planted: Path
+) -> None:
+    mutant.plant(planted / "specs")
+    path = planted / "models" / f"{mutant.models[0]}.toml"
+    report = assert_partitioned_alike(load_model(path), path)
+    assert report.verdict == "violation"
+
+
+def test_a_large_bench_model_alone_is_partitioned_and_nothing_else_is() -> None:
+    by_name = {m.name: m for m in load_models(models_dir())}
+    assert partitions(by_name["bench_L"], workers=2, models=1)
+    assert not partitions(by_name["bench_L"], workers=1, models=1)
+    assert not partitions(by_name["bench_L"], workers=2, models=2)
+    assert not partitions(by_name["bench_S"], workers=2, models=1)  # over before it would gain
+    assert not partitions(by_name["agent_deep"], workers=2, models=1)  # its liveness pass
+
+
+def test_two_workers_print_what_one_prints_for_a_partitioned_model() -> None:
+    one, two = run("--workers", "1", "bench_L"), run("--workers", "2", "bench_L")
+    assert two.code == one.code == 0
+    assert untimed(two.out) == untimed(one.out)
+    assert only_progress(one.err + two.err, "bench_L")
+
+
+def only_progress(err: str, name: str) -> bool:
+    """True iff ``err`` holds nothing but progress lines of ``name`` (a busy machine's)."""
+    line = rf"^{name}: states=\d+ frontier=\d+ depth=\d+ states/s=\d+$"
+    return all(re.match(line, text) for text in err.splitlines())
+
+
+@linux_only
+def test_a_partition_worker_killed_is_an_error_naming_its_part() -> None:
+    p, _, _ = under_way(
+        ["check", "--workers", "2", "--backend", "python", "bench_L"], "bench_L: states="
+    )
+    workers = [pid for pid, generation in descendants(p.pid) if generation == 1]
+    with p:
+        assert len(workers) == 1, workers  # forked by the command itself
+        os.kill(workers[0], signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    assert (p.returncode, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "fsm-core: the worker searching part 1 of 2 of bench_L (models/bench_L.toml) died "
+        "(killed by SIGKILL); nothing is reported: --workers 1 checks it in one process"
+    )
+
+
+# --- on a Dask cluster ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as local:
+        yield local
+
+
+def test_a_local_cluster_of_two_workers_finds_what_one_process_finds(cluster: Any) -> None:
+    from distributed import Client
+
+    from fsm_core.check._cluster import check_on_cluster
+
+    path = models_dir() / "bench_S.toml"
+    model = load_model(path)
+    with Client(cluster) as client:  # type: ignore[no-untyped-call]
+        report = check_on_cluster(client, model, Source(path))
+    assert outcome(report) == outcome(check(model, liveness=False))
+    assert report.mismatches() == []
+
+
+def test_check_cluster_prints_what_one_process_prints(cluster: Any, tmp_path: Path) -> None:
+    text = (models_dir() / "bench_S.toml").read_text(encoding="utf-8")
+    small = tmp_path / "bench_small.toml"  # a bench-tier model: no liveness pass to keep here
+    table = (models_dir() / "bench" / "turncancel.toml").as_posix()
+    text = text.replace('tier = "default"', 'tier = "bench"')
+    small.write_text(text.replace('"bench/turncancel.toml"', f'"{table}"'), encoding="utf-8")
+    one = run("--workers", "1", str(small))
+    there = run("--cluster", cluster.scheduler_address, str(small))
+    assert there.code == one.code == 0
+    assert only_progress(one.err + there.err, "bench_small")
+    assert untimed(there.out) == untimed(one.out)
+
+
+def test_check_cluster_checks_a_model_with_a_liveness_pass_here_saying_so(cluster: Any) -> None:
+    one = run("--workers", "1", "bench_S")
+    there = run("--cluster", cluster.scheduler_address, "bench_S")
+    assert (there.code, one.code, one.err) == (0, 0, "")
+    assert there.err == (
+        "bench_S: checked in this process: its liveness pass needs the whole graph in one place\n"
+    )
+    assert untimed(there.out) == untimed(one.out)
+
+
+def test_check_cluster_without_dask_exits_2_saying_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed fails
+    monkeypatch.delitem(sys.modules, "fsm_core.check._cluster", raising=False)
+    monkeypatch.delattr(fsm_core.check, "_cluster", raising=False)
+    r = run("--cluster", "tcp://127.0.0.1:8786", "bench_S")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (
+        "fsm-core: --cluster needs Dask distributed (distributed is not installed): "
+        "pip install 'fsm-core[cluster]' (or uv sync --extra cluster)\n"
+    )
+
+
+def test_check_cluster_with_no_scheduler_there_exits_2_naming_the_address() -> None:
+    pytest.importorskip("distributed")
+    r = run("--cluster", "tcp://127.0.0.1:9", "bench_S")  # the discard port: nobody listens
+    assert (r.code, r.out) == (2, "")
+    assert r.err.startswith(
+        "fsm-core: --cluster tcp://127.0.0.1:9: cannot reach a Dask scheduler: "
+    ), r.err
