@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,6 +33,8 @@ from acp.schema import (
     CloseSessionResponse,
     Implementation,
     InitializeResponse,
+    McpCapabilities,
+    McpServerStdio,
     NewSessionResponse,
     PromptResponse,
     StopReason,
@@ -40,6 +43,7 @@ from acp.schema import (
 from pydantic import BaseModel, ValidationError
 
 from fsm_core._errors import ECHO_LIMIT, echo
+from fsm_core.acp._mcp import McpServers, ServerFailed, StdioServer
 from fsm_core.runtime import (
     USER,
     AbortSignal,
@@ -150,7 +154,7 @@ class _Streaming:
 
     async def generate(self, request: Request, signal: AbortSignal) -> Reply:
         await self._adapter._update(request.agent_id, "thought", f"step {request.step}")
-        reply = await self._model.generate(request, signal)
+        reply = await self._model.generate(self._adapter.mcp.offer(request), signal)
         if isinstance(reply, Reply) and isinstance(reply.text, str) and reply.text:
             await self._adapter._update(request.agent_id, "message", reply.text)
         return reply
@@ -166,6 +170,9 @@ class AcpAgent:
 
     def __init__(self, model: ModelAdapter, *, hooks: Hooks | None = None) -> None:
         self.runtime = Runtime(model=_Streaming(self, model), hooks=hooks)
+        self.mcp = McpServers()
+        """The stdio MCP servers of each session (``_mcp.py``); their tools are the session's."""
+        self.runtime.tools = self.mcp.scoped(self.runtime.tools)
         self._client: Client | None = None
         self._sessions: dict[str, _Session] = {}
         self._ids = itertools.count(1)
@@ -193,14 +200,22 @@ class AcpAgent:
             ours = "0"
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
-            agent_capabilities=AgentCapabilities(load_session=False),
+            agent_capabilities=AgentCapabilities(
+                load_session=False, mcp_capabilities=McpCapabilities(http=False, sse=False)
+            ),
             agent_info=Implementation(
                 name="fsm-core", title="fsm_core reference agent", version=ours
             ),
         )
 
-    async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
+    async def new_session(
+        self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> NewSessionResponse:
         session_id = f"session-{next(self._ids)}"
+        try:
+            await self.mcp.start(session_id, cwd, _stdio_servers(mcp_servers or []))
+        except ServerFailed as failed:
+            raise RequestError(-32603, "Internal error", {"details": str(failed)}) from None
         handle = await self.runtime.create_agent(session_id)
         self._sessions[session_id] = _Session(handle)
         return NewSessionResponse(session_id=session_id)
@@ -253,6 +268,7 @@ class AcpAgent:
             if self._sessions.get(session_id) is session:
                 del self._sessions[session_id]
             _unpark(session)
+            await self.mcp.stop(session_id)
         return CloseSessionResponse()
 
     # --- plumbing ----------------------------------------------------------------------
@@ -324,6 +340,24 @@ class AcpAgent:
         finally:
             for session in list(self._sessions.values()):
                 _unpark(session)
+            await self.mcp.aclose()
+
+
+def _stdio_servers(servers: list[Any]) -> list[StdioServer]:
+    """The stdio servers of ``mcpServers``; raises the ``Invalid params`` error for one of a
+    transport not advertised (``mcpCapabilities``) or a name given twice."""
+    stdio: list[StdioServer] = []
+    for index, server in enumerate(servers):
+        if not isinstance(server, McpServerStdio):
+            kind = getattr(server, "type", type(server).__name__)
+            raise _invalid_params(
+                f"mcpServers[{index}] is an {kind} server; this agent runs stdio MCP servers only"
+            )
+        if any(s.name == server.name for s in stdio):
+            raise _invalid_params(f"mcpServers[{index}]: a second server named {echo(server.name)}")
+        env = {variable.name: variable.value for variable in server.env}
+        stdio.append(StdioServer(server.name, server.command, tuple(server.args), env))
+    return stdio
 
 
 def _unpark(session: _Session) -> None:
@@ -762,6 +796,11 @@ async def serve(
     session and return once all their work has settled and every answer is written.
     ``hooks`` are the runtime's hook commands (:class:`~fsm_core.Hooks`)."""
     reader, write = streams if streams is not None else await _stdio()
+    if streams is None:  # SIGTERM stops the agent as Ctrl-C does: its MCP servers are reaped
+        with contextlib.suppress(ValueError, RuntimeError):  # not in the main thread
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGTERM, signal.raise_signal, signal.SIGINT
+            )
     await _serve(AcpAgent(model, hooks=hooks), reader, write)
 
 
