@@ -14,7 +14,9 @@ import asyncio
 import itertools
 import json
 import os
+import select
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,6 +228,25 @@ def test_a_server_that_does_not_start_refuses_the_session_naming_it(
     assert children() == []
 
 
+def test_a_server_that_never_answers_is_given_up_after_the_start_timeout(tmp_path: Path) -> None:
+    silent = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # reads, never answers
+
+    async def main() -> dict[str, Any]:
+        wire = Wire(ToolModel())
+        wire.agent.mcp.timeout = 0.5
+        refused = await wire.send(
+            "session/new", cwd=str(tmp_path), mcpServers=[stdio("mute", silent)]
+        )
+        await wire.close()
+        return refused
+
+    error = asyncio.run(main())["error"]
+    assert error["data"]["details"] == (
+        "the MCP server 'mute' did not start: it did not answer initialize within 0.5 s"
+    )
+    assert children() == []
+
+
 def test_an_http_server_is_refused_as_not_advertised(tmp_path: Path) -> None:
     async def main() -> dict[str, Any]:
         wire = Wire(ToolModel())
@@ -292,6 +313,39 @@ def test_the_agent_exiting_reaps_its_servers(tmp_path: Path, how: str) -> None:
     status, started = asyncio.run(main())
     assert status == (0 if how == "stdin-closed" else 130)
     assert [pid for pid in started if alive(pid)] == []
+
+
+def test_an_agent_killed_outright_still_has_its_servers_stopped(tmp_path: Path) -> None:
+    """SIGKILL leaves the agent no say: each server's supervisor gets SIGTERM from the kernel
+    (``PR_SET_PDEATHSIG``) and stops and reaps the server's processes itself."""
+    pids = tmp_path / "pids"
+    server = stdio("test", SERVER, MCP_TEST_PIDS=str(pids), MCP_TEST_STUBBORN="1")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "fsm_core.acp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert agent.stdin is not None and agent.stdout is not None
+    params = {"cwd": str(tmp_path), "mcpServers": [server]}
+    line = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": params}
+    agent.stdin.write(json.dumps(line).encode() + b"\n")
+    agent.stdin.flush()
+    assert "result" in json.loads(agent.stdout.readline())
+    started = [int(pid) for pid in pids.read_text().split()]
+    agent.kill()
+    agent.communicate()
+    assert [pid for pid in started if not exits(pid)] == []
+
+
+def exits(pid: int) -> bool:
+    """Wait until ``pid`` (not a child of this process) exits: its pidfd turns readable; True
+    iff it did within a minute, far more than a stopped server takes."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], 60)[0])
+    finally:
+        os.close(fd)
 
 
 def test_leak_measure_100_sessions_with_a_server_leave_no_process(tmp_path: Path) -> None:

@@ -531,9 +531,6 @@ class McpServers:
         MCP tools of the session whose driver asks (``initiating_agent()``)."""
         return _ScopedTools(shared, self.tools)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._sessions)
-
 
 class _ScopedTools(dict[str, Tool]):
     """``rt.tools`` of an ACP agent: its own items are the tools every session has; reading it
