@@ -247,19 +247,31 @@ def test_a_server_that_never_answers_is_given_up_after_the_start_timeout(tmp_pat
     assert children() == []
 
 
-def test_an_http_server_is_refused_as_not_advertised(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("servers", "details"),
+    [
+        (
+            [{"type": "http", "name": "web", "url": "http://127.0.0.1:9/", "headers": []}],
+            "mcpServers[0] is an http server; this agent runs stdio MCP servers only",
+        ),
+        (
+            [stdio("twice", TINY), stdio("twice", TINY)],
+            "mcpServers[1]: a second server named 'twice'",
+        ),
+    ],
+    ids=["http-not-advertised", "name-twice"],
+)
+def test_servers_this_agent_cannot_run_are_refused_before_any_starts(
+    tmp_path: Path, servers: list[dict[str, Any]], details: str
+) -> None:
     async def main() -> dict[str, Any]:
         wire = Wire(ToolModel())
-        http = {"type": "http", "name": "web", "url": "http://127.0.0.1:9/", "headers": []}
-        refused = await wire.send("session/new", cwd=str(tmp_path), mcpServers=[http])
+        refused = await wire.send("session/new", cwd=str(tmp_path), mcpServers=servers)
         await wire.close()
         return refused
 
     error = asyncio.run(main())["error"]
-    assert (error["code"], error["data"]["details"]) == (
-        -32602,
-        "mcpServers[0] is an http server; this agent runs stdio MCP servers only",
-    )
+    assert (error["code"], error["data"]["details"]) == (-32602, details)
 
 
 def test_close_reaps_a_server_that_ignores_the_shutdown_and_its_forked_child(

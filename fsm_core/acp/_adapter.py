@@ -34,7 +34,6 @@ from acp.schema import (
     Implementation,
     InitializeResponse,
     McpCapabilities,
-    McpServerStdio,
     NewSessionResponse,
     PromptResponse,
     StopReason,
@@ -43,7 +42,7 @@ from acp.schema import (
 from pydantic import BaseModel, ValidationError
 
 from fsm_core._errors import ECHO_LIMIT, echo
-from fsm_core.acp._mcp import McpServers, ServerFailed, StdioServer
+from fsm_core.acp._mcp import McpServers, ServerFailed, stdio_servers
 from fsm_core.runtime import (
     USER,
     AbortSignal,
@@ -213,7 +212,9 @@ class AcpAgent:
     ) -> NewSessionResponse:
         session_id = f"session-{next(self._ids)}"
         try:
-            await self.mcp.start(session_id, cwd, _stdio_servers(mcp_servers or []))
+            await self.mcp.start(session_id, cwd, stdio_servers(mcp_servers or []))
+        except ValueError as refused:  # a server this agent does not run
+            raise _invalid_params(str(refused)) from None
         except ServerFailed as failed:
             raise RequestError(-32603, "Internal error", {"details": str(failed)}) from None
         handle = await self.runtime.create_agent(session_id)
@@ -341,23 +342,6 @@ class AcpAgent:
             for session in list(self._sessions.values()):
                 _unpark(session)
             await self.mcp.aclose()
-
-
-def _stdio_servers(servers: list[Any]) -> list[StdioServer]:
-    """The stdio servers of ``mcpServers``; raises the ``Invalid params`` error for one of a
-    transport not advertised (``mcpCapabilities``) or a name given twice."""
-    stdio: list[StdioServer] = []
-    for index, server in enumerate(servers):
-        if not isinstance(server, McpServerStdio):
-            kind = getattr(server, "type", type(server).__name__)
-            raise _invalid_params(
-                f"mcpServers[{index}] is an {kind} server; this agent runs stdio MCP servers only"
-            )
-        if any(s.name == server.name for s in stdio):
-            raise _invalid_params(f"mcpServers[{index}]: a second server named {echo(server.name)}")
-        env = {variable.name: variable.value for variable in server.env}
-        stdio.append(StdioServer(server.name, server.command, tuple(server.args), env))
-    return stdio
 
 
 def _unpark(session: _Session) -> None:

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, final
 
+from acp.schema import McpServerStdio
+
 from fsm_core._errors import echo
 from fsm_core.runtime import (
     AbortSignal,
@@ -55,7 +57,15 @@ if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
     from mcp_types import Tool as WireTool
 
-__all__ = ["GRACE", "START_TIMEOUT", "McpServers", "McpTool", "ServerFailed"]
+__all__ = [
+    "GRACE",
+    "START_TIMEOUT",
+    "McpServers",
+    "McpTool",
+    "ServerFailed",
+    "StdioServer",
+    "stdio_servers",
+]
 
 log = logging.getLogger("fsm_core.acp")
 
@@ -99,6 +109,24 @@ class StdioServer:
     command: str
     args: tuple[str, ...]
     env: Mapping[str, str]
+
+
+def stdio_servers(servers: Sequence[object]) -> list[StdioServer]:
+    """The servers of ``session/new``'s ``mcpServers`` (the ``acp`` package's models); raises
+    ValueError for one of a transport this agent does not run (it advertises stdio only) or
+    a name given twice."""
+    stdio: list[StdioServer] = []
+    for index, server in enumerate(servers):
+        if not isinstance(server, McpServerStdio):
+            kind = getattr(server, "type", type(server).__name__)
+            raise ValueError(
+                f"mcpServers[{index}] is an {kind} server; this agent runs stdio MCP servers only"
+            )
+        if any(s.name == server.name for s in stdio):
+            raise ValueError(f"mcpServers[{index}]: a second server named {echo(server.name)}")
+        env = {variable.name: variable.value for variable in server.env}
+        stdio.append(StdioServer(server.name, server.command, tuple(server.args), env))
+    return stdio
 
 
 @final
