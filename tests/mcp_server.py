@@ -4,17 +4,11 @@
 Tools: ``add(a, b)``; ``wait()``, which runs until its call is cancelled (it first writes
 ``waiting`` to the FIFO ``$MCP_TEST_FIFO``, so a test knows the call reached the server);
 ``cancellations()``, how many ``wait`` calls the server saw cancelled (it waits for the first).
-
-``$MCP_TEST_PIDS``: before serving, fork a child that leaves the server's process group
-(``setsid``), ignores SIGTERM and waits forever, then write ``SERVER_PID CHILD_PID`` to that
-file. ``$MCP_TEST_STUBBORN``: once stdin ends, ignore SIGTERM and wait forever (a server that
-ignores the MCP shutdown).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 
 import anyio
@@ -62,22 +56,5 @@ async def cancellations() -> int:
     return _count[0]
 
 
-def _fork_child(pids: Path) -> None:
-    child = os.fork()
-    if child == 0:
-        os.setsid()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        while True:
-            signal.pause()
-    pids.with_suffix(".tmp").write_text(f"{os.getpid()} {child}")
-    pids.with_suffix(".tmp").rename(pids)
-
-
 if __name__ == "__main__":
-    if "MCP_TEST_PIDS" in os.environ:
-        _fork_child(Path(os.environ["MCP_TEST_PIDS"]))
     server.run()
-    if os.environ.get("MCP_TEST_STUBBORN"):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        while True:
-            signal.pause()

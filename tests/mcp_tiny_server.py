@@ -1,7 +1,14 @@
-"""The least MCP server the leak measure of ``tests/test_acp_mcp.py`` needs, on the standard
+"""The least MCP server the reaping tests of ``tests/test_acp_mcp.py`` need, on the standard
 library alone (``python -I -S``: it starts in milliseconds, where one built with the SDK takes
-over a second): it answers ``initialize`` and ``tools/list`` (one tool, ``ping``), forks a child
-that waits forever, and exits when stdin ends, leaving the child for the supervisor to reap.
+a second of CPU): it answers ``initialize`` and ``tools/list`` (one tool, ``ping``) and exits
+when its stdin ends. It forks a child first, which waits forever.
+
+    python -I -S mcp_tiny_server.py [MARKER] [--pids FILE] [--stubborn]
+
+``--pids FILE``: the child leaves the server's process group (``setsid``) and ignores SIGTERM,
+and ``SERVER_PID CHILD_PID`` is written to FILE before the server answers anything.
+``--stubborn``: once stdin ends, the server ignores SIGTERM and waits forever (a server that
+ignores the MCP shutdown). ``MARKER`` is only there to be found in the command line.
 """
 
 import json
@@ -9,9 +16,20 @@ import os
 import signal
 import sys
 
-if os.fork() == 0:
+args = sys.argv[1:]
+pids = args[args.index("--pids") + 1] if "--pids" in args else None
+
+child = os.fork()
+if child == 0:
+    if pids is not None:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     while True:
         signal.pause()
+if pids is not None:
+    with open(pids + ".tmp", "w") as out:
+        out.write(f"{os.getpid()} {child}")
+    os.rename(pids + ".tmp", pids)
 
 for line in sys.stdin:
     message = json.loads(line)
@@ -29,3 +47,8 @@ for line in sys.stdin:
         result = {}
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
     sys.stdout.flush()
+
+if "--stubborn" in args:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        signal.pause()

@@ -2,8 +2,9 @@
 session, their tools offered to the model and called with the turn's signal, and every process
 of theirs reaped when the session closes or the agent exits.
 
-The servers are ``tests/mcp_server.py`` (the ``mcp`` SDK's ``MCPServer``) and, for the leak
-measure, ``tests/mcp_tiny_server.py`` (the standard library alone, to start in milliseconds).
+The servers are ``tests/mcp_server.py`` (the ``mcp`` SDK's ``MCPServer``), whose tools the
+model calls, and, where only starting and reaping matter, ``tests/mcp_tiny_server.py`` (the
+standard library alone, to start in milliseconds; it forks a child, and can ignore SIGTERM).
 Most tests serve the agent in process over in-memory lines (``Wire``); those about the agent's
 exit run ``python -m fsm_core.acp``.
 """
@@ -278,7 +279,7 @@ def test_close_reaps_a_server_that_ignores_the_shutdown_and_its_forked_child(
     tmp_path: Path,
 ) -> None:
     pids = tmp_path / "pids"
-    server = stdio("test", SERVER, MCP_TEST_PIDS=str(pids), MCP_TEST_STUBBORN="1")
+    server = stdio("tiny", [*TINY, "--pids", str(pids), "--stubborn"])
 
     async def main() -> list[int]:
         wire = Wire(ToolModel())
@@ -297,7 +298,7 @@ def test_close_reaps_a_server_that_ignores_the_shutdown_and_its_forked_child(
 @pytest.mark.parametrize("how", ["stdin-closed", "SIGTERM", "SIGINT"])
 def test_the_agent_exiting_reaps_its_servers(tmp_path: Path, how: str) -> None:
     pids = tmp_path / "pids"
-    server = stdio("test", SERVER, MCP_TEST_PIDS=str(pids), MCP_TEST_STUBBORN="1")
+    server = stdio("tiny", [*TINY, "--pids", str(pids), "--stubborn"])
 
     async def main() -> tuple[int | None, list[int]]:
         agent = await asyncio.create_subprocess_exec(
@@ -331,7 +332,7 @@ def test_an_agent_killed_outright_still_has_its_servers_stopped(tmp_path: Path) 
     """SIGKILL leaves the agent no say: each server's supervisor gets SIGTERM from the kernel
     (``PR_SET_PDEATHSIG``) and stops and reaps the server's processes itself."""
     pids = tmp_path / "pids"
-    server = stdio("test", SERVER, MCP_TEST_PIDS=str(pids), MCP_TEST_STUBBORN="1")
+    server = stdio("tiny", [*TINY, "--pids", str(pids), "--stubborn"])
     agent = subprocess.Popen(
         [sys.executable, "-m", "fsm_core.acp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
