@@ -248,6 +248,31 @@ def test_a_server_that_never_answers_is_given_up_after_the_start_timeout(tmp_pat
     assert children() == []
 
 
+def test_a_server_still_starting_is_stopped_when_the_agent_closes(tmp_path: Path) -> None:
+    """Ctrl-C (the agent's ``aclose``) while ``session/new`` waits for its server: the server
+    is stopped and reaped, and ``session/new`` answers that it did not start."""
+    fifo = tmp_path / "up"
+    os.mkfifo(fifo)
+    code = f"import sys; open({str(fifo)!r}, 'w').write('up'); sys.stdin.read()"
+    slow = [sys.executable, "-c", code]  # says it is up, then never answers
+
+    async def main() -> dict[str, Any]:
+        wire = Wire(ToolModel())
+        up = asyncio.ensure_future(asyncio.to_thread(fifo.read_text))
+        new = wire.send("session/new", cwd=str(tmp_path), mcpServers=[stdio("slow", slow)])
+        assert await up == "up"
+        await wire.agent.aclose()
+        answer = await new
+        await wire.close()
+        return answer
+
+    error = asyncio.run(main())["error"]
+    assert error["data"]["details"] == (
+        "the MCP server 'slow' did not start: it was stopped while it started"
+    )
+    assert children() == []
+
+
 @pytest.mark.parametrize(
     ("servers", "details"),
     [

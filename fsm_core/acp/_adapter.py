@@ -217,7 +217,11 @@ class AcpAgent:
             raise _invalid_params(str(refused)) from None
         except ServerFailed as failed:
             raise RequestError(-32603, "Internal error", {"details": str(failed)}) from None
-        handle = await self.runtime.create_agent(session_id)
+        try:
+            handle = await self.runtime.create_agent(session_id)
+        except BaseException:  # the runtime is closing: its servers go too
+            await self.mcp.stop(session_id)
+            raise
         self._sessions[session_id] = _Session(handle)
         return NewSessionResponse(session_id=session_id)
 

@@ -223,6 +223,9 @@ class _Server:
         self.pid = process.pid
         try:
             failure = await self._serve(process)
+        except Exception as error:  # the SDK's session failed under it
+            log.exception("MCP server %s: the client session failed", self.name)
+            failure = f"failed ({type(error).__name__}: {error})"
         except BaseException as error:  # cancelled: stop the server all the same, re-raise
             failure = f"was interrupted ({type(error).__name__})"
             raise
