@@ -3,12 +3,14 @@ library alone (``python -I -S``: it starts in milliseconds, where one built with
 a second of CPU): it answers ``initialize`` and ``tools/list`` (one tool, ``ping``) and exits
 when its stdin ends. It forks a child first, which waits forever.
 
-    python -I -S mcp_tiny_server.py [MARKER] [--pids FILE] [--stubborn]
+    python -I -S mcp_tiny_server.py [MARKER] [--pids FILE] [--stubborn] [--where FILE]
 
 ``--pids FILE``: the child leaves the server's process group (``setsid``) and ignores SIGTERM,
 and ``SERVER_PID CHILD_PID`` is written to FILE before the server answers anything.
 ``--stubborn``: once stdin ends, the server ignores SIGTERM and waits forever (a server that
-ignores the MCP shutdown). ``MARKER`` is only there to be found in the command line.
+ignores the MCP shutdown). ``--where FILE``: write the server's working directory,
+``$MCP_TEST_VALUE`` and its arguments to FILE as JSON. ``MARKER`` is only there to be found
+in the command line.
 """
 
 import json
@@ -30,6 +32,11 @@ if pids is not None:
     with open(pids + ".tmp", "w") as out:
         out.write(f"{os.getpid()} {child}")
     os.rename(pids + ".tmp", pids)
+
+if "--where" in args:
+    where = {"cwd": os.getcwd(), "value": os.environ.get("MCP_TEST_VALUE"), "args": args}
+    with open(args[args.index("--where") + 1], "w") as out:
+        json.dump(where, out)
 
 for line in sys.stdin:
     message = json.loads(line)

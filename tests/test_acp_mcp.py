@@ -173,6 +173,24 @@ def test_tools_are_listed_offered_called_and_their_result_reaches_the_answer(
     assert isinstance(add, ToolSpec)
 
 
+def test_a_server_runs_in_the_session_cwd_with_its_args_and_env(tmp_path: Path) -> None:
+    work, where = tmp_path / "work", tmp_path / "where.json"
+    work.mkdir()
+    server = stdio("tiny", [*TINY, "--where", str(where), "two words"], MCP_TEST_VALUE="42")
+
+    async def main() -> None:
+        wire = Wire(ToolModel())
+        await wire.new(work, server)
+        await wire.close()
+
+    asyncio.run(main())
+    assert json.loads(where.read_text()) == {
+        "cwd": str(work),
+        "value": "42",
+        "args": ["--where", str(where), "two words"],
+    }
+
+
 def test_a_cancel_during_a_slow_mcp_call_ends_the_turn_cancelled_and_the_server_sees_it(
     tmp_path: Path,
 ) -> None:
