@@ -14,6 +14,9 @@ talks JSON-RPC on its stdin and stdout. Each ACP session is one agent of one
 - ``session/close`` disposes the agent; closing stdin cancels every running prompt (``USER``:
   the client left), answers each ``cancelled``, writes out every answer, disposes every agent,
   then the process exits;
+- the stdio MCP servers ``session/new`` lists start with the session and are its tools (named
+  ``mcp__<server>__<tool>``, described in ``Request.tool_specs``, called with the turn's signal);
+  every process of theirs is reaped when the session closes or the agent exits (``_mcp.py``);
 - progress updates never wait for a client that stops reading stdout (a bounded queue merges,
   then drops them), so a cancel takes effect at once; answers wait for the client, and while
   256 of them wait, the agent reads no more requests (backpressure), so its memory stays

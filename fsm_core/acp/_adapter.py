@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,6 +33,7 @@ from acp.schema import (
     CloseSessionResponse,
     Implementation,
     InitializeResponse,
+    McpCapabilities,
     NewSessionResponse,
     PromptResponse,
     StopReason,
@@ -40,6 +42,7 @@ from acp.schema import (
 from pydantic import BaseModel, ValidationError
 
 from fsm_core._errors import ECHO_LIMIT, echo
+from fsm_core.acp._mcp import McpServers, ServerFailed, stdio_servers
 from fsm_core.runtime import (
     USER,
     AbortSignal,
@@ -150,7 +153,7 @@ class _Streaming:
 
     async def generate(self, request: Request, signal: AbortSignal) -> Reply:
         await self._adapter._update(request.agent_id, "thought", f"step {request.step}")
-        reply = await self._model.generate(request, signal)
+        reply = await self._model.generate(self._adapter.mcp.offer(request), signal)
         if isinstance(reply, Reply) and isinstance(reply.text, str) and reply.text:
             await self._adapter._update(request.agent_id, "message", reply.text)
         return reply
@@ -166,6 +169,9 @@ class AcpAgent:
 
     def __init__(self, model: ModelAdapter, *, hooks: Hooks | None = None) -> None:
         self.runtime = Runtime(model=_Streaming(self, model), hooks=hooks)
+        self.mcp = McpServers()
+        """The stdio MCP servers of each session (``_mcp.py``); their tools are the session's."""
+        self.runtime.tools = self.mcp.scoped(self.runtime.tools)
         self._client: Client | None = None
         self._sessions: dict[str, _Session] = {}
         self._ids = itertools.count(1)
@@ -193,15 +199,29 @@ class AcpAgent:
             ours = "0"
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
-            agent_capabilities=AgentCapabilities(load_session=False),
+            agent_capabilities=AgentCapabilities(
+                load_session=False, mcp_capabilities=McpCapabilities(http=False, sse=False)
+            ),
             agent_info=Implementation(
                 name="fsm-core", title="fsm_core reference agent", version=ours
             ),
         )
 
-    async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
+    async def new_session(
+        self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> NewSessionResponse:
         session_id = f"session-{next(self._ids)}"
-        handle = await self.runtime.create_agent(session_id)
+        try:
+            await self.mcp.start(session_id, cwd, stdio_servers(mcp_servers or []))
+        except ValueError as refused:  # a server this agent does not run
+            raise _invalid_params(str(refused)) from None
+        except ServerFailed as failed:
+            raise RequestError(-32603, "Internal error", {"details": str(failed)}) from None
+        try:
+            handle = await self.runtime.create_agent(session_id)
+        except BaseException:  # the runtime is closing: its servers go too
+            await self.mcp.stop(session_id)
+            raise
         self._sessions[session_id] = _Session(handle)
         return NewSessionResponse(session_id=session_id)
 
@@ -253,6 +273,7 @@ class AcpAgent:
             if self._sessions.get(session_id) is session:
                 del self._sessions[session_id]
             _unpark(session)
+            await self.mcp.stop(session_id)
         return CloseSessionResponse()
 
     # --- plumbing ----------------------------------------------------------------------
@@ -324,6 +345,7 @@ class AcpAgent:
         finally:
             for session in list(self._sessions.values()):
                 _unpark(session)
+            await self.mcp.aclose()
 
 
 def _unpark(session: _Session) -> None:
@@ -762,6 +784,11 @@ async def serve(
     session and return once all their work has settled and every answer is written.
     ``hooks`` are the runtime's hook commands (:class:`~fsm_core.Hooks`)."""
     reader, write = streams if streams is not None else await _stdio()
+    if streams is None:  # SIGTERM stops the agent as Ctrl-C does: its MCP servers are reaped
+        with contextlib.suppress(ValueError, RuntimeError):  # not in the main thread
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGTERM, signal.raise_signal, signal.SIGINT
+            )
     await _serve(AcpAgent(model, hooks=hooks), reader, write)
 
 

@@ -38,7 +38,7 @@ from fsm_core.runtime._events import EventBus
 from fsm_core.runtime._hooks import HookDecision, HookResult, Hooks, RunHookOptions, run_hook
 from fsm_core.runtime._inbox import Inbox, Lane, UserMessage
 from fsm_core.runtime._initiators import AgentRegistry
-from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall
+from fsm_core.runtime._llm import Finish, ModelAdapter, Reply, Request, Tool, ToolCall, ToolSpec
 from fsm_core.runtime._payloads import (
     AssembleContext,
     AssistantMessageRecorded,
@@ -143,6 +143,7 @@ __all__ = [
     "Tool",
     "ToolApproval",
     "ToolCall",
+    "ToolSpec",
     "TurnEnded",
     "TurnFailed",
     "TurnStarted",

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, final
 
 from fsm_core.runtime._signal import AbortSignal
 
-__all__ = ["Finish", "ModelAdapter", "Reply", "Request", "Tool", "ToolCall"]
+__all__ = ["Finish", "ModelAdapter", "Reply", "Request", "Tool", "ToolCall", "ToolSpec"]
 
 Finish = Literal["stop", "tool_calls", "max_tokens", "blocked"]
 """Why the model stopped: done, wants tools run, hit its token limit, or refused (blocked)."""
@@ -40,6 +40,20 @@ class Reply:
 
 @final
 @dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What a model is told of one tool it may call: its name (as in ``Request.tools`` and
+    ``ToolCall.name``), what it does, and the JSON Schema its arguments must match.
+
+        ToolSpec("mcp__files__read", "Read a file", {"type": "object", "properties": {...}})
+    """
+
+    name: str
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class Request:
     """One model request: the agent, the assembled messages and the available tools.
 
@@ -48,6 +62,11 @@ class Request:
     read-only sequence of read-only dicts, which is a snapshot (kept past the turn, it still
     holds exactly what this request was asked with). It shares the conversation instead of
     copying it, so ``json.dumps`` wants ``list(request.messages)``.
+
+    ``tools`` names every tool the model may call; ``tool_specs`` describes those of them that
+    come with a description and an argument schema, in the order of ``tools``: the MCP tools
+    of an ACP session (``fsm-core acp``, see the README's ACP section). The runtime's own tools
+    are named only.
     """
 
     agent_id: str
@@ -55,6 +74,7 @@ class Request:
     step: int
     messages: Sequence[Mapping[str, Any]]
     tools: tuple[str, ...]
+    tool_specs: tuple[ToolSpec, ...] = ()
 
 
 class ModelAdapter(Protocol):
