@@ -22,8 +22,13 @@ same steps, in the same order, with the same moves and the same properties;
   budgets cover, in the same order (a step a budget forbids is one whose plan the interpreted
   engine finds invalid, and so is every step that extends it). A state with more budget widens
   the bound: the search resumes where the old bound left listener calls out, and the new steps
-  are merged in by their order. A call whose row performs no effect changes only its
-  instance's variables, so its step is also cached by those variables.
+  are merged in by their order; a search that left nothing out is complete, and no bound
+  resumes it. A call whose row performs no effect changes only its instance's variables, so
+  its step is also cached by those variables (with the call, which is memoized by them).
+- **Offers decided once.** Which calls a state offers naming an instance is decided by
+  reading a few positions (the instances the calls are fired on, what
+  :meth:`~._compose.Wiring.offers` reads): deciding is deterministic, so the answer is kept by
+  the values at the positions read, and a state that agrees there is answered without asking.
 - **Packed states.** A state is a number: the state without its budgets, numbered as met,
   times the number of budgets' codes, plus the budgets' mixed-radix code under the initial
   budgets (budgets only fall). A state's steps are then arithmetic on the memo, and its
@@ -543,12 +548,13 @@ class CompiledEngine(Engine):
             full_state = self.unpack(key * self._codes + code)
             calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
         after = self._spend(code)
-        covers, codes = self._covers, self._codes
+        covers, codes, top = self._covers, self._codes, self._top
         ready: list[_Call] = []
         for c in calls:
             if after[c.spent] < 0:
                 continue  # the budgets do not cover the call itself
-            if c.bound < 0 or not (covers.get(c.bound * codes + code) or self._covered(c, code)):
+            b = c.bound
+            if b != top and (b < 0 or not (covers.get(b * codes + code) or self._covered(c, code))):
                 # Search within the most of each budget the states of this key have had: a
                 # state with more widens it (breadth first, the richest tend to come first).
                 first = c.bound < 0
