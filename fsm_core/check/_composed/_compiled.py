@@ -22,8 +22,13 @@ same steps, in the same order, with the same moves and the same properties;
   budgets cover, in the same order (a step a budget forbids is one whose plan the interpreted
   engine finds invalid, and so is every step that extends it). A state with more budget widens
   the bound: the search resumes where the old bound left listener calls out, and the new steps
-  are merged in by their order. A call whose row performs no effect changes only its
-  instance's variables, so its step is also cached by those variables.
+  are merged in by their order; a search that left nothing out is complete, and no bound
+  resumes it. A call whose row performs no effect changes only its instance's variables, so
+  its step is also cached by those variables (with the call, which is memoized by them).
+- **Offers decided once.** Which calls a state offers naming an instance is decided by
+  reading a few positions (the instances the calls are fired on, what
+  :meth:`~._compose.Wiring.offers` reads): deciding is deterministic, so the answer is kept by
+  the values at the positions read, and a state that agrees there is answered without asking.
 - **Packed states.** A state is a number: the state without its budgets, numbered as met,
   times the number of budgets' codes, plus the budgets' mixed-radix code under the initial
   budgets (budgets only fall). A state's steps are then arithmetic on the memo, and its
@@ -38,10 +43,10 @@ broke among it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import prod
-from operator import add, sub
-from typing import Any
+from operator import add, itemgetter, sub
+from typing import Any, overload
 
 from fsm_core.check._composed._compose import Args, Engine, Wiring
 from fsm_core.check._moves import Move
@@ -189,9 +194,15 @@ class _Path:
             self.store[i] = tuple(values)
 
 
-_Start = tuple[int, int, str, Args, int, bool, int | None]
+_Local = list[tuple[int, Any, str] | None]
+"""A local call's step, once searched: its label, the instance's variables after it, and what it
+recorded broken (the one item is None until then)."""
+
+_Start = tuple[int, int, str, Args, int, _Local | None, int | None]
 """A call a step may begin with: (instance, its row or :data:`IGNORED`, event, arguments, the
-number of what it spends, whether it is local: see :attr:`_Call.local`, the step's target)."""
+number of what it spends, its step if it is local (see :attr:`_Call.local`), else None, the
+step's target). The calls are memoized by the variables of the instance they are fired on, so
+a local call's step is kept with it."""
 
 
 class _Call:
@@ -210,15 +221,16 @@ class _Call:
         event: str,
         args: Args,
         spent: int,
-        local: bool,
+        local: _Local | None,
         target: int | None,
     ) -> None:
         self.i, self.event, self.args, self.target = i, event, args, target
         self.found = found
         """The row the table fires, or :data:`IGNORED`."""
         self.local = local
-        """True iff the step changes nothing but the instance's variables (and may record a
-        broken property): no hook acts on the event, and its row performs no effect."""
+        """Not None iff the step changes nothing but the instance's variables (and may record
+        a broken property): no hook acts on the event, and its row performs no effect. Then it
+        holds the step, once searched (:meth:`CompiledEngine._local_step`)."""
         self.spent = spent
         """The number of what the call itself spends."""
         self.bound = -1
@@ -345,10 +357,6 @@ class CompiledEngine(Engine):
         self._branching = bool(self._options) and w.max_reactions > 0
         self._hooked_events = w.hooked_events
         self._binding = w.binding
-        self._local: dict[tuple[Any, ...], tuple[int, Any, str]] = {}
-        """The step of each local call searched, by the instance, the event and its row, the
-        instance's variables and the arguments: its label, the variables after it, and what
-        it recorded broken."""
         self._handed_to: dict[tuple[Any, ...], tuple[int, ...]] = {}
         self._handed: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
         """For each call searched whose row only hands the call on through binding effects
@@ -374,6 +382,8 @@ class CompiledEngine(Engine):
         # above them the number of the rest of the state.
         self._radix = tuple(b + 1 for b in w.initial()[lo : self._hi])
         self._codes: int = prod(self._radix)
+        self._top = self._codes - 1
+        """The code of the model's budgets, which covers every budgets' code."""
         self._keys: list[tuple[Any, ...]] = []
         """The states without their budgets, by number."""
         self._key_of: dict[tuple[Any, ...], int] = {}
@@ -381,6 +391,9 @@ class CompiledEngine(Engine):
         """The calls a step may begin with from each state without its budgets."""
         self._takes_at: dict[tuple[Any, ...], list[_Start]] = {}
         """:meth:`_taken_at`'s answers."""
+        self._offered: list[list[_Decided]] = [[] for _ in w.instances]
+        """:meth:`_offered_at`'s answers, per instance: by each set of positions deciding
+        them read, by the values there."""
         self._steps_of: list[list[_Step] | None] = []
         """Without listener calls: the steps from each state without its budgets."""
         self._groups_of: list[list[_Group] | None] = []
@@ -515,9 +528,14 @@ class CompiledEngine(Engine):
         found = self._steps_of[key]
         if found is None:
             full = self.unpack(key * self._codes + code)
-            found = self._steps_of[key] = [
-                step for start in self._starts(full) for step in self._steps(full, start)
-            ]
+            rest = self._keys[key]
+            found = []
+            for start in self._starts(full):
+                if start[5] is not None and not full[self.broken]:
+                    found.append(self._local_step(full, start, rest))
+                else:
+                    found += self._steps(full, start)
+            self._steps_of[key] = found
         return found
 
     def _ready(self, key: int, code: int) -> tuple[list[_Call], list[int]]:
@@ -530,12 +548,13 @@ class CompiledEngine(Engine):
             full_state = self.unpack(key * self._codes + code)
             calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
         after = self._spend(code)
-        covers, codes = self._covers, self._codes
+        covers, codes, top = self._covers, self._codes, self._top
         ready: list[_Call] = []
         for c in calls:
             if after[c.spent] < 0:
                 continue  # the budgets do not cover the call itself
-            if c.bound < 0 or not (covers.get(c.bound * codes + code) or self._covered(c, code)):
+            b = c.bound
+            if b != top and (b < 0 or not (covers.get(b * codes + code) or self._covered(c, code))):
                 # Search within the most of each budget the states of this key have had: a
                 # state with more widens it (breadth first, the richest tend to come first).
                 first = c.bound < 0
@@ -546,6 +565,8 @@ class CompiledEngine(Engine):
                 if full_state is None:
                     full_state = self.unpack(key * self._codes + code)
                 self._memoize(full_state, c, first)
+                if not c.pruned:  # the bound left nothing out: no wider one adds a step
+                    c.bound = self._top
                 after = self._spend(code)
             ready.append(c)
         return ready, after
@@ -572,16 +593,38 @@ class CompiledEngine(Engine):
     def _starts(self, state: tuple[Any, ...]) -> list[_Start]:
         """The calls the environment and the driver may begin a step with from ``state``, and
         the table takes there."""
-        w = self.wiring
-        slots = range(len(w.instances))
+        slots = range(len(self.wiring.instances))
         instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
         out: list[_Start] = []
-        offers = w.offers
         for i in instances:
-            for start in self._taken_at(state, i):
-                if offers(state, i, start[2], start[3]):
-                    out.append(start)
+            out += self._offered_at(state, i)
         return out
+
+    def _offered_at(self, state: tuple[Any, ...], i: int) -> list[_Start]:
+        """The calls naming ``i`` that the tables take from ``state`` and the wiring offers
+        there. Memoized by what deciding them read: the instances the calls are fired on and
+        the positions :meth:`Wiring.offers` read. Deciding is deterministic, so a state that
+        agrees with an earlier one on every position deciding it read is decided the same."""
+        memo = self._offered[i]
+        for _, project, known in memo:
+            found = known.get(project(state))
+            if found is not None:
+                return found
+        ons, _ = self._offers[self._group[i]]
+        reading = _Reading(state)
+        if self._flat:
+            reading.read.update(range(self._width))
+        else:
+            reading.read.update(i if on == SELF else on for on in ons)
+        offers = self.wiring.offers
+        found = [s for s in self._taken_at(state, i) if offers(reading, i, s[2], s[3])]
+        reads = tuple(sorted(reading.read))
+        entry = next((e for e in memo if e[0] == reads), None)
+        if entry is None:
+            entry = (reads, _projection(reads), {})
+            memo.append(entry)
+        entry[2][entry[1](state)] = found
+        return found
 
     def _taken_at(self, state: tuple[Any, ...], i: int) -> list[_Start]:
         """The calls naming ``i`` that the tables take from ``state``, in the order of its
@@ -608,7 +651,9 @@ class CompiledEngine(Engine):
                         event,
                         args,
                         self._number(spent),
-                        row == IGNORED or (event not in self._hooked_events and local[row]),
+                        [None]
+                        if row == IGNORED or (event not in self._hooked_events and local[row])
+                        else None,
                         target,
                     )
                     for args, spent in each
@@ -620,7 +665,7 @@ class CompiledEngine(Engine):
         """The steps a call without listener calls begins from ``state``."""
         i, found, event, args, spent, local, target = start
         if not state[self.broken]:
-            if local:
+            if local is not None:
                 return [self._local_step(state, start)]
             handing = found != IGNORED and self._tables[i].handing[found]
             if handing and event not in self._hooked_events:
@@ -706,8 +751,8 @@ class CompiledEngine(Engine):
     def _memoize(self, state: tuple[Any, ...], c: _Call, first: bool) -> None:
         """Search the steps ``c`` begins from ``state`` within its bound: all of them the
         ``first`` time, else only those the last bound left out, merged in."""
-        if c.local and not state[self.broken]:
-            start = (c.i, c.found, c.event, c.args, c.spent, True, c.target)
+        if c.local is not None and not state[self.broken]:
+            start = (c.i, c.found, c.event, c.args, c.spent, c.local, c.target)
             c.steps = [self._local_step(state, start)]
             c.groups = None
             return
@@ -728,6 +773,8 @@ class CompiledEngine(Engine):
                     work.append((snap, fits, 0, True))
         self._drain(work, out)
         c.pruned, self._pruned = self._pruned, pruned
+        if not out and not first:
+            return  # the wider bound lets no listener call in that the last one left out
         found = [(order, self._step(key, nxt, spent)) for key, nxt, spent, order in out]
         if not first:
             found += zip(c.orders, c.steps, strict=True)
@@ -736,14 +783,17 @@ class CompiledEngine(Engine):
         c.steps = [step for _, step in found]
         c.groups = None
 
-    def _local_step(self, state: tuple[Any, ...], start: _Start) -> _Step:
-        """The one step of a local call: the instance's variables after it, and what it
-        recorded broken, are those of the step searched from the same variables."""
-        i, found, event, args, spent, _, target = start
+    def _local_step(
+        self, state: tuple[Any, ...], start: _Start, rest: tuple[Any, ...] | None = None
+    ) -> _Step:
+        """The one step of a local call from ``state`` (``rest``: the state without its
+        budgets, when the caller has it): the instance's variables after it, and what it
+        recorded broken, are those of the step searched from the same variables, which the
+        call keeps (it is memoized by them)."""
+        i, found, event, args, spent, local, target = start
+        assert local is not None
         lo, hi = self._lo, self._hi
-        node = state[: self._width] if self._flat else state[i]
-        where = (i, event, found, node, args, target)
-        known = self._local.get(where)
+        known = local[0]
         if known is None:
             out: _Out = []
             path = _Path(state, self._spendings[spent], target)
@@ -751,15 +801,16 @@ class CompiledEngine(Engine):
             self._run(path, out, [])
             ((key, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
             after = nxt[: self._width] if self._flat else nxt[i]
-            known = self._local[where] = (self._label(key), after, nxt[self.broken])
+            known = local[0] = (self._label(key), after, nxt[self.broken])
         label, after, record = known
-        rest = list(state[:lo] + state[hi:])  # the instance and the record come before or
-        if self._flat:  # after the budgets
-            rest[: self._width] = after
+        # The instance and the record come before or after the budgets.
+        changed = list(state[:lo] + state[hi:] if rest is None else rest)
+        if self._flat:
+            changed[: self._width] = after
         else:
-            rest[i] = after
-        rest[self.broken - (hi - lo)] = record
-        return label, self._key(tuple(rest)) * self._codes, spent
+            changed[i] = after
+        changed[self.broken - (hi - lo)] = record
+        return label, self._key(tuple(changed)) * self._codes, spent
 
     def _label(self, key: MoveKey) -> int:
         found = self._label_of.get(key)
@@ -1001,6 +1052,45 @@ class CompiledEngine(Engine):
         path.flush()
         assert path.done is not None
         out.append((path.done, tuple(store), path.spent, path.order))
+
+
+_Decided = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, list[_Start]]]
+"""Answers decided by reading the positions named (sorted), by the values there: the
+positions, what gives the values, and the answers."""
+
+
+def _projection(reads: tuple[int, ...]) -> Callable[[Sequence[Any]], Any]:
+    """What gives a state's values at ``reads``, hashable."""
+    if len(reads) > 1:
+        return itemgetter(*reads)
+    if reads:
+        (k,) = reads
+        return lambda state: state[k]
+    return lambda _: ()
+
+
+class _Reading(Sequence[Any]):
+    """A state that records the positions read of it (a slice, or iterating, reads all)."""
+
+    __slots__ = ("read", "state")
+
+    def __init__(self, state: Sequence[Any]) -> None:
+        self.state = state
+        self.read: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    @overload
+    def __getitem__(self, k: int) -> Any: ...
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[Any]: ...
+    def __getitem__(self, k: int | slice) -> Any:
+        if isinstance(k, slice):
+            self.read.update(range(*k.indices(len(self.state))))
+        else:
+            self.read.add(k % len(self.state))
+        return self.state[k]
 
 
 def _left(have: tuple[int, ...], spent: tuple[int, ...]) -> tuple[int, ...] | None:
