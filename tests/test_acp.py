@@ -76,13 +76,13 @@ def test_prompt_cancel_mid_turn_prompt_again_and_close(tmp_path: Path) -> None:
 
             with pytest.raises(RequestError) as unknown:
                 await conn.prompt(session_id="session-9", prompt=[text_block("hi")])
-            assert unknown.value.code == -32602
+            assert unknown.value.code == -32002
             assert unknown.value.data == {"details": "no session 'session-9'"}
 
             await conn.close_session(session_id=sid)
             with pytest.raises(RequestError) as closed:
                 await conn.prompt(session_id=sid, prompt=[text_block("hi")])
-            assert closed.value.code == -32602
+            assert closed.value.code == -32002
             pid = process.pid
         # Leaving the block closed the agent's stdin; it exited by itself, not by a signal.
         assert process.returncode == 0
@@ -131,7 +131,7 @@ def test_bad_input_gets_json_rpc_errors_and_the_agent_keeps_serving() -> None:
         (None, -32600),
         (None, -32600),
         (1, -32602),
-        (2, -32602),
+        (2, -32002),
         (3, -32601),
         (None, -32700),
         (4, None),

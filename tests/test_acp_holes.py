@@ -21,7 +21,7 @@ def test_aclose_answers_a_prompt_no_turn_claimed_cancelled() -> None:
         agent = AcpAgent(EchoModel())
         sid = (await agent.new_session("/")).session_id
         queued = asyncio.Event()
-        agent.runtime.events.on("inbox/inserted", lambda _e: queued.set())
+        agent.runtime(sid).events.on("inbox/inserted", lambda _e: queued.set())
         prompt = asyncio.ensure_future(
             agent.prompt(sid, [TextContentBlock(type="text", text="hi")])
         )
@@ -41,8 +41,8 @@ def test_a_session_cancel_is_the_users_cancel() -> None:
         sid = (await agent.new_session("/")).session_id
         queued = asyncio.Event()
         causes: list[object] = []
-        agent.runtime.events.on("inbox/inserted", lambda _e: queued.set())
-        agent.runtime.events.on("agent/cancel-requested", lambda e: causes.append(e.cause))
+        agent.runtime(sid).events.on("inbox/inserted", lambda _e: queued.set())
+        agent.runtime(sid).events.on("agent/cancel-requested", lambda e: causes.append(e.cause))
         prompt = asyncio.ensure_future(
             agent.prompt(sid, [TextContentBlock(type="text", text="hi")])
         )
@@ -143,10 +143,10 @@ def test_a_cancel_does_not_wait_for_a_client_that_stopped_reading() -> None:
             ended.append(str(event.outcome["kind"]))
             turn_ended.set()
 
-        agent.runtime.events.on("turn/end", on_end)
         serving = asyncio.ensure_future(_serve(agent, reader, write))
         reader.feed_data(NEW + b"\n")
         await wrote.wait()  # the session exists once its answer is written
+        agent.runtime("session-1").events.on("turn/end", on_end)
         reading.clear()  # the client stops reading
         reader.feed_data(_prompt(2, "hold") + b"\n")
         await stuck.wait()  # the turn's first update is waiting for the client
