@@ -288,6 +288,9 @@ class AcpAgent:
     async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
         if not os.path.isabs(cwd):
             raise _invalid_params(f"cwd {echo(cwd)} is not an absolute path (ACP: it must be)")
+        if not os.path.isdir(cwd):
+            # Hooks run there: one that cannot start there decides nothing (a gate let through).
+            raise _invalid_params(f"cwd {echo(cwd)} is not a directory")
         session_id = f"session-{next(self._ids)}"
         runtime = Runtime(
             model=self._model, tools=self._tools, hooks=dataclasses.replace(self._hooks, cwd=cwd)

@@ -24,6 +24,10 @@ from acp.schema import (
 
 Observed = dict[str, Any]
 
+PATIENT = {"shutdown_timeout": 60.0}
+"""How long the client waits for the agent to exit once it closed stdin before it signals it
+(the package's default, 2 s, is short on a busy CI machine: the test asserts a clean exit)."""
+
 
 def compact(update: Mapping[str, Any]) -> list[Any]:
     """A session update as a short list both SDKs' tests compare: its kind and what counts."""
@@ -106,7 +110,9 @@ async def main_suite(
 ) -> Observed:
     client = Recorder()
     seen: Observed = {}
-    async with spawn_agent_process(cast(Client, client), *command, env=dict(env)) as (
+    async with spawn_agent_process(
+        cast(Client, client), *command, env=dict(env), transport_kwargs=PATIENT
+    ) as (
         conn,
         process,
     ):
@@ -180,7 +186,9 @@ async def tools_suite(
     seen: Observed = {}
     call_add: list[Any] = [text_block("call add " + json.dumps({"a": 1, "b": 2}))]
     call_boom: list[Any] = [text_block("call boom {}")]
-    async with spawn_agent_process(cast(Client, client), *command, env=dict(env)) as (
+    async with spawn_agent_process(
+        cast(Client, client), *command, env=dict(env), transport_kwargs=PATIENT
+    ) as (
         conn,
         process,
     ):
