@@ -290,3 +290,23 @@ def test_a_client_that_closes_stdout_then_stdin_ends_the_agent_quietly() -> None
         process.stdin.write(json.dumps(prompt).encode() + b"\n")
     _, err = process.communicate()
     assert (process.returncode, err.decode()) == (0, "")
+
+
+def test_the_readmes_zed_configuration_is_json_the_cli_accepts() -> None:
+    """The README's editor configuration (Zed's ``agent_servers`` entry) is valid JSON whose
+    command line ``fsm-core acp`` parses as written."""
+    import re
+
+    from fsm_core.cli import _parser
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```json\n(\{\s*\"agent_servers\".*?)```", readme, re.S)
+    assert block is not None
+    (server,) = json.loads(block.group(1))["agent_servers"].values()
+    assert (server["type"], server["command"]) == ("custom", "fsm-core")
+    args = _parser().parse_args(server["args"])
+    assert (args.command, args.model, args.hook_prompt) == (
+        "acp",
+        "mypkg.models:make",
+        ["./policy.sh"],
+    )

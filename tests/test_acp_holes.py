@@ -11,7 +11,7 @@ from acp.schema import CloseSessionResponse, TextContentBlock
 
 from fsm_core.acp import AcpAgent, EchoModel, serve
 from fsm_core.acp._adapter import LINE_LIMIT, UPDATE_LIMIT, _Lines, _serve
-from fsm_core.runtime import USER
+from fsm_core.runtime import USER, Hooks
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -275,3 +275,24 @@ def test_merged_updates_for_a_client_that_stopped_reading_hold_at_most_a_line_of
     assert len(out) == UPDATE_LIMIT
     assert last == "x" + "y" * (3 * (LINE_LIMIT // 4))
     assert dropped == 3
+
+
+def test_a_session_needs_an_absolute_directory_and_its_hooks_get_it_as_their_cwd() -> None:
+    """ACP: ``cwd`` is an absolute path; a relative one (or one that is no directory) is
+    refused with the schema's Invalid params, and the session's hooks run in it."""
+    from acp import RequestError
+
+    async def main() -> None:
+        agent = AcpAgent(EchoModel(), hooks=Hooks(stop=["true"]))
+        for bad in ("relative/dir", "/no/such/dir/anywhere"):
+            with pytest.raises(RequestError) as refused:
+                await agent.new_session(bad)
+            assert refused.value.code == -32602
+        sid = (await agent.new_session("/tmp")).session_id
+        assert agent.runtime(sid).hooks.cwd == "/tmp"
+        assert agent.runtime(sid).hooks.stop == ("true",)
+        await agent.aclose()
+
+    asyncio.run(main())
+    with pytest.raises(TypeError, match=r"Hooks\.cwd is a directory path"):
+        Hooks(cwd=3)  # type: ignore[arg-type]
