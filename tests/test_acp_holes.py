@@ -296,3 +296,47 @@ def test_a_session_needs_an_absolute_directory_and_its_hooks_get_it_as_their_cwd
     asyncio.run(main())
     with pytest.raises(TypeError, match=r"Hooks\.cwd is a directory path"):
         Hooks(cwd=3)  # type: ignore[arg-type]
+
+
+def test_a_cancel_request_cancels_only_the_running_prompt_it_names() -> None:
+    """``$/cancel_request`` naming a running ``session/prompt`` cancels its turn (answered
+    ``cancelled``); one naming another request, or no request, or malformed, is ignored, and
+    a request (with an id) of that name is not a method."""
+    notes = [
+        {"requestId": 99},
+        {"requestId": {"no": "such"}},
+        {"requestId": [1]},
+        {},
+        {"requestId": 2},
+    ]
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+        stepped = asyncio.Event()
+        answered = asyncio.Event()
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+            message = json.loads(data)
+            if message.get("method") == "session/update":
+                stepped.set()
+            if message.get("id") == 2:
+                answered.set()
+
+        serving = asyncio.ensure_future(serve(EchoModel(hold="hold"), (reader, write)))
+        reader.feed_data(NEW + b"\n" + _prompt(2, "hold") + b"\n")
+        await stepped.wait()  # the prompt's turn is in its model request
+        for params in notes:
+            note = {"jsonrpc": "2.0", "method": "$/cancel_request", "params": params}
+            reader.feed_data(json.dumps(note).encode() + b"\n")
+        reader.feed_data(_request(3, "$/cancel_request", requestId=2) + b"\n")
+        await answered.wait()
+        reader.feed_eof()
+        await serving
+        return [json.loads(line) for line in written]
+
+    out = asyncio.run(main())
+    answers = {m["id"]: m for m in out if "id" in m and "method" not in m}
+    assert answers[2]["result"] == {"stopReason": "cancelled"}
+    assert answers[3]["error"]["code"] == -32601

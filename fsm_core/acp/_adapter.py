@@ -839,7 +839,7 @@ class _Lines:
             self.read += 1
             if "id" not in message and self._ignore(message):
                 continue
-            if message["method" if "method" in message else "id"] == "$/cancel_request":
+            if "id" not in message and message["method"] == "$/cancel_request":
                 # JSON-RPC's own cancellation: served here, never the package's to route. Only
                 # a running session/prompt can be cancelled; any other request is ignored.
                 session_id = self._prompts.get(message["params"]["requestId"])
