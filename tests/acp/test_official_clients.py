@@ -55,7 +55,7 @@ def npm_prefix(request: pytest.FixtureRequest) -> Path | None:
     with open(prefix / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # xdist's workers share the one install
         if not installed.exists() or json.loads(installed.read_text())["version"] != SDK_VERSION:
-            subprocess.run(
+            done = subprocess.run(
                 [
                     "npm",
                     "install",
@@ -65,10 +65,13 @@ def npm_prefix(request: pytest.FixtureRequest) -> Path | None:
                     "--no-fund",
                     f"{SDK}@{SDK_VERSION}",
                 ],
-                check=True,
                 capture_output=True,
+                text=True,
                 timeout=180,
+                check=False,
             )
+            if done.returncode != 0:
+                pytest.fail(f"npm could not install {SDK}@{SDK_VERSION}:\n{done.stderr[-2000:]}")
     return prefix
 
 
