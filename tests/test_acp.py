@@ -47,10 +47,13 @@ def test_prompt_cancel_mid_turn_prompt_again_and_close(tmp_path: Path) -> None:
     async def main() -> int:
         client = cast(Client, recorder)
         command = (str(SCRIPT), "acp", "--hold", "wait for cancel")
-        async with spawn_agent_process(client, *command, use_unstable_protocol=True) as (
-            conn,
-            process,
-        ):
+        async with spawn_agent_process(
+            client,
+            *command,
+            use_unstable_protocol=True,
+            # The package waits 2 s for the exit before it signals: short on a busy machine.
+            transport_kwargs={"shutdown_timeout": 60.0},
+        ) as (conn, process):
             hello = await conn.initialize(protocol_version=PROTOCOL_VERSION)
             assert hello.protocol_version == PROTOCOL_VERSION
             assert hello.agent_info is not None and hello.agent_info.name == "fsm-core"
