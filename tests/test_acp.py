@@ -47,10 +47,13 @@ def test_prompt_cancel_mid_turn_prompt_again_and_close(tmp_path: Path) -> None:
     async def main() -> int:
         client = cast(Client, recorder)
         command = (str(SCRIPT), "acp", "--hold", "wait for cancel")
-        async with spawn_agent_process(client, *command, use_unstable_protocol=True) as (
-            conn,
-            process,
-        ):
+        async with spawn_agent_process(
+            client,
+            *command,
+            use_unstable_protocol=True,
+            # The package waits 2 s for the exit before it signals: short on a busy machine.
+            transport_kwargs={"shutdown_timeout": 60.0},
+        ) as (conn, process):
             hello = await conn.initialize(protocol_version=PROTOCOL_VERSION)
             assert hello.protocol_version == PROTOCOL_VERSION
             assert hello.agent_info is not None and hello.agent_info.name == "fsm-core"
@@ -76,13 +79,13 @@ def test_prompt_cancel_mid_turn_prompt_again_and_close(tmp_path: Path) -> None:
 
             with pytest.raises(RequestError) as unknown:
                 await conn.prompt(session_id="session-9", prompt=[text_block("hi")])
-            assert unknown.value.code == -32602
+            assert unknown.value.code == -32002
             assert unknown.value.data == {"details": "no session 'session-9'"}
 
             await conn.close_session(session_id=sid)
             with pytest.raises(RequestError) as closed:
                 await conn.prompt(session_id=sid, prompt=[text_block("hi")])
-            assert closed.value.code == -32602
+            assert closed.value.code == -32002
             pid = process.pid
         # Leaving the block closed the agent's stdin; it exited by itself, not by a signal.
         assert process.returncode == 0
@@ -131,7 +134,7 @@ def test_bad_input_gets_json_rpc_errors_and_the_agent_keeps_serving() -> None:
         (None, -32600),
         (None, -32600),
         (1, -32602),
-        (2, -32602),
+        (2, -32002),
         (3, -32601),
         (None, -32700),
         (4, None),
@@ -290,3 +293,23 @@ def test_a_client_that_closes_stdout_then_stdin_ends_the_agent_quietly() -> None
         process.stdin.write(json.dumps(prompt).encode() + b"\n")
     _, err = process.communicate()
     assert (process.returncode, err.decode()) == (0, "")
+
+
+def test_the_readmes_zed_configuration_is_json_the_cli_accepts() -> None:
+    """The README's editor configuration (Zed's ``agent_servers`` entry) is valid JSON whose
+    command line ``fsm-core acp`` parses as written."""
+    import re
+
+    from fsm_core.cli import _parser
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```json\n(\{\s*\"agent_servers\".*?)```", readme, re.S)
+    assert block is not None
+    (server,) = json.loads(block.group(1))["agent_servers"].values()
+    assert (server["type"], server["command"]) == ("custom", "fsm-core")
+    args = _parser().parse_args(server["args"])
+    assert (args.command, args.model, args.hook_prompt) == (
+        "acp",
+        "mypkg.models:make",
+        ["./policy.sh"],
+    )

@@ -11,7 +11,7 @@ from acp.schema import CloseSessionResponse, TextContentBlock
 
 from fsm_core.acp import AcpAgent, EchoModel, serve
 from fsm_core.acp._adapter import LINE_LIMIT, UPDATE_LIMIT, _Lines, _serve
-from fsm_core.runtime import USER
+from fsm_core.runtime import USER, Hooks
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -21,7 +21,7 @@ def test_aclose_answers_a_prompt_no_turn_claimed_cancelled() -> None:
         agent = AcpAgent(EchoModel())
         sid = (await agent.new_session("/")).session_id
         queued = asyncio.Event()
-        agent.runtime.events.on("inbox/inserted", lambda _e: queued.set())
+        agent.runtime(sid).events.on("inbox/inserted", lambda _e: queued.set())
         prompt = asyncio.ensure_future(
             agent.prompt(sid, [TextContentBlock(type="text", text="hi")])
         )
@@ -41,8 +41,8 @@ def test_a_session_cancel_is_the_users_cancel() -> None:
         sid = (await agent.new_session("/")).session_id
         queued = asyncio.Event()
         causes: list[object] = []
-        agent.runtime.events.on("inbox/inserted", lambda _e: queued.set())
-        agent.runtime.events.on("agent/cancel-requested", lambda e: causes.append(e.cause))
+        agent.runtime(sid).events.on("inbox/inserted", lambda _e: queued.set())
+        agent.runtime(sid).events.on("agent/cancel-requested", lambda e: causes.append(e.cause))
         prompt = asyncio.ensure_future(
             agent.prompt(sid, [TextContentBlock(type="text", text="hi")])
         )
@@ -143,10 +143,10 @@ def test_a_cancel_does_not_wait_for_a_client_that_stopped_reading() -> None:
             ended.append(str(event.outcome["kind"]))
             turn_ended.set()
 
-        agent.runtime.events.on("turn/end", on_end)
         serving = asyncio.ensure_future(_serve(agent, reader, write))
         reader.feed_data(NEW + b"\n")
         await wrote.wait()  # the session exists once its answer is written
+        agent.runtime("session-1").events.on("turn/end", on_end)
         reading.clear()  # the client stops reading
         reader.feed_data(_prompt(2, "hold") + b"\n")
         await stuck.wait()  # the turn's first update is waiting for the client
@@ -275,3 +275,68 @@ def test_merged_updates_for_a_client_that_stopped_reading_hold_at_most_a_line_of
     assert len(out) == UPDATE_LIMIT
     assert last == "x" + "y" * (3 * (LINE_LIMIT // 4))
     assert dropped == 3
+
+
+def test_a_session_needs_an_absolute_directory_and_its_hooks_get_it_as_their_cwd() -> None:
+    """ACP: ``cwd`` is an absolute path; a relative one (or one that is no directory) is
+    refused with the schema's Invalid params, and the session's hooks run in it."""
+    from acp import RequestError
+
+    async def main() -> None:
+        agent = AcpAgent(EchoModel(), hooks=Hooks(stop=["true"]))
+        for bad in ("relative/dir", "/no/such/dir/anywhere"):
+            with pytest.raises(RequestError) as refused:
+                await agent.new_session(bad)
+            assert refused.value.code == -32602
+        sid = (await agent.new_session("/tmp")).session_id
+        assert agent.runtime(sid).hooks.cwd == "/tmp"
+        assert agent.runtime(sid).hooks.stop == ("true",)
+        await agent.aclose()
+
+    asyncio.run(main())
+    with pytest.raises(TypeError, match=r"Hooks\.cwd is a directory path"):
+        Hooks(cwd=3)  # type: ignore[arg-type]
+
+
+def test_a_cancel_request_cancels_only_the_running_prompt_it_names() -> None:
+    """``$/cancel_request`` naming a running ``session/prompt`` cancels its turn (answered
+    ``cancelled``); one naming another request, or no request, or malformed, is ignored, and
+    a request (with an id) of that name is not a method."""
+    notes = [
+        {"requestId": 99},
+        {"requestId": {"no": "such"}},
+        {"requestId": [1]},
+        {},
+        {"requestId": 2},
+    ]
+
+    async def main() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        written: list[bytes] = []
+        stepped = asyncio.Event()
+        answered = asyncio.Event()
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+            message = json.loads(data)
+            if message.get("method") == "session/update":
+                stepped.set()
+            if message.get("id") == 2:
+                answered.set()
+
+        serving = asyncio.ensure_future(serve(EchoModel(hold="hold"), (reader, write)))
+        reader.feed_data(NEW + b"\n" + _prompt(2, "hold") + b"\n")
+        await stepped.wait()  # the prompt's turn is in its model request
+        for params in notes:
+            note = {"jsonrpc": "2.0", "method": "$/cancel_request", "params": params}
+            reader.feed_data(json.dumps(note).encode() + b"\n")
+        reader.feed_data(_request(3, "$/cancel_request", requestId=2) + b"\n")
+        await answered.wait()
+        reader.feed_eof()
+        await serving
+        return [json.loads(line) for line in written]
+
+    out = asyncio.run(main())
+    answers = {m["id"]: m for m in out if "id" in m and "method" not in m}
+    assert answers[2]["result"] == {"stopReason": "cancelled"}
+    assert answers[3]["error"]["code"] == -32601

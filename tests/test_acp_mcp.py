@@ -85,7 +85,11 @@ class Wire:
 
     async def _write(self, data: bytes) -> None:
         message = json.loads(data)
-        if "method" in message:
+        if message.get("method") == "session/request_permission":  # every tool call is allowed
+            outcome = {"outcome": "selected", "optionId": "allow_once"}
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"outcome": outcome}}
+            self.reader.feed_data(json.dumps(answer).encode() + b"\n")
+        elif "method" in message:
             update = message["params"]["update"]
             if update.get("sessionUpdate") == "agent_message_chunk":
                 self.texts.append(update["content"]["text"])
@@ -243,7 +247,7 @@ def test_a_server_that_does_not_start_refuses_the_session_naming_it(
     assert refused["error"]["code"] == -32603
     details = refused["error"]["data"]["details"]
     assert details.startswith(f"the MCP server 'broken' did not start: it {why}")
-    assert after["error"]["code"] == -32602  # no session was made
+    assert after["error"]["code"] == -32002  # no session was made (Resource not found)
     assert children() == []
 
 

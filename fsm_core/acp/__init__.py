@@ -1,19 +1,24 @@
 """``fsm-core acp``: an fsm_core agent served over the Agent Client Protocol on stdio.
 
 An editor (or any ACP client) starts ``fsm-core acp`` (or ``python -m fsm_core.acp``) and
-talks JSON-RPC on its stdin and stdout. Each ACP session is one agent of one
-:class:`~fsm_core.Runtime`:
+talks JSON-RPC on its stdin and stdout. Each ACP session is one agent, in a
+:class:`~fsm_core.Runtime` of its own:
 
-- ``session/new`` creates an agent; ``session/prompt`` sends the prompt as a followup and
+- ``initialize`` answers protocol version 1 (the only one spoken) and advertises exactly what
+  is served: ``session/close``, and no image, audio or embedded context in prompts;
+- ``session/new`` wants an absolute ``cwd`` that is a directory; the session's hooks run there;
+- ``session/prompt`` (``text`` and ``resource_link`` blocks) sends the prompt as a followup and
   answers when the turn that claimed it ends, with the stop reason of its outcome
   (``end_turn``, ``max_tokens``, ``refusal`` for ``blocked``, ``cancelled`` for ``aborted`` and
-  ``disposed``; a failed turn answers a JSON-RPC error), streaming the reply as
-  ``session/update`` notifications while the turn runs;
-- ``session/cancel`` is ``agent.cancel(USER)`` (seed 000); the pending prompt answers
-  ``cancelled``;
-- ``session/close`` disposes the agent; closing stdin cancels every running prompt (``USER``:
-  the client left), answers each ``cancelled``, writes out every answer, disposes every agent,
-  then the process exits;
+  ``disposed``; a failed turn answers a JSON-RPC error), streaming the reply, and each tool
+  call (``tool_call``, then ``tool_call_update``), as ``session/update`` notifications while
+  the turn runs; each tool call is first put to the client (``session/request_permission``);
+- a refused turn is left out of every later request (the history rule of the durable log);
+- ``session/cancel``, and ``$/cancel_request`` naming a running prompt, are
+  ``agent.cancel(USER)`` (seed 000); the pending prompt answers ``cancelled``;
+- ``session/close`` disposes the agent; an unknown session is ``-32002``; closing stdin
+  cancels every running prompt (``USER``: the client left), answers each ``cancelled``,
+  writes out every answer, disposes every agent, then the process exits;
 - the stdio MCP servers ``session/new`` lists start with the session and are its tools (named
   ``mcp__<server>__<tool>``, described in ``Request.tool_specs``, called with the turn's signal);
   every process of theirs is reaped when the session closes or the agent exits (``_mcp.py``);

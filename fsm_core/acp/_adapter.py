@@ -1,8 +1,18 @@
-"""The agent side of the Agent Client Protocol, over one fsm_core :class:`~fsm_core.Runtime`.
+"""The agent side of the Agent Client Protocol, over fsm_core runtimes (one a session).
 
-Each ACP session is one fsm_core agent. ``session/prompt`` sends the prompt as a followup and
-answers when the turn that claimed it ends; ``session/cancel`` is ``agent.cancel(USER)``
-(seed 000: ACP cancellation maps to ``user``), so the pending prompt answers ``cancelled``.
+Each ACP session is one fsm_core agent, in a runtime of its own: its hooks run in the
+session's ``cwd`` (and its tools are the session's). ``session/prompt`` sends the prompt as a
+followup and answers when the turn that claimed it ends; ``session/cancel``, and
+``$/cancel_request`` naming a running ``session/prompt``, are ``agent.cancel(USER)`` (seed
+000: ACP cancellation maps to ``user``), so the pending prompt answers ``cancelled``.
+
+Each tool call the model asks for goes on the wire as a ``tool_call`` update (``pending``),
+asks the client with ``session/request_permission`` (the runtime's ``agent/tool-approval``
+seam), moves to ``in_progress`` once allowed, and ends in a ``tool_call_update`` whose status
+is ``completed`` or ``failed`` (its ``rawOutput`` the durable result: a refused, blocked,
+unknown or cancelled call is ``failed`` with the classification, ``refused``, ``blocked``,
+``unknown-tool`` or ``aborted``: ACP has no ``cancelled`` tool status). The statuses are read
+from the durable log, so the client sees what the log says.
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import importlib
 import itertools
 import json
@@ -18,7 +29,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, cast, final
@@ -29,15 +40,25 @@ from acp.helpers import update_agent_message_text, update_agent_thought_text
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    AllowedOutcome,
     CancelNotification,
+    CancelRequestNotification,
     CloseSessionResponse,
     Implementation,
     InitializeResponse,
     McpCapabilities,
     NewSessionResponse,
+    PermissionOption,
+    PromptCapabilities,
     PromptResponse,
+    ResourceContentBlock,
+    SessionCapabilities,
+    SessionCloseCapabilities,
     StopReason,
     TextContentBlock,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallUpdate,
 )
 from pydantic import BaseModel, ValidationError
 
@@ -55,6 +76,8 @@ from fsm_core.runtime import (
     Reply,
     Request,
     Runtime,
+    Tool,
+    ToolApproval,
     TurnEnded,
     UserMessage,
 )
@@ -101,7 +124,10 @@ ITEM_LIMIT = 8
 ERROR_LIMIT = 4096
 """The most bytes of JSON an error carries; past it, once ``_bounded``, its data is echoed."""
 
-NOTIFICATIONS: Mapping[str, type[BaseModel]] = {"session/cancel": CancelNotification}
+NOTIFICATIONS: Mapping[str, type[BaseModel]] = {
+    "session/cancel": CancelNotification,
+    "$/cancel_request": CancelRequestNotification,
+}
 """The params of each notification this agent serves; any other notification (but an
 extension's, ``_name``) is logged and ignored, as is one whose params do not validate."""
 
@@ -139,8 +165,34 @@ class _Prompt:
 
 @dataclass(eq=False)
 class _Session:
+    """One ACP session: its agent, in a runtime of its own (so its hooks, and its tools, are
+    the session's), and where it works."""
+
+    id: str
+    cwd: str
+    """The session's working directory, absolute (checked by ``session/new``): hooks run
+    there, and so should anything else the session starts."""
+    runtime: Runtime
     handle: AgentHandle
     prompt: _Prompt | None = None
+    allowed: set[str] = field(default_factory=set)
+    """The tools the user allowed always (``allow_always``): not asked about again."""
+    reported: int = 0
+    """How many events of the session's log were read for tool calls to report."""
+
+
+PERMISSIONS = (
+    PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
+    PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
+    PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
+)
+"""What ``session/request_permission`` offers for each tool call."""
+
+
+def _wire_id(data: Mapping[str, Any]) -> str:
+    """A tool call's id on the wire: unique within the session, as ACP asks (a model's own
+    call ids need only be unique within its reply)."""
+    return f"{data['turn']}.{data['step']}.{data['id']}"
 
 
 class _Streaming:
@@ -152,6 +204,7 @@ class _Streaming:
         self._model = model
 
     async def generate(self, request: Request, signal: AbortSignal) -> Reply:
+        await self._adapter._report(request.agent_id)  # the last step's tool results
         await self._adapter._update(request.agent_id, "thought", f"step {request.step}")
         reply = await self._model.generate(self._adapter.mcp.offer(request), signal)
         if isinstance(reply, Reply) and isinstance(reply.text, str) and reply.text:
@@ -163,23 +216,45 @@ def _invalid_params(detail: str, **data: Any) -> RequestError:
     return RequestError(-32602, "Invalid params", {"details": detail, **data})
 
 
+def _prompt_text(prompt: list[Any]) -> str:
+    """The prompt's blocks as the text the model reads: text as it is, a ``resource_link`` as
+    ``[name](uri)`` (ACP's baseline: every agent reads both). Any other block is refused: this
+    agent advertises no ``image``, ``audio`` or ``embeddedContext``."""
+    texts = []
+    for index, block in enumerate(prompt):
+        if isinstance(block, TextContentBlock):
+            texts.append(block.text)
+        elif isinstance(block, ResourceContentBlock):
+            texts.append(f"[{block.name}]({block.uri})")
+        else:
+            kind = getattr(block, "type", type(block).__name__)
+            raise _invalid_params(
+                f"prompt[{index}] is a {kind} block; this agent reads text and resource_link "
+                "blocks only (its promptCapabilities advertise no image, audio or "
+                "embeddedContext)",
+            )
+    return "\n".join(texts)
+
+
 @final
 class AcpAgent:
     """An ACP agent (``acp.Agent``) whose sessions are the agents of one runtime."""
 
-    def __init__(self, model: ModelAdapter, *, hooks: Hooks | None = None) -> None:
-        self.runtime = Runtime(model=_Streaming(self, model), hooks=hooks)
+    def __init__(
+        self, model: ModelAdapter, *, hooks: Hooks | None = None, tools: Sequence[Tool] = ()
+    ) -> None:
+        self._model = _Streaming(self, model)
+        self._hooks = hooks if hooks is not None else Hooks()
+        self._tools = tuple(tools)
         self.mcp = McpServers()
         """The stdio MCP servers of each session (``_mcp.py``); their tools are the session's."""
-        self.runtime.tools = self.mcp.scoped(self.runtime.tools)
         self._client: Client | None = None
+        self._lines: _Lines | None = None
         self._sessions: dict[str, _Session] = {}
         self._ids = itertools.count(1)
         self._left = False  # True iff the client closed its side (client_left)
-        events = self.runtime.events
-        events.on("inbox/claimed", self._claimed)
-        events.on("inbox/discarded", self._discarded)
-        events.on("turn/end", self._turn_ended)
+        self._closing: list[Runtime] = []
+        """The runtimes of closed sessions, until ``aclose`` has awaited them."""
 
     def on_connect(self, conn: Client) -> None:
         self._client = conn
@@ -197,10 +272,17 @@ class AcpAgent:
             ours = version("fsm-core")
         except PackageNotFoundError:  # pragma: no cover - run from a source tree
             ours = "0"
+        # ACP: the client's version if the agent speaks it, else the latest the agent speaks.
+        # This agent speaks exactly PROTOCOL_VERSION, so that is the answer to every ask.
         return InitializeResponse(
-            protocol_version=min(protocol_version, PROTOCOL_VERSION),
+            protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
-                load_session=False, mcp_capabilities=McpCapabilities(http=False, sse=False)
+                load_session=False,
+                prompt_capabilities=PromptCapabilities(
+                    image=False, audio=False, embedded_context=False
+                ),
+                mcp_capabilities=McpCapabilities(http=False, sse=False),
+                session_capabilities=SessionCapabilities(close=SessionCloseCapabilities()),
             ),
             agent_info=Implementation(
                 name="fsm-core", title="fsm_core reference agent", version=ours
@@ -210,6 +292,11 @@ class AcpAgent:
     async def new_session(
         self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
     ) -> NewSessionResponse:
+        if not os.path.isabs(cwd):
+            raise _invalid_params(f"cwd {echo(cwd)} is not an absolute path (ACP: it must be)")
+        if not os.path.isdir(cwd):
+            # Hooks run there: one that cannot start there decides nothing (a gate let through).
+            raise _invalid_params(f"cwd {echo(cwd)} is not a directory")
         session_id = f"session-{next(self._ids)}"
         try:
             await self.mcp.start(session_id, cwd, stdio_servers(mcp_servers or []))
@@ -217,12 +304,21 @@ class AcpAgent:
             raise _invalid_params(str(refused)) from None
         except ServerFailed as failed:
             raise RequestError(-32603, "Internal error", {"details": str(failed)}) from None
+        runtime = Runtime(
+            model=self._model, tools=self._tools, hooks=dataclasses.replace(self._hooks, cwd=cwd)
+        )
+        runtime.tools.update(self.mcp.tools(session_id))
+        events = runtime.events
+        events.on("inbox/claimed", self._claimed)
+        events.on("inbox/discarded", self._discarded)
+        events.on("turn/end", self._turn_ended)
+        events.on("agent/tool-approval", self._approve)
         try:
-            handle = await self.runtime.create_agent(session_id)
+            handle = await runtime.create_agent(session_id)
         except BaseException:  # the runtime is closing: its servers go too
             await self.mcp.stop(session_id)
             raise
-        self._sessions[session_id] = _Session(handle)
+        self._sessions[session_id] = _Session(session_id, cwd, runtime, handle)
         return NewSessionResponse(session_id=session_id)
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
@@ -233,20 +329,14 @@ class AcpAgent:
                 "Invalid request",
                 {"details": f"a prompt is already running in {session_id}; cancel it or wait"},
             )
-        texts = []
-        for index, block in enumerate(prompt):
-            if not isinstance(block, TextContentBlock):
-                raise _invalid_params(
-                    f"prompt[{index}] is a {getattr(block, 'type', type(block).__name__)} block; "
-                    "this agent reads text only",
-                )
-            texts.append(block.text)
+        text = _prompt_text(prompt)
         if self._left:  # read before the client left, handled after: cancelled unstarted
             return PromptResponse(stop_reason="cancelled")
         pending = session.prompt = _Prompt(f"{session_id}/prompt-{next(self._ids)}")
         try:
-            session.handle.agent.followup(UserMessage(pending.message_id, "\n".join(texts)))
+            session.handle.agent.followup(UserMessage(pending.message_id, text))
             outcome = await asyncio.shield(pending.ended)
+            await self._report(session_id)  # the last tool results, before the answer
         finally:
             session.prompt = None
         kind = str(outcome["kind"])
@@ -264,7 +354,8 @@ class AcpAgent:
         session.handle.agent.cancel(USER)
 
     async def close_session(self, session_id: str, **_: Any) -> CloseSessionResponse:
-        """Dispose the session's agent; a prompt still pending answers ``cancelled``."""
+        """Dispose the session's agent and close its runtime; a prompt still pending answers
+        ``cancelled``."""
         session = self._session(session_id)
         try:
             await session.handle.dispose()
@@ -272,16 +363,28 @@ class AcpAgent:
             # Racing closes of one session each get here: the first removes it.
             if self._sessions.get(session_id) is session:
                 del self._sessions[session_id]
+                self._closing.append(session.runtime)
             _unpark(session)
-            await self.mcp.stop(session_id)
+        try:
+            await session.runtime.aclose()
+        finally:
+            await self.mcp.stop(session_id)  # every process of its servers reaped
+        with contextlib.suppress(ValueError):  # a racing close of the session removed it
+            self._closing.remove(session.runtime)
         return CloseSessionResponse()
 
     # --- plumbing ----------------------------------------------------------------------
 
+    def runtime(self, session_id: str) -> Runtime:
+        """The runtime of the open session ``session_id`` (its events, its agent)."""
+        return self._session(session_id).runtime
+
     def _session(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
         if session is None:
-            raise _invalid_params(f"no session {echo(session_id)}")
+            raise RequestError(
+                -32002, "Resource not found", {"details": f"no session {echo(session_id)}"}
+            )
         return session
 
     def _pending(self, agent: Agent) -> _Prompt | None:
@@ -309,15 +412,120 @@ class AcpAgent:
             pending.ended.set_result(event.outcome)
 
     async def _update(self, session_id: str, kind: str, text: str) -> None:
-        if self._client is None:
-            return
         update = (
             update_agent_thought_text(text)
             if kind == "thought"
             else update_agent_message_text(text)
         )
+        await self._send_update(session_id, update)
+
+    async def _send_update(self, session_id: str, update: Any) -> None:
+        if self._client is None:
+            return
         with contextlib.suppress(ConnectionError):  # the client left; the turn goes on
             await self._client.session_update(session_id=session_id, update=update)
+
+    async def _report(self, session_id: str) -> None:
+        """Tell the client of the tool calls and results the session's log recorded since the
+        last report: ``tool_call`` (pending) for each call, ``tool_call_update`` (completed or
+        failed) for each result. Called at each step, each approval and the prompt's end, so
+        the client sees every call before its turn's answer."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return
+        events = session.handle.agent.session.events
+        new, session.reported = events[session.reported :], len(events)
+        for event in new:
+            data = event.data
+            if event.type == "tool/call":
+                await self._send_update(
+                    session_id,
+                    ToolCallStart(
+                        session_update="tool_call",
+                        tool_call_id=_wire_id(data),
+                        title=str(data["name"]),
+                        kind="other",
+                        status="pending",
+                        raw_input=_thawed(data["args"]),
+                    ),
+                )
+            elif event.type == "tool/result":
+                await self._send_update(
+                    session_id,
+                    ToolCallProgress(
+                        session_update="tool_call_update",
+                        tool_call_id=_wire_id(data),
+                        status="completed" if data["ok"] else "failed",
+                        raw_output={"result": _thawed(data["result"])},
+                    ),
+                )
+
+    async def _approve(
+        self, payload: ToolApproval, next: Callable[[ToolApproval], Awaitable[bool]]
+    ) -> bool:
+        """The ``agent/tool-approval`` seam: ask the client (``session/request_permission``)
+        unless the user allowed this tool always; once allowed, the call is ``in_progress``.
+        A turn cancelled while the client is asked stops waiting at once, withdraws the
+        request (``$/cancel_request``) and counts it as the ``cancelled`` outcome: refused."""
+        session = self._sessions.get(payload.agent.id)
+        if session is None:
+            return await next(payload)
+        await self._report(session.id)  # the call itself, pending
+        recorded = session.handle.agent.session.events[-1]  # the turn records it, then asks
+        assert recorded.type == "tool/call" and recorded.data["id"] == payload.call.id
+        wire = _wire_id(recorded.data)
+        if payload.call.name not in session.allowed and not await self._ask(session, payload, wire):
+            return False
+        if not await next(payload):
+            return False
+        await self._send_update(
+            session.id,
+            ToolCallProgress(
+                session_update="tool_call_update", tool_call_id=wire, status="in_progress"
+            ),
+        )
+        return True
+
+    async def _ask(self, session: _Session, payload: ToolApproval, wire: str) -> bool:
+        """True iff the client allows the call (a client that cannot be asked refuses it)."""
+        if self._client is None or payload.signal.aborted:
+            return False
+        call = payload.call
+        asking = asyncio.ensure_future(
+            self._client.request_permission(
+                session_id=session.id,
+                tool_call=ToolCallUpdate(
+                    tool_call_id=wire,
+                    title=call.name,
+                    kind="other",
+                    status="pending",
+                    raw_input=dict(call.args),
+                ),
+                options=list(PERMISSIONS),
+            )
+        )
+        aborted = asyncio.ensure_future(payload.signal.wait())
+        try:
+            await asyncio.wait({asking, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+            if not asking.done():  # the turn was cancelled (or this task): withdraw the ask
+                asking.cancel()
+                if self._lines is not None:
+                    await self._lines.withdraw(session.id)
+        if asking.cancelled():
+            return False
+        try:
+            answer = asking.result()
+        except Exception as error:  # the client failed the request, or left
+            log.warning("session %s: the permission request failed: %s", session.id, error)
+            return False
+        outcome = answer.outcome
+        if not isinstance(outcome, AllowedOutcome):  # cancelled
+            return False
+        if outcome.option_id == "allow_always":
+            session.allowed.add(call.name)
+        return outcome.option_id in ("allow_once", "allow_always")
 
     def client_left(self) -> None:
         """The client closed its side (stdin reached end-of-file): cancel every running prompt
@@ -337,15 +545,36 @@ class AcpAgent:
             if session.prompt is not None:
                 session.handle.agent.cancel(USER)
 
+    def cancel_request(self, session_id: str) -> None:
+        """``$/cancel_request`` named the running ``session/prompt`` of ``session_id``: its
+        turn is cancelled as ``session/cancel`` cancels it (``USER``)."""
+        session = self._sessions.get(session_id)
+        if session is not None and session.prompt is not None:
+            session.handle.agent.cancel(USER)
+
     async def aclose(self) -> None:
         """Dispose every session's agent and wait for all their work; a prompt still pending
         answers ``cancelled``."""
+        runtimes = [*self._closing, *(s.runtime for s in self._sessions.values())]
+        closes = [asyncio.ensure_future(r.aclose()) for r in runtimes]
         try:
-            await self.runtime.aclose()
+            if closes:
+                await asyncio.wait(closes)
         finally:
             for session in list(self._sessions.values()):
                 _unpark(session)
             await self.mcp.aclose()
+        for close in closes:
+            close.result()
+
+
+def _thawed(value: Any) -> Any:
+    """A logged value (read-only mappings, tuples) as plain JSON for the wire."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_thawed(item) for item in value]
+    return value
 
 
 def _unpark(session: _Session) -> None:
@@ -408,10 +637,18 @@ class _Lines:
         reader: asyncio.StreamReader,
         write: Callable[[bytes], Awaitable[None]],
         at_end: Callable[[], None],
+        cancel_prompt: Callable[[str], None] = lambda _session_id: None,
     ) -> None:
         self._reader = reader
         self._write = write
         self._at_end = at_end
+        self._cancel_prompt = cancel_prompt
+        self._prompts: dict[Any, str] = {}
+        """The id of each ``session/prompt`` read and not yet answered, with its session (what
+        ``$/cancel_request`` names)."""
+        self._asking: dict[str, Any] = {}
+        """The id of each session's ``session/request_permission`` written and not yet
+        withdrawn (at most one a session: a turn asks about one call at a time)."""
         self._queue: collections.deque[_Out] = collections.deque()
         self._updates = 0  # Invariant: the number of progress updates in _queue.
         self._answers = 0  # Invariant: the number of messages in _queue that are not updates.
@@ -446,6 +683,8 @@ class _Lines:
     async def _send(self, message: dict[str, Any], refusal: bool) -> None:
         if self._broken is not None:
             raise ConnectionError(f"the client's end is closed: {self._broken}")
+        if message.get("method") == "session/request_permission" and "id" in message:
+            self._asking[message["params"]["sessionId"]] = message["id"]
         if message.get("method") == "session/update":
             if self._updates >= UPDATE_LIMIT:
                 if not self._merge(message):
@@ -533,6 +772,8 @@ class _Lines:
                 if not out.written.done():
                     out.written.set_result(None)
             answer = out.message.get("id")
+            if "method" not in out.message and not out.refusal:
+                self._prompts.pop(answer, None)
             if "method" not in out.message and not out.refusal and answer in self._open:
                 self._open[answer] -= 1
                 if not self._open[answer]:
@@ -575,7 +816,21 @@ class _Lines:
             await self.finish()
         elif "method" in message and "id" in message:
             self._open[message["id"]] = self._open.get(message["id"], 0) + 1
+            params = message.get("params")
+            if message["method"] == "session/prompt" and isinstance(params, dict):
+                session_id = params.get("sessionId")
+                if isinstance(session_id, str):
+                    self._prompts[message["id"]] = session_id
         return message
+
+    async def withdraw(self, session_id: str) -> None:
+        """Withdraw ``session_id``'s pending permission request (``$/cancel_request``): its
+        turn was cancelled, and its answer is no longer awaited."""
+        request_id = self._asking.pop(session_id, None)
+        if request_id is not None:
+            cancel = {"requestId": request_id}
+            with contextlib.suppress(ConnectionError):
+                await self.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": cancel})
 
     async def _receive(self) -> dict[str, Any] | None:
         while True:
@@ -605,6 +860,15 @@ class _Lines:
             self.read += 1
             if "id" not in message and self._ignore(message):
                 continue
+            if "id" not in message and message["method"] == "$/cancel_request":
+                # JSON-RPC's own cancellation: served here, never the package's to route. Only
+                # a running session/prompt can be cancelled; any other request is ignored.
+                session_id = self._prompts.get(message["params"]["requestId"])
+                if session_id is not None:
+                    self._cancel_prompt(session_id)
+                continue
+            if "method" not in message and message.get("id") in self._asking.values():
+                self._asking = {k: v for k, v in self._asking.items() if v != message["id"]}
             return cast(dict[str, Any], message)
 
     def _ignore(self, notification: dict[str, Any]) -> bool:
@@ -777,19 +1041,21 @@ async def serve(
     streams: tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[None]]] | None = None,
     *,
     hooks: Hooks | None = None,
+    tools: Sequence[Tool] = (),
 ) -> None:
     """Serve ``model`` as an ACP agent on ``streams`` (a reader of the client's lines and an
     async ``write(bytes)``; default: this process's stdin and stdout) until the client closes
     its side; then answer what is pending (see :meth:`AcpAgent.client_left`), dispose every
     session and return once all their work has settled and every answer is written.
-    ``hooks`` are the runtime's hook commands (:class:`~fsm_core.Hooks`)."""
+    ``hooks`` are the hook commands (:class:`~fsm_core.Hooks`), run in each session's
+    ``cwd``; ``tools`` the tools every session offers its model."""
     reader, write = streams if streams is not None else await _stdio()
     if streams is None:  # SIGTERM stops the agent as Ctrl-C does: its MCP servers are reaped
         with contextlib.suppress(ValueError, RuntimeError):  # not in the main thread
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGTERM, signal.raise_signal, signal.SIGINT
             )
-    await _serve(AcpAgent(model, hooks=hooks), reader, write)
+    await _serve(AcpAgent(model, hooks=hooks, tools=tools), reader, write)
 
 
 async def _serve(
@@ -798,7 +1064,8 @@ async def _serve(
     try:
         # AcpAgent has the methods it serves; the router answers the others "Method not found".
         served = cast(acp.Agent, agent)
-        lines = _Lines(reader, write, at_end=agent.client_left)
+        lines = _Lines(reader, write, at_end=agent.client_left, cancel_prompt=agent.cancel_request)
+        agent._lines = lines
         await run_agent(served, lines, use_unstable_protocol=True)
         task = asyncio.current_task()
         if task is not None and task.cancelling():  # the acp package's receive loop returns

@@ -34,7 +34,7 @@ import os
 import shlex
 import signal as signals
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, final
@@ -45,10 +45,8 @@ from fsm_core._errors import echo
 from fsm_core.runtime import (
     AbortSignal,
     Request,
-    Tool,
     ToolSpec,
     _reaper,
-    initiating_agent,
 )
 
 if TYPE_CHECKING:
@@ -505,8 +503,8 @@ class McpServers:
     """The stdio MCP servers of every session of one ACP agent, by session id.
 
     servers = McpServers()
-    rt.tools = servers.scoped(rt.tools)    # each session's driver sees its own tools
     await servers.start("session-1", "/work", [StdioServer(...)])   # ServerFailed
+    session_runtime.tools.update(servers.tools("session-1"))       # the session's own runtime
     await servers.stop("session-1")        # every process of its servers reaped
     """
 
@@ -556,51 +554,3 @@ class McpServers:
             for server in servers.servers:
                 server.stop()
         await _settle(*(server.task for servers in every for server in servers.servers))
-
-    def scoped(self, shared: Mapping[str, Tool]) -> dict[str, Tool]:
-        """The tools a runtime offers, as ``rt.tools``: ``shared`` (every session's) plus the
-        MCP tools of the session whose driver asks (``initiating_agent()``)."""
-        return _ScopedTools(shared, self.tools)
-
-
-class _ScopedTools(dict[str, Tool]):
-    """``rt.tools`` of an ACP agent: its own items are the tools every session has; reading it
-    from an agent's driver (the runtime reads ``rt.tools`` live, at each request and call)
-    adds the MCP tools of that agent's session, so no session sees another's servers."""
-
-    def __init__(
-        self, shared: Mapping[str, Tool], session: Callable[[str], Mapping[str, Tool]]
-    ) -> None:
-        super().__init__(shared)
-        self._session = session
-
-    def _view(self) -> dict[str, Tool]:
-        agent = initiating_agent()
-        view = dict(dict.items(self))
-        if agent is not None:
-            view.update(self._session(agent.id))
-        return view
-
-    def __getitem__(self, name: str) -> Tool:
-        return self._view()[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._view().get(name, default)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._view()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._view())
-
-    def __len__(self) -> int:
-        return len(self._view())
-
-    def keys(self) -> Any:
-        return self._view().keys()
-
-    def values(self) -> Any:
-        return self._view().values()
-
-    def items(self) -> Any:
-        return self._view().items()

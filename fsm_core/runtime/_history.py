@@ -16,11 +16,19 @@ The history rule, in log order (which is claim order for user messages):
   ``{"id", "name", "args"}``, in order (a call with no assistant message before it in its
   step gets one of its own, with empty text).
 - ``tool/result`` -> ``{"role": "tool", "id", "ok", "result"}``.
-- Every other record (turn and step boundaries, claims, discards, outcomes) says nothing.
+- ``turn/end`` with the outcome ``blocked`` (a refusal: a prompt hook blocked the turn, or the
+  model answered ``finish="blocked"``) *unsays* its turn: every message folded since that
+  turn's ``turn/start`` (its claimed prompt, steering, answers, calls and results) is dropped.
+  A refusal removes the refused prompt and what followed from every later request, as ACP's
+  ``refusal`` stop reason promises ("the user prompt and everything that comes after it won't
+  be included in the next prompt"); a policy hook's block would mean little if the model saw
+  the blocked prompt on the next turn. The records stay in the log (it is append-only); only
+  the fold skips them, so a log read back folds to the same history.
+- Every other record (turn and step boundaries, claims, discards, other outcomes) says nothing.
 
-What was recorded stays: a turn that ended aborted, disposed or in error contributes its
-claimed messages and whatever of its steps reached the log (an answered call, a call answered
-``aborted`` before dispatch), exactly as a reader of the log sees it.
+What was recorded stays otherwise: a turn that ended aborted, disposed or in error contributes
+its claimed messages and whatever of its steps reached the log (an answered call, a call
+answered ``aborted`` before dispatch), exactly as a reader of the log sees it.
 
 Messages are read-only ``dict``s (arrays are tuples): ``json.dumps`` takes them as they are,
 and an ``agent/assemble`` listener that transforms the context builds new messages
@@ -72,8 +80,11 @@ def _plain(value: JSON) -> Any:
     return value
 
 
-_SAYING = frozenset(("user/message", "assistant/message", "tool/call", "tool/result"))
-"""The records that say something (the module's rule); every other one is skipped."""
+_SAYING = frozenset(
+    ("user/message", "assistant/message", "tool/call", "tool/result", "turn/start", "turn/end")
+)
+"""The records the fold reads (the module's rule): what is said, and the turn boundaries a
+refusal unsays back to; every other one is skipped."""
 
 
 @final
@@ -136,7 +147,7 @@ class History:
     messages = history.read(session.events)  # a snapshot; later calls read only new events
     """
 
-    __slots__ = ("_calls_into", "_messages", "_read", "_shared")
+    __slots__ = ("_calls_into", "_messages", "_read", "_shared", "_turn_began")
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
@@ -147,6 +158,8 @@ class History:
         """How many events of the log are folded in."""
         self._calls_into: tuple[JSON, JSON, int] | None = None
         """The turn, step and index of the assistant message the step's calls fold into."""
+        self._turn_began = 0
+        """How many messages there were at the last ``turn/start``: a refusal cuts back to it."""
 
     def read(self, events: Sequence[SessionEvent]) -> Messages:
         """Every message of ``events``; ``events`` is the log read before, with more appended."""
@@ -159,7 +172,13 @@ class History:
 
     def _fold(self, event: SessionEvent) -> None:
         data = event.data
-        if event.type == "user/message":
+        if event.type == "turn/start":
+            self._turn_began = len(self._messages)
+        elif event.type == "turn/end":
+            outcome = data["outcome"]
+            if isinstance(outcome, Mapping) and outcome.get("kind") == "blocked":
+                self._unsay(self._turn_began)
+        elif event.type == "user/message":
             self._messages.append(Message(role="user", id=data["id"], text=data["text"]))
         elif event.type == "assistant/message":
             self._messages.append(Message(role="assistant", text=data["text"], tool_calls=()))
@@ -179,3 +198,13 @@ class History:
         elif event.type == "tool/result":
             result = _plain(data["result"])
             self._messages.append(Message(role="tool", id=data["id"], ok=data["ok"], result=result))
+
+    def _unsay(self, keep: int) -> None:
+        """Drop every message past the first ``keep`` (a refused turn's)."""
+        if keep >= len(self._messages):
+            return
+        if keep < self._shared:  # a snapshot reads past the cut: cut a fresh list instead
+            self._messages, self._shared = self._messages[:keep], 0
+        else:
+            del self._messages[keep:]
+        self._calls_into = None

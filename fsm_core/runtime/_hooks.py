@@ -170,6 +170,8 @@ class Hooks:
     ``prompt``: before a turn's first step; the first ``block`` ends the turn ``blocked``.
     ``tool``: before each approved tool call; the first ``block`` answers the call ``blocked``.
     ``stop``: once the turn stopped (after ``agent/turn-stopping``); observe only.
+    ``cwd``: the directory every hook runs in (default: the runtime process's own); the ACP
+    adapter sets it to the session's ``cwd``.
     """
 
     prompt: Sequence[str] = ()
@@ -177,6 +179,7 @@ class Hooks:
     stop: Sequence[str] = ()
     grace: float = 0.5
     env: Mapping[str, str] | None = field(default=None)
+    cwd: str | None = None
 
     def __post_init__(self) -> None:
         for seam in ("prompt", "tool", "stop"):
@@ -195,6 +198,8 @@ class Hooks:
                 "Hooks.env maps names to values, both strings without NUL "
                 f"(and names without '='), not {echo(self.env)}"
             )
+        if self.cwd is not None and not (isinstance(self.cwd, str) and _is_path(self.cwd)):
+            raise TypeError(f"Hooks.cwd is a directory path (a str), not {echo(self.cwd)}")
 
 
 def _decode(code: int, stdout: str, stderr: str) -> tuple[HookDecision | None, str]:
@@ -526,7 +531,10 @@ async def run_hooks(
         if signal.aborted:
             return None
         result = await run_hook(
-            command, RunHookOptions(signal=signal, input=data, env=hooks.env, grace=hooks.grace)
+            command,
+            RunHookOptions(
+                signal=signal, input=data, env=hooks.env, grace=hooks.grace, cwd=hooks.cwd
+            ),
         )
         if result.exit_code not in (0, 2, None):
             log.warning("a %s hook exited %s: %s", payload.get("hook"), result.exit_code, command)

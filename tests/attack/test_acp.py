@@ -69,7 +69,7 @@ def test_a_megabyte_of_client_input_is_quoted_in_short_in_answers_and_logs() -> 
     lines = done.stdout.splitlines()
     answers = [json.loads(line) for line in lines]
     assert [(a["id"], a["error"]["code"]) for a in answers] == [
-        (1, -32602),
+        (1, -32002),  # no such session: ACP's "Resource not found"
         (2, -32601),
         (3, -32602),
         (4, -32602),

@@ -967,15 +967,23 @@ class AgentRaceMachine(RuleBasedStateMachine):
 
     def _check_request(self, request: Request) -> None:
         """A request is made inside its open step and carries the log's conversation: every
-        claimed message, answer and tool result recorded so far, each once, in log order."""
+        claimed message, answer and tool result recorded so far, each once, in log order, but
+        those of a turn that ended ``blocked`` (a refusal unsays its turn: ``_history.py``)."""
         if self.step != (request.turn, request.step):
             self.problems.append(
                 f"request {request.turn}.{request.step} made in step {self.step}, not its own"
             )
         said = {"user/message": "user", "assistant/message": "assistant", "tool/result": "tool"}
-        logged = [
-            (said[e.type], e.data.get("id")) for e in self.agent.session.events if e.type in said
-        ]
+        logged: list[tuple[str, Any]] = []
+        began = 0
+        for e in self.agent.session.events:
+            if e.type == "turn/start":
+                began = len(logged)
+            elif e.type == "turn/end":
+                if cast(Mapping[str, Any], e.data["outcome"])["kind"] == "blocked":
+                    del logged[began:]
+            elif e.type in said:
+                logged.append((said[e.type], e.data.get("id")))
         asked = [(m["role"], m.get("id")) for m in request.messages]
         if asked != logged:
             self.problems.append(

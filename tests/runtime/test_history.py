@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fsm_core import AssembleContext, StepBoundary
-from fsm_core.runtime import Reply, Runtime, Session, ToolCall, UserMessage
+from fsm_core.runtime import Hooks, Reply, Runtime, Session, ToolCall, UserMessage
 from fsm_core.runtime._history import History
 from fsm_core.testing import Gate, ScriptedModel, ScriptedTool, Wait
 from tests.runtime.test_turns import (
@@ -419,6 +419,57 @@ def test_a_steer_sent_while_assembly_blocks_waits_for_the_next_step_boundary() -
         assert plain(second.messages)[-1] == user("s1", "also this")
         assert (second.turn, second.step) == (1, 2)
         assert outcomes(agent.session) == {1: COMPLETED}
+        await rt.aclose()
+
+    run(scenario())
+
+
+# --- issue 26: a refusal unsays its turn -----------------------------------------------------
+
+
+def test_a_refused_turn_is_left_out_of_every_later_request_and_of_a_log_read_back() -> None:
+    """A model-side refusal (``finish="blocked"``) and a prompt hook's block each drop their
+    turn's prompt and everything after it from the next request; the log keeps the records,
+    and a session read back from its JSONL folds to the same history (the rule is the fold's,
+    not a caller's patch)."""
+
+    async def scenario() -> None:
+        model = ScriptedModel(
+            [
+                Reply("one"),
+                Reply("calling", (ToolCall("c1", "t"),), finish="tool_calls"),
+                Reply("I will not", finish="blocked"),
+                Reply("three"),
+            ]
+        )
+        tool = ScriptedTool("t", ["ran"])
+        hooks = Hooks(
+            prompt=[
+                """python3 -c "import json,sys; sys.exit(2 if 'forbidden' in
+json.load(sys.stdin)['prompt'][0] else 0)" """
+            ]
+        )
+        rt = Runtime(model=model, tools=[tool], hooks=hooks)
+        agent = (await rt.create_agent("a1")).agent
+        for mid, text in [("m1", "first"), ("m2", "bad"), ("m3", "forbidden request")]:
+            agent.followup(UserMessage(mid, text))
+            await agent.when_idle()
+        refused = model.requests[-1][0].messages  # the refused turn's last request, kept
+        agent.followup(UserMessage("m4", "history"))
+        await agent.when_idle()
+
+        assert [o["kind"] for o in outcomes(agent.session).values()] == [
+            "completed",
+            "blocked",
+            "blocked",
+            "completed",
+        ]
+        last = model.requests[-1][0].messages
+        assert plain(last) == [user("m1", "first"), said("one"), user("m4", "history")]
+        assert plain(refused)[-1] == result("c1", "ran")  # a snapshot is never cut
+        back = Session.from_jsonl(agent.session.to_jsonl())
+        assert plain(History().read(back.events)) == [*plain(last), said("three")]
+        assert "forbidden request" in agent.session.to_jsonl()  # recorded, only unsaid
         await rt.aclose()
 
     run(scenario())
