@@ -218,12 +218,18 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
             "re-enter a node's agent)",
         )
     depth = width = 0
+    symmetry = False
     if kind == "activation-tree":
         if "tree" not in data:
             f.fail("[model]", "an activation-tree model needs a [tree] section")
-        shape = f.keys("[tree]", data["tree"], ["depth", "width", "door", "wiring"], ["agents"])
+        shape = f.keys(
+            "[tree]", data["tree"], ["depth", "width", "door", "wiring"], ["agents", "symmetry"]
+        )
         tree = _ints(f, "[tree]", {k: shape[k] for k in ("depth", "width")})
         depth, width = tree["depth"], tree["width"]
+        symmetry = shape.get("symmetry", False)
+        if not isinstance(symmetry, bool):
+            f.fail("[tree]", f"symmetry must be true or false, not {echo(symmetry)}")
         if _tree.tree_size(depth, width, limits.tree) > limits.tree:
             f.fail(
                 "[tree]",
@@ -248,6 +254,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         door=door,
         wiring=wiring,
         agent=agent,
+        symmetry=symmetry,
     )
     if "environment" in data and "unreacted" in data["environment"]:
         model = replace(model, unreacted=_unreacted(f, model, data["environment"]["unreacted"]))
