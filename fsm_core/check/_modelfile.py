@@ -26,7 +26,8 @@ own variables bound the run (the benchmark model counts its budgets down itself)
 ``kind = "activation-tree"`` composes a tree of activations with the registry's door; its
 ``[tree]`` section says how deep and wide, which table the door runs and which wiring connects
 them (paths resolved like ``table``; the wiring is validated against the node table, the door
-and the ``agent.toml`` beside it), and whether each node carries its own agent::
+and the ``agent.toml`` beside it), whether each node carries its own agent, and whether the
+search takes one state per orbit of sibling orders (``symmetry``, :mod:`~._composed._symmetry`)::
 
     [tree]
     depth = 1
