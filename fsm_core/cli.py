@@ -641,19 +641,16 @@ def _cluster_client(address: str) -> Callable[[], Any]:
 def _check_on_cluster(
     connect: Callable[[], Any], jobs: Sequence[tuple[Model, Source]], args: argparse.Namespace
 ) -> list[Report]:
-    """Each model checked on the cluster, one after another; a model whose check runs the
-    liveness pass (every tier but bench) is checked in this process instead, saying so."""
+    """Each model checked on the cluster, one after another; a model the cluster cannot
+    search (:func:`_checked_here`) is checked in this process instead, saying so."""
     from fsm_core.check import _cluster  # noqa: PLC0415
 
     reports: list[Report] = []
     with connect() as client:
         for model, source in jobs:
-            if model.tier != "bench":
-                print(
-                    f"{model.name}: checked in this process: its liveness pass needs the whole "
-                    "graph in one place",
-                    file=sys.stderr,
-                )
+            local = _checked_here(model)
+            if local is not None:
+                print(f"{model.name}: checked in this process: {local}", file=sys.stderr)
                 reports.append(
                     check(
                         model,
@@ -674,6 +671,15 @@ def _check_on_cluster(
                 )
             )
     return reports
+
+
+def _checked_here(model: Model) -> str | None:
+    """Why ``model`` is checked in this process rather than on a cluster, or None."""
+    if model.tier != "bench":
+        return "its liveness pass needs the whole graph in one place"
+    if model.symmetry:
+        return "its search over sibling orbits rebuilds traces and counts orbits in one place"
+    return None
 
 
 def _expected_violation(r: Report) -> bool:

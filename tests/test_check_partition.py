@@ -121,6 +121,9 @@ def test_a_large_bench_model_alone_is_partitioned_and_nothing_else_is() -> None:
     assert not partitions(by_name["bench_L"], workers=2, models=2)
     assert not partitions(by_name["bench_S"], workers=2, models=1)  # over before it would gain
     assert not partitions(by_name["agent_deep"], workers=2, models=1)  # its liveness pass
+    # searched over sibling orbits: its traces are rebuilt on the unreduced engine in one place
+    assert by_name["agent_tree_three"].symmetry
+    assert not partitions(by_name["agent_tree_three"], workers=2, models=1)
 
 
 def test_two_workers_print_what_one_prints_for_a_partitioned_model() -> None:

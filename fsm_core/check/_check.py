@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, final
 
+from fsm_core.check._composed._symmetry import concrete_trace
 from fsm_core.check._config import Model
 from fsm_core.check._explore import (
     Progress,
@@ -17,7 +18,7 @@ from fsm_core.check._explore import (
 from fsm_core.check._moves import Move
 from fsm_core.check._property import Property
 from fsm_core.check._reentry import unreached, unreacted
-from fsm_core.check._system import build
+from fsm_core.check._system import Built, build
 
 __all__ = ["Backend", "Report", "check"]
 
@@ -51,6 +52,10 @@ class Report:
     """The backend that explored the model."""
     fallback: str | None = None
     """Why the vector backend did not explore it, when it was asked to (``auto`` included)."""
+    unreduced_states: int | None = None
+    """With ``[tree] symmetry``: the states the search's representatives stand for (the sum
+    of their orbits' sizes), the unreduced search's count (``tests/test_symmetry.py`` holds
+    them equal on the default trees); ``result.states`` counts the representatives."""
 
     @property
     def verdict(self) -> str:
@@ -114,6 +119,7 @@ def check(
                     unsettled = search.unsettled()
             except _vector.Unfit as e:
                 fallback, result = str(e), None
+    stuck: list[Any] = []
     if result is None:
         result = explore(built.system, max_states=max_states, keep_graph=live, progress=progress)
         if result.violation is None and result.complete and live and result.graph is not None:
@@ -124,6 +130,12 @@ def check(
     if unsettled is not None:
         eventually = next(p.name for p in built.properties if p.kind == "eventually")
         violation = Violation(eventually, unsettled)
+    unreduced: int | None = None
+    if built.reduction is not None:
+        unreduced = sum(map(built.reduction.orbit_size, result.parent))
+        if violation is not None:
+            end = stuck[0] if stuck else built.reduction.pack(violation.trace[-1][1])
+            violation = _concrete(built, result, end, violation.name)
     moves = [built.moves[i] for i in result.labels_taken]
     taken = {row for move in moves for row in move.rows()}
     idle = unreached(model, moves) if result.complete and violation is None else ()
@@ -142,4 +154,17 @@ def check(
         idle,
         used,
         fallback,
+        unreduced,
     )
+
+
+def _concrete(built: Built, result: Result[Any], end: Any, name: str) -> Violation[Any]:
+    """The representatives' path to ``end`` as a run of the unreduced system, naming the
+    property as its last state breaks it (a table's on the node it breaks it on)."""
+    assert built.reduction is not None
+    system, engine = built.system, built.reduction.engine
+    reps = [state for _, state in trace_to(result.parent, end)]
+    run = concrete_trace(reps, system.initial, engine.steps, built.reduction.canonical)
+    broken = system.first_violated(run[-1][1])
+    trace = tuple((label, system.unpack(state)) for label, state in run)  # type: ignore[misc]
+    return Violation(broken or name, trace)

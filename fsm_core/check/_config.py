@@ -58,6 +58,9 @@ class Model:
     """An ``activation-tree`` model's connections (its ``[tree] wiring``)."""
     agent: Machine | None = None
     """The agent table each node of an ``activation-tree`` carries (``[tree] agents``)."""
+    symmetry: bool = False
+    """True iff an ``activation-tree`` is searched over sibling orbits (``[tree] symmetry``):
+    each parent's admitted children in one canonical order (:mod:`~._composed._symmetry`)."""
     unreacted: Mapping[str, str] = field(default_factory=dict)
     """Notifying effects nothing re-enters in this model, each with the file's reason
     (``[environment] unreacted``; see :mod:`fsm_core.check._reentry`)."""

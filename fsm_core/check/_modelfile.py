@@ -26,7 +26,8 @@ own variables bound the run (the benchmark model counts its budgets down itself)
 ``kind = "activation-tree"`` composes a tree of activations with the registry's door; its
 ``[tree]`` section says how deep and wide, which table the door runs and which wiring connects
 them (paths resolved like ``table``; the wiring is validated against the node table, the door
-and the ``agent.toml`` beside it), and whether each node carries its own agent::
+and the ``agent.toml`` beside it), whether each node carries its own agent, and whether the
+search takes one state per orbit of sibling orders (``symmetry``, :mod:`~._composed._symmetry`)::
 
     [tree]
     depth = 1
@@ -218,12 +219,18 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
             "re-enter a node's agent)",
         )
     depth = width = 0
+    symmetry = False
     if kind == "activation-tree":
         if "tree" not in data:
             f.fail("[model]", "an activation-tree model needs a [tree] section")
-        shape = f.keys("[tree]", data["tree"], ["depth", "width", "door", "wiring"], ["agents"])
+        shape = f.keys(
+            "[tree]", data["tree"], ["depth", "width", "door", "wiring"], ["agents", "symmetry"]
+        )
         tree = _ints(f, "[tree]", {k: shape[k] for k in ("depth", "width")})
         depth, width = tree["depth"], tree["width"]
+        symmetry = shape.get("symmetry", False)
+        if not isinstance(symmetry, bool):
+            f.fail("[tree]", f"symmetry must be true or false, not {echo(symmetry)}")
         if _tree.tree_size(depth, width, limits.tree) > limits.tree:
             f.fail(
                 "[tree]",
@@ -248,6 +255,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         door=door,
         wiring=wiring,
         agent=agent,
+        symmetry=symmetry,
     )
     if "environment" in data and "unreacted" in data["environment"]:
         model = replace(model, unreacted=_unreacted(f, model, data["environment"]["unreacted"]))

@@ -246,10 +246,13 @@ PARTITION_AFTER: Final = 2_000_000
 def partitions(model: Model, workers: int, models: int) -> bool:
     """Whether ``fsm-core check`` partitions ``model``'s search across ``workers`` processes:
     when it is the run's only model, there is more than one worker, its check runs no
-    liveness pass (a bench-tier model: the pass needs the whole graph in one process), and
-    its ``[expect]`` records :data:`PARTITION_AFTER` transitions or more (or none)."""
+    liveness pass (a bench-tier model: the pass needs the whole graph in one process), it is
+    not searched over sibling orbits (``[tree] symmetry``: its traces are rebuilt and its
+    orbits counted in one process), and its ``[expect]`` records :data:`PARTITION_AFTER`
+    transitions or more (or none)."""
     big = model.expect is None or model.expect.transitions >= PARTITION_AFTER
-    return workers > 1 and models == 1 and model.tier == "bench" and big
+    alone = workers > 1 and models == 1
+    return alone and model.tier == "bench" and not model.symmetry and big
 
 
 def _cost(model: Model) -> float:

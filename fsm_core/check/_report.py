@@ -266,8 +266,10 @@ def summary_table(reports: Iterable[Report]) -> str:
     Dead rows are counted only for a complete search (``-`` otherwise: a search cut short by a
     violation or a state limit has not tried every row); ``unreacted`` counts the notifying
     effects nothing re-enters and the model does not excuse, and those re-entered in name only
-    (:mod:`~._reentry`).
+    (:mod:`~._reentry`). A model searched over sibling orbits (``[tree] symmetry``) adds a
+    line: its representatives, and the states they stand for.
     """
+    reports = list(reports)
     rows = [_COLUMNS]
     for r in reports:
         res = r.result
@@ -287,7 +289,13 @@ def summary_table(reports: Iterable[Report]) -> str:
             )
         )
     right = {i for i, column in enumerate(_COLUMNS) if column not in _LEFT}
-    return "\n".join(aligned(rows, right)) + "\n"
+    reduced = [
+        f"symmetry: {r.model.name}: {r.result.states} states stand for {r.unreduced_states} "
+        "(one per orbit of sibling orders)"
+        for r in reports
+        if r.unreduced_states is not None
+    ]
+    return "\n".join([*aligned(rows, right), *reduced]) + "\n"
 
 
 def aligned(rows: Sequence[Sequence[str]], right: Container[int]) -> list[str]:
@@ -363,6 +371,8 @@ def _model_json(r: Report) -> dict[str, Any]:
         "seconds": round(res.seconds, 3),
         "states_per_second": round(_rate(res.states, res.seconds)),
         "complete": res.complete,
+        "symmetry": r.model.symmetry,
+        "unreduced_states": r.unreduced_states,
         "dead_rows": list(r.dead_rows),
         "unreacted": list(r.unreacted),
         "unreached": list(r.unreached),

@@ -13,10 +13,11 @@ from typing import Any, cast
 
 from fsm_core.check._composed._agent import agent_engine
 from fsm_core.check._composed._compiled import CompiledEngine
-from fsm_core.check._composed._compose import Composition, Layout
+from fsm_core.check._composed._compose import Composition, Engine, Layout
+from fsm_core.check._composed._symmetry import Reduction, reduced_grouped, reduced_steps
 from fsm_core.check._composed._tree import tree_engine
 from fsm_core.check._config import Model
-from fsm_core.check._explore import System
+from fsm_core.check._explore import Grouped, System
 from fsm_core.check._moves import Move
 from fsm_core.check._property import Property, explorer_properties, table_properties
 from fsm_core.table._codegen import compile_predicates, compile_successors
@@ -36,6 +37,9 @@ class Built:
     properties: tuple[Property, ...]
     composition: Composition
     """What the system runs (a partitioned search packs the states it receives with it)."""
+    reduction: Reduction | None = None
+    """With ``[tree] symmetry``: how ``system`` maps states to their orbits' representatives
+    (its successors are already mapped), and the unreduced steps a trace is rebuilt on."""
 
 
 class TableComposition:
@@ -114,8 +118,15 @@ def build(model: Model, *, interpreted: bool = False) -> Built:
     c = compose(model, interpreted=interpreted)
     properties = c.properties()
     deadlock = next(p.name for p in properties if p.kind == "deadlock-free")
+    steps: Callable[[Any], Sequence[tuple[int, Any]]] = c.steps
+    grouped: Grouped[Any] | None = c.grouped if isinstance(c, CompiledEngine) else None
+    reduction = None
+    if model.symmetry and isinstance(c, Engine):
+        reduction = Reduction(c)
+        steps = reduced_steps(steps, reduction.canonical)
+        grouped = None if grouped is None else reduced_grouped(grouped, reduction.canonical)
     system = System(
-        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, deadlock,
-        c.unpack, c.grouped if isinstance(c, CompiledEngine) else None,
+        model.name, c.initial(), steps, c.moves, c.first_violated, c.quiescent, deadlock,
+        c.unpack, grouped,
     )  # fmt: skip
-    return Built(system, c.layout.names, c.moves, properties, c)
+    return Built(system, c.layout.names, c.moves, properties, c, reduction)

@@ -419,6 +419,13 @@ class CompiledEngine(Engine):
         lo, hi = self._lo, self._hi
         return self._key(state[:lo] + state[hi:]) * self._codes + self._code(state[lo:hi])
 
+    def budgetless(self, state: int) -> tuple[int, int]:
+        """``state`` as (the same state with every budget spent, what its budgets add to that
+        number): a map of states that leaves budgets alone (a canonical sibling order,
+        :mod:`._symmetry`) maps the first, memoized, and adds the second back."""
+        code = state % self._codes
+        return state - code, code
+
     def unpack(self, state: Any) -> tuple[Any, ...]:
         """The state numbered ``state``, as the layout names its positions."""
         key, code = divmod(int(state), self._codes)

@@ -1,0 +1,307 @@
+"""Symmetry between siblings: one canonical order for the admitted children of every parent.
+
+Two children of one parent that differ only by their slot are interchangeable: nothing in
+the tables, the wiring or the properties names a child's number. So a tree model with
+``[tree] symmetry = true`` is searched over *orbits*: every state reached is replaced by its
+canonical member, in which each parent's admitted children come sorted by their whole subtree
+(bottom-up, as a tree's canonical form: a child's key is its own slots and the sorted keys of
+its children). A subtree moves as one: the node's activation, its agent, its ghosts
+(``ghost.closes``, ``ghost.notices``, ``ghost.owed``) and every descendant's; the budgets,
+the door and the tree-wide ghosts stay; the record of what broke, which names a node
+(``INVARIANT@a.1``), is renamed with it. This is Murphi's scalarset reduction (rumur's
+exhaustive canonicalisation), specialised to a tree's sibling group, where sorting subtrees
+is exact: two states get one canonical member iff one is a sibling permutation of the other.
+
+Why it is sound, and what was checked rather than assumed:
+
+- *The initial state* is fixed: only the root is admitted.
+- *Admission fills the first free slot*, so admitted children are always a prefix of their
+  parent's slots (no slot is ever emptied) and a permutation is taken only among them: the
+  next admission goes to the same slot in every member of an orbit.
+- *The properties* quantify over every node alike; only the names of a table's invariant or
+  contract carry a node, and those are renamed with it (a trace is rebuilt to name the node
+  the concrete run breaks it on, below).
+- *Teardown visits children in slot order inside one atomic step* (``dispose_children``, as
+  the runtime's ordered set of owned children does), and ``last`` reads the siblings as the
+  visit finds them: so a permutation is not obviously an automorphism of the step relation.
+  What the reduction needs is weaker: from every reachable state and every sibling
+  permutation of it, the successors fall in the same orbits (then a breadth-first search of
+  representatives meets every reachable orbit at its distance, so verdicts and the lengths of
+  shortest counterexamples agree). ``tests/test_symmetry.py`` proves exactly that on every
+  reachable state of the default trees (:func:`orbit_faults`), and that the orbit sizes of the
+  representatives add up to the unreduced count; a model outside those is trusted to the same
+  argument: sibling teardowns touch disjoint subtrees, and what each hands its parent
+  (``child_settled(failed, last)``) comes in the same sequence whichever child goes first.
+- *Traces*: a representative's path is not a run. :func:`concrete_trace` replays it in the
+  unreduced system, at each step taking a successor in the next representative's orbit, so
+  every counterexample printed is executable as printed, and names the property as the
+  concrete state breaks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from itertools import pairwise, permutations, product
+from math import factorial
+from typing import Any
+
+from fsm_core.check._composed._compiled import CompiledEngine
+from fsm_core.check._composed._compose import Engine
+from fsm_core.check._composed._tree import TreeWiring
+from fsm_core.check._explore import Grouped
+
+Key = tuple[Any, ...]
+"""A subtree's sort key: its node's slots' number (:attr:`Siblings._ids`), then its admitted
+children's keys in order."""
+
+
+class Siblings:
+    """The canonical sibling order of a :class:`~._tree.TreeWiring`'s states.
+
+    ``canonical(state)`` is the orbit's representative; ``orbit_size(state)`` how many states
+    the orbit holds; ``permuted(state)`` every member (for the tests' proof)::
+
+        sib = Siblings(wiring)
+        assert sib.canonical(sib.canonical(s)) == sib.canonical(s)
+    """
+
+    def __init__(self, wiring: TreeWiring) -> None:
+        shape = wiring.shape
+        n = len(shape.names)
+        self._children = shape.children
+        self._names = shape.names
+        self._broken = len(wiring.layout.names) - 1
+        assert wiring.layout.names[self._broken].startswith("ghost.broken")
+        agents = wiring.agent is not None
+        # Each node's own positions, in one order for every node: they move together.
+        self._own = tuple(
+            (
+                i,
+                *((n + i,) if agents else ()),
+                wiring.layout[f"ghost.closes.{x}"],
+                wiring.layout[f"ghost.notices.{x}"],
+                *((wiring.layout[f"ghost.owed.{x}"],) if agents else ()),
+            )
+            for i, x in enumerate(shape.names)
+        )
+        # Parents deepest first, so a parent's children's keys are known when it is sorted.
+        depth = [0] * n
+        for i in range(1, n):
+            p = shape.parent[i]
+            assert p is not None
+            depth[i] = depth[p] + 1
+        self._parents = tuple(
+            sorted((i for i in range(n) if shape.children[i]), key=lambda i: -depth[i])
+        )
+        self._ids: dict[tuple[Any, ...], int] = {}
+        """A number for each node's slots met (the order they were met in is a total order
+        on them: any total order makes sorting canonical, and ints compare fast)."""
+        self._agents = agents
+
+    def _key(self, state: Sequence[Any], i: int, keys: dict[int, Key]) -> Key:
+        own = tuple(state[k] for k in self._own[i])
+        number = self._ids.get(own)
+        if number is None:
+            number = self._ids[own] = len(self._ids)
+        return (number, *(keys[c] for c in self._admitted(state, i, keys)))
+
+    def _admitted(self, state: Sequence[Any], i: int, keys: dict[int, Key]) -> list[int]:
+        """Node ``i``'s admitted children, in canonical order (their keys are in ``keys``)."""
+        admitted = [c for c in self._children[i] if state[c] is not None]
+        if len(admitted) > 1:
+            admitted.sort(key=keys.__getitem__)
+        return admitted
+
+    def _order(self, state: Sequence[Any]) -> dict[int, list[int]] | None:
+        """Each parent's children in canonical order (the admitted ones sorted, then the empty
+        slots, whose subtrees are empty), or None when every parent's already are."""
+        keys: dict[int, Key] = {}
+        order: dict[int, list[int]] = {}
+        moved = False
+        for p in self._parents:
+            children = self._children[p]
+            for c in children:
+                if state[c] is not None and c not in keys:
+                    keys[c] = self._key(state, c, keys)
+            admitted = self._admitted(state, p, keys)
+            order[p] = admitted + [c for c in children if state[c] is None]
+            moved = moved or tuple(admitted) != children[: len(admitted)]
+        return order if moved else None
+
+    def canonical(self, state: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The representative of ``state``'s orbit (``state`` itself when it is one)."""
+        order = self._order(state)
+        return state if order is None else self._moved(state, self._mapping(order))
+
+    def _mapping(self, order: dict[int, list[int]]) -> dict[int, int]:
+        """Where each node goes: top-down, the k-th child in ``order`` (every child of each
+        parent named there) takes the k-th slot of where its parent went."""
+        where = {0: 0}
+        stack = [0]
+        while stack:
+            old = stack.pop()
+            new = where[old]
+            for k, c in enumerate(order.get(old, ())):
+                where[c] = self._children[new][k]
+                stack.append(c)
+        return where
+
+    def _moved(self, state: tuple[Any, ...], where: dict[int, int]) -> tuple[Any, ...]:
+        out = list(state)
+        for old, new in where.items():
+            if old != new:
+                for a, b in zip(self._own[old], self._own[new], strict=True):
+                    out[b] = state[a]
+        broken = state[self._broken]
+        if broken and "@" in broken:
+            prop, _, node = broken.rpartition("@")
+            path, colon, rest = node.partition(":")
+            index = self._names.index(path)
+            out[self._broken] = f"{prop}@{self._names[where.get(index, index)]}{colon}{rest}"
+        return tuple(out)
+
+    def orbit_size(self, state: Sequence[Any]) -> int:
+        """How many states ``state``'s orbit holds: at each parent, the distinct orders of its
+        admitted children (k! over the factorial of each class of equal subtrees), times
+        those inside each child."""
+        keys: dict[int, Key] = {}
+        size = 1
+        for p in self._parents:
+            for c in self._children[p]:
+                if state[c] is not None and c not in keys:
+                    keys[c] = self._key(state, c, keys)
+            admitted = self._admitted(state, p, keys)
+            size *= factorial(len(admitted))
+            run = 1
+            for a, b in pairwise(admitted):
+                run = run + 1 if keys[a] == keys[b] else 1
+                size //= run
+        return size
+
+    def permuted(self, state: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+        """Every sibling permutation of ``state`` (with repeats when subtrees are equal): each
+        parent's admitted children in every order, subtrees moving whole."""
+        parents = self._parents  # every one: an empty subtree moves as well
+        choices = []
+        for p in parents:
+            admitted = [c for c in self._children[p] if state[c] is not None]
+            choices.append(list(permutations(admitted)))
+        for pick in product(*choices):
+            order = {
+                p: [*o, *(c for c in self._children[p] if state[c] is None)]
+                for p, o in zip(parents, pick, strict=True)
+            }
+            yield self._moved(state, self._mapping(order))
+
+
+def reduced_steps(
+    successors: Callable[[Any], Sequence[tuple[int, Any]]], canon: Callable[[Any], Any]
+) -> Callable[[Any], list[tuple[int, Any]]]:
+    """``successors`` with every next state replaced by its orbit's representative."""
+
+    def steps(state: Any) -> list[tuple[int, Any]]:
+        return [(label, canon(t)) for label, t in successors(state)]
+
+    return steps
+
+
+def reduced_grouped(grouped: Grouped[Any], canon: Callable[[Any], Any]) -> Grouped[Any]:
+    """:attr:`~fsm_core.check._explore.System.grouped` the same way (two groups may now lead to
+    one representative: the explorer keeps the first, as it does any state met twice)."""
+
+    def steps(state: Any) -> tuple[list[tuple[int, Any]], int, Sequence[Iterable[int]]]:
+        pairs, count, labels = grouped(state)
+        return [(label, canon(t)) for label, t in pairs], count, labels
+
+    return steps
+
+
+def concrete_trace(
+    reps: Sequence[Hashable],
+    initial: Hashable,
+    successors: Callable[[Any], Sequence[tuple[int, Any]]],
+    canon: Callable[[Any], Any],
+) -> list[tuple[int | None, Any]]:
+    """A run of the unreduced system along the representatives ``reps`` (initial first): at
+    each step the first successor, in the system's order, in the next representative's orbit.
+
+    Raises AssertionError if some step has none: the reduction would then have searched a
+    state no run reaches (the symmetry argument failed for this model)."""
+    assert canon(initial) == reps[0], "the initial state is its own representative"
+    state = initial
+    out: list[tuple[int | None, Any]] = [(None, state)]
+    for k, rep in enumerate(reps[1:], 1):
+        for label, t in successors(state):
+            if canon(t) == rep:
+                out.append((label, t))
+                state = t
+                break
+        else:
+            raise AssertionError(
+                f"symmetry: no run follows the representatives' step {k}: the sibling "
+                "permutation is not a symmetry of this model"
+            )
+    return out
+
+
+def orbit_faults(
+    states: Sequence[tuple[Any, ...]],
+    siblings: Siblings,
+    successors: Callable[[tuple[Any, ...]], Sequence[tuple[int, tuple[Any, ...]]]],
+    verdict: Callable[[tuple[Any, ...]], tuple[bool, bool]],
+) -> Iterator[str]:
+    """Where the sibling permutations of ``states`` (every reachable state, unpacked) are not
+    a symmetry: a permutation whose successors fall in other orbits, or whose verdict (a
+    property broken, quiescent) differs. Empty proves the reduction exact for the model."""
+    canon = siblings.canonical
+    for s in states:
+        want = {canon(t) for _, t in successors(s)}
+        judged = verdict(s)
+        for p in siblings.permuted(s):
+            if p == s:
+                continue
+            if verdict(p) != judged:
+                yield f"verdict of {p} differs from {s}"
+            elif {canon(t) for _, t in successors(p)} != want:
+                yield f"successors of {p} differ from those of {s} by orbit"
+
+
+class Reduction:
+    """A tree engine's states mapped to their orbits' representatives, as the engine stores
+    them (a packed number for the compiled engine, a tuple for the interpreted one), with the
+    unreduced system's steps kept for :func:`concrete_trace`."""
+
+    def __init__(self, engine: Engine) -> None:
+        assert isinstance(engine.wiring, TreeWiring), "only a tree has siblings"
+        self.siblings = Siblings(engine.wiring)
+        self.engine = engine
+        self._compiled = engine if isinstance(engine, CompiledEngine) else None
+        self._canon: dict[Any, Any] = {}
+        self._sizes: dict[Any, int] = {}
+
+    def canonical(self, state: Any) -> Any:
+        """The representative of ``state``'s orbit, as the engine stores states."""
+        c = self._compiled
+        if c is None:
+            return self.siblings.canonical(state)
+        base, code = c.budgetless(state)
+        found = self._canon.get(base)
+        if found is None:
+            full = c.unpack(base)
+            canon = self.siblings.canonical(full)
+            found = self._canon[base] = base if canon is full else c.pack(canon)
+        return found + code
+
+    def orbit_size(self, state: Any) -> int:
+        """How many states ``state``'s orbit holds (budgets never differ within one)."""
+        c = self._compiled
+        base: Any = state if c is None else c.budgetless(state)[0]
+        found = self._sizes.get(base)
+        if found is None:
+            full = base if c is None else c.unpack(base)
+            found = self._sizes[base] = self.siblings.orbit_size(full)
+        return found
+
+    def pack(self, state: tuple[Any, ...]) -> Any:
+        """An unpacked state as the engine stores it."""
+        return state if self._compiled is None else self._compiled.pack(state)

@@ -1,0 +1,192 @@
+"""Symmetry between siblings (``[tree] symmetry``): the search over sibling orbits finds what
+the unreduced search finds, and every counterexample it prints is a real run.
+
+The proof the reduction rests on is here: on every reachable state of the default trees, every
+sibling permutation has the same verdict and successors in the same orbits
+(:func:`~fsm_core.check._composed._symmetry.orbit_faults`), and the representatives' orbits add
+up to the unreduced count. Then the reduced search gives the same verdict, depth and shortest
+counterexample length, on the default trees and on the spec mutants that break a tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm_core import SpecError
+from fsm_core._paths import models_dir
+from fsm_core.check import Model, check, load_model
+from fsm_core.check._check import Report
+from fsm_core.check._composed._symmetry import Siblings, orbit_faults
+from fsm_core.check._composed._tree import TreeWiring
+from fsm_core.check._explore import System, explore
+from fsm_core.check._system import build, compose
+from fsm_core.tools._mutants import MUTANTS, Mutant, _copy_tables
+from tests.helpers import exactly, write_model
+
+TREES = ("activation_tree", "activation_three_levels", "activation_chain", "agent_tree")
+"""The default tree models."""
+
+
+def _model(name: str, *, symmetry: bool) -> Model:
+    return dataclasses.replace(load_model(models_dir() / f"{name}.toml"), symmetry=symmetry)
+
+
+def _shown(report: Report) -> tuple[object, ...]:
+    """What both searches must agree on."""
+    v = report.violation
+    trace = None if v is None else len(v.trace)
+    return report.verdict, report.result.depth, v and v.name, trace, report.dead_rows
+
+
+@pytest.mark.parametrize("name", ["activation_tree", "activation_three_levels"])
+def test_every_sibling_permutation_of_a_reachable_state_is_a_symmetry(name: str) -> None:
+    engine: Any = compose(_model(name, symmetry=False))
+    system = System(
+        name, engine.initial(), engine.steps, engine.moves, engine.first_violated,
+        engine.quiescent, "deadlock",
+    )  # fmt: skip
+    result = explore(system)
+    assert result.complete
+    siblings = Siblings(engine.wiring)
+    states = [engine.unpack(s) for s in result.parent]
+
+    def successors(s: tuple[Any, ...]) -> list[tuple[int, tuple[Any, ...]]]:
+        return [(label, engine.unpack(t)) for label, t in engine.steps(engine.pack(s))]
+
+    def verdict(s: tuple[Any, ...]) -> tuple[bool, bool]:
+        packed = engine.pack(s)
+        return engine.first_violated(packed) is not None, engine.quiescent(packed)
+
+    assert list(orbit_faults(states, siblings, successors, verdict)) == []
+    # Permutations were tried: some reachable state has two admitted siblings that differ.
+    assert any(siblings.canonical(s) != s for s in states)
+
+
+@pytest.mark.parametrize("name", TREES)
+def test_the_reduced_search_finds_what_the_unreduced_one_finds(name: str) -> None:
+    whole = check(_model(name, symmetry=False))
+    reduced = check(_model(name, symmetry=True))
+    assert _shown(reduced) == _shown(whole)
+    assert whole.unreduced_states is None
+    assert reduced.unreduced_states == whole.result.states
+    if _model(name, symmetry=False).width >= 2:
+        assert reduced.result.states < whole.result.states
+    else:
+        assert reduced.result.states == whole.result.states
+
+
+def _replays(report: Report) -> None:
+    """``report``'s counterexample, as printed, runs step by step in the interpreted,
+    unreduced engine, through the same states, to a state breaking the same property."""
+    assert report.violation is not None
+    unreduced = dataclasses.replace(report.model, symmetry=False)
+    built = build(unreduced, interpreted=True)
+    system = built.system
+    unpack = system.unpack
+    assert unpack is not None
+    (_, state), *steps = report.violation.trace
+    assert unpack(system.initial) == state
+    at = system.initial
+    for label, shown in steps:
+        assert label is not None
+        move = report.moves[label]
+        nexts = [t for k, t in system.successors(at) if built.moves[k] == move]
+        matching = [t for t in nexts if unpack(t) == shown]
+        assert matching, f"no step {move} reaches the printed state"
+        at = matching[0]
+    broken = system.first_violated(at)
+    if broken is not None:
+        assert broken == report.violation.name
+    elif system.successors(at):  # no quiescent state is reachable from the last one
+        kind = {p.name: p.kind for p in report.properties}[report.violation.name]
+        assert kind == "eventually"
+        assert not any(map(system.quiescent, _reachable(system, at)))
+    else:
+        assert not system.quiescent(at)
+
+
+def _reachable(system: System[Any], start: Any) -> set[Any]:
+    seen = {start}
+    stack = [start]
+    while stack:
+        for _, t in system.successors(stack.pop()):
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return seen
+
+
+TREE_MUTANTS = [
+    m
+    for m in MUTANTS
+    if m.table in ("activation.toml", "admission.toml", "wiring.toml") and not m.load_killed
+]
+
+
+@pytest.mark.parametrize("mutant", TREE_MUTANTS, ids=lambda m: m.name)
+def test_a_mutant_breaks_the_same_property_as_soon_in_the_reduced_search(
+    tmp_path: Path, mutant: Mutant
+) -> None:
+    _copy_tables(tmp_path, None)
+    mutant.plant(tmp_path / "specs")
+    for name in mutant.models:
+        try:
+            model = load_model(tmp_path / "models" / f"{name}.toml")
+        except SpecError:
+            return  # a load kill: nothing to search
+        whole = check(dataclasses.replace(model, symmetry=False))
+        reduced = check(dataclasses.replace(model, symmetry=True))
+        assert _shown(reduced) == _shown(whole)
+        if whole.violation is not None:
+            _replays(reduced)
+            return  # the first model that kills it, as fsm-core mutants --spec checks
+    pytest.fail(f"{mutant.name} survives: no violation to compare")
+
+
+def test_a_tree_model_takes_symmetry_as_a_boolean(tmp_path: Path) -> None:
+    body = (
+        '[model]\ntable = "../specs/activation.toml"\nkind = "activation-tree"\n\n'
+        '[tree]\ndepth = 1\nwidth = 2\ndoor = "../specs/admission.toml"\n'
+        'wiring = "../specs/wiring.toml"\nsymmetry = "yes"\n\n'
+        "[environment]\nbudgets = { admit = 1, dispose = 1 }\n"
+    )
+    path = write_model(tmp_path, "m", body)
+    with pytest.raises(
+        SpecError, match=exactly("models/m.toml: [tree]: symmetry must be true or false, not 'yes'")
+    ):
+        load_model(path)
+    path.write_text(body.replace('"yes"', "true"), encoding="utf-8")
+    assert load_model(path).symmetry
+
+
+def test_siblings_move_with_their_subtrees_agents_and_ghosts() -> None:
+    model = _model("agent_tree_three", symmetry=True)
+    wiring = TreeWiring(model)
+    siblings = Siblings(wiring)
+    node = {x: i for i, x in enumerate(wiring.layout.names)}
+    s = list(wiring.initial())
+    active = tuple(model.machine.initial)
+    agent = tuple(model.agent.initial) if model.agent else None
+    # a.1 admitted with a child a.1.1 that notified it once; a.2 admitted alone. A lone child
+    # sorts before one with children, so a.2 takes the first slot and a.1's subtree the second.
+    for x in ("a.1", "a.2", "a.1.1"):
+        s[node[x]] = active
+        s[node[f"{x}:agent"]] = agent
+    s[node["ghost.notices.a.1.1"]] = 1
+    s[node["ghost.broken"]] = "some_invariant@a.1.1:agent"
+    state = tuple(s)
+    canon = siblings.canonical(state)
+    assert canon[node["a.2.1"]] == active
+    assert canon[node["a.2.1:agent"]] == agent
+    assert canon[node["ghost.notices.a.2.1"]] == 1
+    assert canon[node["a.1.1"]] is None
+    assert canon[node["a.1.1:agent"]] is None
+    assert canon[node["ghost.notices.a.1.1"]] == 0
+    assert canon[node["ghost.broken"]] == "some_invariant@a.2.1:agent"
+    assert siblings.canonical(canon) == canon
+    assert {siblings.canonical(p) for p in siblings.permuted(state)} == {canon}
+    assert siblings.orbit_size(state) == 2
