@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 from acp import PROTOCOL_VERSION
 
-from fsm_core import AbortSignal, Reply, Request, ToolCall, ToolSpec
+from fsm_core import AbortSignal, Hooks, Reply, Request, ToolCall, ToolSpec
 from fsm_core.acp._adapter import AcpAgent, _serve
 from tests.helpers import alive
 
@@ -75,8 +76,8 @@ class ToolModel:
 class Wire:
     """An ACP client speaking JSON-RPC lines to an :class:`AcpAgent` served in this process."""
 
-    def __init__(self, model: ToolModel) -> None:
-        self.agent = AcpAgent(model)
+    def __init__(self, model: ToolModel, hooks: Hooks | None = None) -> None:
+        self.agent = AcpAgent(model, hooks=hooks)
         self.reader = asyncio.StreamReader()
         self.answers: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.texts: list[str] = []
@@ -409,23 +410,43 @@ def exits(pid: int) -> bool:
 
 
 def test_leak_measure_100_sessions_with_a_server_leave_no_process(tmp_path: Path) -> None:
-    """The issue's measure: 100 sessions opened and closed, each with a stdio server that
-    forks a child; every process of theirs is gone, and none of this process's children is
-    left (not even a zombie)."""
+    """The issue's measure: 100 sessions opened, prompted once and closed, each with a stdio
+    server that forks a child and a prompt hook that leaves a child running behind it; every
+    MCP server and hook process is gone, and none of this process's children is left (not
+    even a zombie)."""
     marker = str(tmp_path / "leak-marker")
     server = stdio("tiny", [*TINY, marker])
+    ran = Path(f"{marker}.hooks")
+    lingering = shlex.quote(f"sleep 60; : {marker}")  # the marker keeps it a shell, not sleep
+    hook = f"echo ran >> {shlex.quote(str(ran))}; sh -c {lingering} >/dev/null 2>&1 &"
 
     async def main() -> int:
-        wire = Wire(ToolModel())
+        wire = Wire(ToolModel(), hooks=Hooks(prompt=[hook]))
         for _ in range(10):
             sids = await asyncio.gather(*(wire.new(tmp_path, server) for _ in range(10)))
             assert len(list(marked(marker))) >= 10  # each server and its child run
+            stops = await asyncio.gather(*(wire.prompt(s, "hi") for s in sids))
+            assert stops == ["end_turn"] * 10
             await asyncio.gather(*(wire.result("session/close", sessionId=s) for s in sids))
         opened = next(wire.ids) - 1
         await wire.close()
         return opened
 
-    assert asyncio.run(main()) == 200
-    survivors = len(list(marked(marker))) + len(children())
-    print(f"MCP leak measure: 100 sessions opened and closed, surviving processes: {survivors}")
-    assert survivors == 0
+    assert asyncio.run(main()) == 300
+    assert ran.read_text().split() == ["ran"] * 100  # every prompt ran its hook
+    servers, hooks = 0, 0
+    for pid in marked(marker):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sleep 60" in cmdline or ran.name.encode() in cmdline:
+            hooks += 1
+        else:
+            servers += 1
+    left = len(children())
+    print(
+        "MCP leak measure: 100 sessions opened, prompted and closed; surviving processes: "
+        f"{servers} of MCP servers, {hooks} of hooks, {left} children of this process"
+    )
+    assert (servers, hooks, left) == (0, 0, 0)
