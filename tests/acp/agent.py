@@ -7,6 +7,8 @@ The model reads the last prompt as a command:
 - ``hold``: waits until the turn is cancelled;
 - ``refuse``: refuses (``finish="blocked"``);
 - ``call NAME JSON``: calls the tool NAME with the JSON args, then answers ``done: RESULT``;
+- ``tools``: answers ``tools:`` and the names of the tools it is offered (its session's MCP
+  servers' among them), joined by ``, ``;
 - anything else: ``echo:`` and every user text the request carries, joined by `` | `` (so a
   test sees the conversation the model was asked with).
 """
@@ -34,6 +36,8 @@ class Scripted:
             signal.raise_if_aborted()
         if text == "refuse":
             return Reply("I will not", finish="blocked")
+        if text == "tools":
+            return Reply("tools: " + ", ".join(request.tools))
         if text.startswith("call "):
             _, name, args = text.split(" ", 2)
             return Reply("", (ToolCall("c1", name, json.loads(args)),), finish="tool_calls")

@@ -68,6 +68,17 @@ const app = acp
     });
   });
 
+// The error code and data.details a request is answered with (it must fail).
+async function failure(call) {
+  try {
+    await call;
+  } catch (error) {
+    if (typeof error?.code === "number") return [error.code, error.data?.details ?? null];
+    throw error;
+  }
+  throw new Error("the request succeeded");
+}
+
 async function code(call) {
   try {
     return await call;
@@ -173,6 +184,17 @@ async function toolsSuite(ctx) {
   abort.abort();
   seen.permission_cancel_request = { stop: (await pending).stopReason, updates: take(t4) };
   seen.withdrawn = withdrawn.includes(t4);
+
+  // MCP: a stdio server given in session/new starts with the session, its tools are offered
+  // to the model and called; one that cannot start refuses the session, naming it.
+  const mcp = JSON.parse(process.env.ACP_MCP_SERVERS);
+  const t5 = (await ctx.request("session/new", { cwd: dirs[4], mcpServers: [mcp.test] })).sessionId;
+  policy.set(t5, "allow_once");
+  await prompt(t5, text("tools"));
+  const offered = take(t5).at(-1)[1];
+  answer = await prompt(t5, text('call mcp__test__add {"a": 2, "b": 3}'));
+  seen.mcp = { offered, stop: answer.stopReason, updates: take(t5), asked: asked.get(t5) };
+  seen.mcp_missing = await failure(ctx.request("session/new", { cwd: dirs[5], mcpServers: [mcp.missing] }));
 }
 
 await app.connectWith(stream, suite === "main" ? mainSuite : toolsSuite);

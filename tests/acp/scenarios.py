@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -17,12 +18,27 @@ from acp.interfaces import Client
 from acp.schema import (
     AllowedOutcome,
     DeniedOutcome,
+    EnvVariable,
     ImageContentBlock,
+    McpServerStdio,
     RequestPermissionResponse,
     ResourceContentBlock,
 )
 
 Observed = dict[str, Any]
+
+MCP_SERVERS: dict[str, dict[str, Any]] = {
+    "test": {
+        "name": "test",
+        "command": sys.executable,
+        "args": [str(Path(__file__).parent.parent / "mcp_server.py")],
+        "env": [{"name": "MCP_TEST_FIFO", "value": ""}],  # an env list on the wire; no FIFO
+    },
+    "missing": {"name": "missing", "command": "/nonexistent/mcp-server", "args": [], "env": []},
+}
+"""The ``mcpServers`` entries (``McpServerStdio``) of the tools suite's MCP scenario:
+``tests/mcp_server.py`` (the ``mcp`` SDK's server: ``add``, ``wait``, ``cancellations``), and
+one whose command does not exist. ``client.mjs`` gets them as JSON in ``$ACP_MCP_SERVERS``."""
 
 PATIENT = {"shutdown_timeout": 60.0}
 """How long the client waits for the agent to exit once it closed stdin before it signals it
@@ -97,6 +113,21 @@ async def _code(call: Any) -> int | dict[str, Any]:
     except RequestError as error:
         return error.code
     return cast(dict[str, Any], result.model_dump(by_alias=True, exclude_none=True, mode="json"))
+
+
+async def _error(call: Any) -> list[Any]:
+    """The error code and ``data.details`` a request is answered with (it must fail)."""
+    try:
+        await call
+    except RequestError as error:
+        return [error.code, (error.data or {}).get("details")]
+    raise AssertionError("the request succeeded")
+
+
+def _stdio(name: str) -> McpServerStdio:
+    server = MCP_SERVERS[name]
+    env = [EnvVariable(name=v["name"], value=v["value"]) for v in server["env"]]
+    return McpServerStdio(name=name, command=server["command"], args=server["args"], env=env)
 
 
 def _last_request_id(conn: Any) -> Any:
@@ -233,5 +264,21 @@ async def tools_suite(
             RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         )
         seen["permission_cancel_request"] = {"stop": stop, "updates": client.take(t4)}
+
+        t5 = (await conn.new_session(cwd=str(dirs[4]), mcp_servers=[_stdio("test")])).session_id
+        client.policy[t5] = "allow_once"
+        await conn.prompt(session_id=t5, prompt=[text_block("tools")])
+        offered = client.take(t5)[-1][1]
+        call_mcp: list[Any] = [text_block("call mcp__test__add " + json.dumps({"a": 2, "b": 3}))]
+        answer = await conn.prompt(session_id=t5, prompt=call_mcp)
+        seen["mcp"] = {
+            "offered": offered,
+            "stop": answer.stop_reason,
+            "updates": client.take(t5),
+            "asked": client.asked[t5],
+        }
+        seen["mcp_missing"] = await _error(
+            conn.new_session(cwd=str(dirs[5]), mcp_servers=[_stdio("missing")])
+        )
     seen["exit"] = process.returncode
     return seen

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.acp.scenarios import main_suite, tools_suite
+from tests.acp.scenarios import MCP_SERVERS, main_suite, tools_suite
 from tests.acp.wire import Wire
 
 pytestmark = pytest.mark.timeout(240)
@@ -99,7 +99,11 @@ def _run_typescript(prefix: Path, suite: str, command: list[str], dirs: list[Pat
         ["node", str(HERE / "client.mjs"), suite, json.dumps([str(d) for d in dirs]), *command],
         capture_output=True,
         text=True,
-        env={**_env(), "ACP_SDK": str(prefix / "node_modules" / SDK)},
+        env={
+            **_env(),
+            "ACP_SDK": str(prefix / "node_modules" / SDK),
+            "ACP_MCP_SERVERS": json.dumps(MCP_SERVERS),
+        },
         timeout=180,
         check=False,
     )
@@ -185,10 +189,19 @@ def test_tool_calls_and_permissions(
     """Each model tool call is a tool_call update, asked about with
     session/request_permission, then a tool_call_update completed or failed; allow_always is
     not asked again; a turn cancelled (session/cancel, or $/cancel_request of its prompt) while
-    the client is asked answers cancelled, the call failed as aborted."""
+    the client is asked answers cancelled, the call failed as aborted. A stdio MCP server given
+    in session/new starts with the session: its tools are offered to the model, and a call of
+    one is asked about, completed, its result in the answer; a server whose command does not
+    exist refuses the session with -32603, naming it."""
     seen, log = _observe(sdk, "tools", tmp_path, npm_prefix)
     if sdk == "typescript":  # its handler saw the ask of the turn $/cancel_request cancelled
         assert seen.pop("withdrawn") is True  # withdrawn, by the agent's own $/cancel_request
+    code, details = seen.pop("mcp_missing")
+    assert code == -32603
+    assert details.startswith(
+        "the MCP server 'missing' did not start: it exited with status 127 before it answered"
+        " initialize; its stderr ends: "  # then the shell's own words (dash, bash differ)
+    )
 
     def call(turn: int, name: str, args: Any, status: str, result: Any) -> list[list[Any]]:
         wire_id = f"{turn}.1.c1"
@@ -204,6 +217,11 @@ def test_tool_calls_and_permissions(
         ]
 
     add = {"a": 1, "b": 2}
+    five: dict[str, Any] = {  # the MCP result, its keys in the order the server sends them
+        "content": [{"type": "text", "text": "5"}],
+        "structuredContent": {"result": 5},
+        "isError": False,
+    }
     cancelled = {
         "stop": "cancelled",
         "updates": [_thought(1), *call(1, "add", add, "failed", "aborted")],
@@ -236,6 +254,19 @@ def test_tool_calls_and_permissions(
         },
         "permission_cancel": cancelled,
         "permission_cancel_request": cancelled,
+        "mcp": {
+            "offered": (
+                "tools: add, boom, mcp__test__add, mcp__test__cancellations, mcp__test__wait"
+            ),
+            "stop": "end_turn",
+            "updates": [
+                _thought(1),
+                *call(2, "mcp__test__add", {"a": 2, "b": 3}, "completed", five),
+                _thought(2),
+                _said(f"done: {json.dumps(five)}"),
+            ],
+            "asked": ["mcp__test__add"],
+        },
         "exit": 0,
     }
     _check_wire(wire, log)
@@ -246,6 +277,8 @@ def test_tool_calls_and_permissions(
     ]
     asks = [m["id"] for m in sent if m.get("method") == "session/request_permission"]
     withdrawn = {m["params"]["requestId"] for m in sent if m.get("method") == "$/cancel_request"}
-    # The last two asks are those of the cancelled turns: the one cancelled by $/cancel_request
-    # is withdrawn (so is the other, unless the client's "cancelled" answer came first).
-    assert asks[-1] in withdrawn and withdrawn <= set(asks[-2:])
+    # Before the MCP call's ask come those of the cancelled turns: the one cancelled by
+    # $/cancel_request is withdrawn (so is the other, unless the client's "cancelled" answer
+    # came first).
+    *_, on_cancel, on_cancel_request, _mcp = asks
+    assert on_cancel_request in withdrawn and withdrawn <= {on_cancel, on_cancel_request}
