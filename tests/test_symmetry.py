@@ -16,13 +16,16 @@ from typing import Any
 
 import pytest
 
-from fsm_core import SpecError
+from fsm_core import SpecError, UsageError
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, check, load_model
 from fsm_core.check._check import Report
+from fsm_core.check._composed._compose import Engine
 from fsm_core.check._composed._symmetry import Siblings, orbit_faults
 from fsm_core.check._composed._tree import TreeWiring
 from fsm_core.check._explore import System, explore
+from fsm_core.check._parallel import Source
+from fsm_core.check._partition import check_partitioned
 from fsm_core.check._system import build, compose
 from fsm_core.tools._mutants import MUTANTS, Mutant, _copy_tables
 from tests.helpers import exactly, write_model
@@ -190,3 +193,25 @@ def test_siblings_move_with_their_subtrees_agents_and_ghosts() -> None:
     assert siblings.canonical(canon) == canon
     assert {siblings.canonical(p) for p in siblings.permuted(state)} == {canon}
     assert siblings.orbit_size(state) == 2
+
+
+def test_every_process_picks_the_same_representative() -> None:
+    """A partitioned search's shards canonicalise apart: the representative of a state must
+    not depend on the order a process met the others (it did once, by numbering slots as met)."""
+    e = compose(_model("activation_tree", symmetry=False))
+    assert isinstance(e, Engine) and isinstance(e.wiring, TreeWiring)
+    run = explore(
+        System("x", e.initial(), e.steps, e.moves, e.first_violated, e.quiescent, "deadlock")
+    )
+    states = [e.unpack(s) for s in run.parent]
+    one, other = Siblings(e.wiring), Siblings(e.wiring)
+    forward = [one.canonical(s) for s in states]
+    backward = [other.canonical(s) for s in reversed(states)][::-1]
+    assert len(set(forward)) < len(states)  # it does reduce
+    assert forward == backward
+
+
+def test_a_search_over_orbits_is_not_partitioned() -> None:
+    model = _model("activation_tree", symmetry=True)
+    with pytest.raises(UsageError, match=r"^activation_tree: a search over sibling orbits"):
+        check_partitioned(model, Source(Path(model.file)), 2)

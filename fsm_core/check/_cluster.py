@@ -27,7 +27,7 @@ from typing import Any, Final, final
 
 from distributed import Client, Future, wait
 
-from fsm_core._errors import FsmError
+from fsm_core._errors import FsmError, UsageError
 from fsm_core.check._check import Report
 from fsm_core.check._config import Model
 from fsm_core.check._explore import Progress
@@ -204,6 +204,11 @@ def check_on_cluster(
     """``check(model, liveness=False)``'s report, the search partitioned across the workers of
     ``client``'s cluster, each loading ``model`` from ``source``; as
     :func:`~fsm_core.check._partition.check_partitioned`'s."""
+    if model.symmetry:
+        raise UsageError(
+            f"{model.name}: a search over sibling orbits ([tree] symmetry) is not partitioned: "
+            "its traces are rebuilt and its orbits counted in one process"
+        )
     built = build(model)
     engine, fallback, _ = engine_for(model, built, backend)
     with Cluster(client, model, source, engine) as transport:

@@ -53,7 +53,7 @@ from typing import Any, Final, Literal, NoReturn, Protocol, TypeAlias, final
 import numpy as np
 import numpy.typing as npt
 
-from fsm_core._errors import FsmError, TransitionError
+from fsm_core._errors import FsmError, TransitionError, UsageError
 from fsm_core.check._check import Report
 from fsm_core.check._composed._compiled import CompiledEngine
 from fsm_core.check._config import Model
@@ -317,6 +317,11 @@ class PythonShard:
             self.portable = self.local = tuple
             self._hashed = tuple
         self.owner_of: dict[Any, int] = {}
+        """The owner of each state this shard met, as :meth:`_owner` found it: for the states
+        it owns, for the whole search; for the others, for the level being expanded only (so
+        a shard's memory stays its share of the states, not every successor it generates)."""
+        self._theirs: list[Any] = []
+        """The states of :attr:`owner_of` that other shards own, met in this level."""
         self.visited: set[Any] = set()
         self.levels: list[tuple[list[Any], Keys]] = []
         self.ranks: list[npt.NDArray[np.int64]] = []
@@ -332,6 +337,8 @@ class PythonShard:
         if found is None:
             text = repr(self._hashed(self.portable(s))).encode()
             found = self.owner_of[s] = zlib.crc32(text) % self.owners
+            if found != self.me:
+                self._theirs.append(s)
         return found
 
     def begin(self) -> Keys:
@@ -367,6 +374,9 @@ class PythonShard:
         return frozenset(self.system.labels[i] for i in labels)  # type: ignore[misc]
 
     def expand(self, others: Sequence[Keys | None]) -> tuple[Expanded, list[Any]]:
+        for t in self._theirs:  # the last level's: forgotten
+            del self.owner_of[t]
+        self._theirs.clear()
         states, keys = self.levels[-1]
         ranks = _ranks(self.me, keys, others)
         self.ranks.append(ranks)
@@ -922,6 +932,11 @@ def check_partitioned(
     shards: this process and ``workers - 1`` worker processes (forked, or loading ``model``
     from ``source``). The same report but for the timings: the shards' keys put every level
     in the single-process search's order, so even the trace is the same one."""
+    if model.symmetry:
+        raise UsageError(
+            f"{model.name}: a search over sibling orbits ([tree] symmetry) is not partitioned: "
+            "its traces are rebuilt and its orbits counted in one process"
+        )
     built = build(model)
     engine, fallback, table = engine_for(model, built, backend)
     with Local(model, source, built, table, workers) as transport:

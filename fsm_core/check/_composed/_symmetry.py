@@ -31,7 +31,10 @@ Why it is sound, and what was checked rather than assumed:
   reachable state of the default trees (:func:`orbit_faults`), and that the orbit sizes of the
   representatives add up to the unreduced count; a model outside those is trusted to the same
   argument: sibling teardowns touch disjoint subtrees, and what each hands its parent
-  (``child_settled(failed, last)``) comes in the same sequence whichever child goes first.
+  (``child_settled(failed, last)``) is folded by an update that ignores the order
+  (``children := not last``, ``failure := failure or failed``), whichever child goes first.
+  The proof covers the width-2 activation trees; no agent tree with siblings is proven state
+  by state (the smallest is over 400,000 states), only by this argument.
 - *Traces*: a representative's path is not a run. :func:`concrete_trace` replays it in the
   unreduced system, at each step taking a successor in the next representative's orbit, so
   every counterexample printed is executable as printed, and names the property as the
@@ -93,17 +96,19 @@ class Siblings:
         self._parents = tuple(
             sorted((i for i in range(n) if shape.children[i]), key=lambda i: -depth[i])
         )
-        self._ids: dict[tuple[Any, ...], int] = {}
-        """A number for each node's slots met (the order they were met in is a total order
-        on them: any total order makes sorting canonical, and ints compare fast)."""
+        self._ids: dict[tuple[Any, ...], str] = {}
+        """Each node's slots met, by their sort key: their ``repr``, a total order on them that
+        is the same in every process (the order they were met in would make sorting canonical
+        in one process only, and a partitioned search's shards must pick the same
+        representative), cached so each distinct slot tuple is written once."""
         self._agents = agents
 
     def _key(self, state: Sequence[Any], i: int, keys: dict[int, Key]) -> Key:
         own = tuple(state[k] for k in self._own[i])
-        number = self._ids.get(own)
-        if number is None:
-            number = self._ids[own] = len(self._ids)
-        return (number, *(keys[c] for c in self._admitted(state, i, keys)))
+        name = self._ids.get(own)
+        if name is None:
+            name = self._ids[own] = repr(own)
+        return (name, *(keys[c] for c in self._admitted(state, i, keys)))
 
     def _admitted(self, state: Sequence[Any], i: int, keys: dict[int, Key]) -> list[int]:
         """Node ``i``'s admitted children, in canonical order (their keys are in ``keys``)."""
