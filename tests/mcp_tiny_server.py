@@ -3,10 +3,11 @@ library alone (``python -I -S``: it starts in milliseconds, where one built with
 a second of CPU): it answers ``initialize`` and ``tools/list`` (one tool, ``ping``) and exits
 when its stdin ends. It forks a child first, which waits forever.
 
-    python -I -S mcp_tiny_server.py [MARKER] [--pids FILE] [--stubborn] [--where FILE]
+    python -I -S mcp_tiny_server.py [MARKER] [--pids FILE] [--huge] [--stubborn] [--where FILE]
 
 ``--pids FILE``: the child leaves the server's process group (``setsid``) and ignores SIGTERM,
 and ``SERVER_PID CHILD_PID`` is written to FILE before the server answers anything.
+``--huge``: answer ``tools/call`` with a line over the agent's 16 MiB limit.
 ``--stubborn``: once stdin ends, the server ignores SIGTERM and waits forever (a server that
 ignores the MCP shutdown). ``--where FILE``: write the server's working directory,
 ``$MCP_TEST_VALUE`` and its arguments to FILE as JSON. ``MARKER`` is only there to be found
@@ -50,6 +51,8 @@ for line in sys.stdin:
         }
     elif message["method"] == "tools/list":
         result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
+    elif message["method"] == "tools/call" and "--huge" in args:
+        result = {"content": [{"type": "text", "text": "x" * (17 << 20)}], "isError": False}
     else:
         result = {}
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")

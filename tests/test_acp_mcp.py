@@ -450,3 +450,21 @@ def test_leak_measure_100_sessions_with_a_server_leave_no_process(tmp_path: Path
         f"{servers} of MCP servers, {hooks} of hooks, {left} children of this process"
     )
     assert (servers, hooks, left) == (0, 0, 0)
+
+
+def test_an_answer_too_long_to_read_fails_the_call_instead_of_hanging(tmp_path: Path) -> None:
+    """A server's line over 16 MiB (here the answer to a tool call) cannot be read: the session
+    with that server ends, so the call fails and the turn goes on (it once waited forever, and
+    the rest of such a line was read as a message of its own)."""
+    model = ToolModel()
+
+    async def main() -> str:
+        wire = Wire(model)
+        await wire.result("initialize", protocolVersion=PROTOCOL_VERSION)
+        sid = await wire.new(tmp_path, stdio("tiny", [*TINY, "--huge"]))
+        stop = await wire.prompt(sid, "call mcp__tiny__ping {}")
+        await wire.close()
+        return stop
+
+    assert asyncio.run(main()) == "end_turn"
+    assert model.requests[-1].messages[-1]["ok"] is False

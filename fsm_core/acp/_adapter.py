@@ -63,7 +63,7 @@ from acp.schema import (
 from pydantic import BaseModel, ValidationError
 
 from fsm_core._errors import ECHO_LIMIT, echo
-from fsm_core.acp._mcp import McpServers, ServerFailed, stdio_servers
+from fsm_core.acp._mcp import McpServers, ServerFailed, skip_line, stdio_servers
 from fsm_core.runtime import (
     USER,
     AbortSignal,
@@ -238,7 +238,7 @@ def _prompt_text(prompt: list[Any]) -> str:
 
 @final
 class AcpAgent:
-    """An ACP agent (``acp.Agent``) whose sessions are the agents of one runtime."""
+    """An ACP agent (``acp.Agent``): each session is one agent, in a runtime of its own."""
 
     def __init__(
         self, model: ModelAdapter, *, hooks: Hooks | None = None, tools: Sequence[Tool] = ()
@@ -912,21 +912,11 @@ class _Lines:
             size += len(piece.rstrip(b"\n") if ended else piece)
             if size > LINE_LIMIT:
                 if not ended:
-                    await self._skip_line()
+                    await skip_line(self._reader)
                 raise _TooLong
             pieces.append(piece)
             if ended:
                 return b"".join(pieces)
-
-    async def _skip_line(self) -> None:
-        while True:
-            try:
-                await self._reader.readuntil(b"\n")
-                return
-            except asyncio.LimitOverrunError as over:
-                await self._reader.readexactly(over.consumed)
-            except asyncio.IncompleteReadError:
-                return
 
     async def _refuse(self, code: int, message: str, details: str) -> None:
         error = {"code": code, "message": message, "data": {"details": details}}

@@ -403,7 +403,18 @@ async def _from_server(
                     return
             except asyncio.LimitOverrunError as over:
                 await stdout.readexactly(over.consumed)
-                log.warning("MCP server %s wrote a line over %d bytes; skipped", name, _LINE_LIMIT)
+                await skip_line(stdout)
+                # The line was a message (an answer, most likely) the client can never read: a
+                # request waiting for it would wait forever, so the session with the server
+                # ends, which fails what is pending (a tool call: ``failed``).
+                log.warning(
+                    "MCP server %s wrote a line over %d bytes: the session with it ends",
+                    echo(name),
+                    _LINE_LIMIT,
+                )
+                if delivering:
+                    delivering = False
+                    send.close()
                 continue
             if not delivering or not line.strip():
                 continue
@@ -418,6 +429,19 @@ async def _from_server(
                 delivering = False
     finally:
         send.close()
+
+
+async def skip_line(reader: asyncio.StreamReader) -> None:
+    """Read past the rest of the line ``reader`` is in, however long, to its end or the
+    stream's (a line over the reader's limit is skipped whole, never read as a new line)."""
+    while True:
+        try:
+            await reader.readuntil(b"\n")
+            return
+        except asyncio.LimitOverrunError as over:
+            await reader.readexactly(over.consumed)
+        except asyncio.IncompleteReadError:
+            return
 
 
 async def _to_server(
