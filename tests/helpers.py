@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -127,3 +128,16 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def exits(pid: int) -> bool:
+    """Wait until ``pid`` exits (a process not ours to reap: its pidfd turns readable); True
+    iff it did within a minute, which a process that was told to stop takes far less than."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], 60)[0])
+    finally:
+        os.close(fd)

@@ -15,7 +15,6 @@ import asyncio
 import itertools
 import json
 import os
-import select
 import shlex
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from acp import PROTOCOL_VERSION
 
 from fsm_core import AbortSignal, Hooks, Reply, Request, ToolCall, ToolSpec
 from fsm_core.acp._adapter import AcpAgent, _serve
-from tests.helpers import alive
+from tests.helpers import alive, exits
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -394,19 +393,6 @@ def test_an_agent_killed_outright_still_has_its_servers_stopped(tmp_path: Path) 
     agent.kill()
     agent.communicate()
     assert [pid for pid in started if not exits(pid)] == []
-
-
-def exits(pid: int) -> bool:
-    """Wait until ``pid`` (not a child of this process) exits: its pidfd turns readable; True
-    iff it did within a minute, far more than a stopped server takes."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], 60)[0])
-    finally:
-        os.close(fd)
 
 
 def test_leak_measure_100_sessions_with_a_server_leave_no_process(tmp_path: Path) -> None:

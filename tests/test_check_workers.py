@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from fsm_core.cli import main, usable_cores
-from tests.helpers import FSM_CORE
+from tests.helpers import FSM_CORE, exits
 from tests.test_check_cli import DONE, LONG, Run, broken_model, run
 
 SMALL = ("activation_chain", "bench_S", "agent_races")
@@ -135,19 +134,6 @@ def running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
-def exits(pid: int) -> bool:
-    """Wait until ``pid`` exits (a process not ours to reap: its pidfd turns readable); True
-    iff it did within a minute, which a process that was told to stop takes far less than."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], 60)[0])
-    finally:
-        os.close(fd)
 
 
 def under_way(argv: list[str], first: str) -> tuple[subprocess.Popen[str], list[str], list[int]]:

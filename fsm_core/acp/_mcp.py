@@ -48,6 +48,7 @@ from fsm_core.runtime import (
     ToolSpec,
     _reaper,
 )
+from fsm_core.runtime._hooks import settle
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -229,7 +230,7 @@ class _Server:
             raise
         finally:
             # Its pipes end once every process of the server is gone: reaped first.
-            await _settle(asyncio.ensure_future(self._reap(process)), *self._pumps)
+            await settle(asyncio.ensure_future(self._reap(process)), *self._pumps)
             if not self.ready.done():
                 self.ready.set_exception(self._failed(self._why(failure, process.returncode)))
 
@@ -253,7 +254,7 @@ class _Server:
                 limit=_LINE_LIMIT,
             )
         )
-        await _settle(spawning)  # a start cut short must not orphan the supervisor
+        await settle(spawning)  # a start cut short must not orphan the supervisor
         return spawning.result()
 
     async def _serve(self, process: asyncio.subprocess.Process) -> str | None:
@@ -461,21 +462,6 @@ async def _to_server(
         stdin.close()
 
 
-async def _settle(*work: asyncio.Future[Any]) -> None:
-    """Await each of ``work`` to its end even when cancelled meanwhile; then re-raise."""
-    cancelled = False
-    for future in work:
-        while not future.done():
-            try:
-                await asyncio.shield(future)
-            except asyncio.CancelledError:
-                cancelled = True
-            except BaseException:
-                break  # its outcome is read by the caller
-    if cancelled:
-        raise asyncio.CancelledError
-
-
 def _kill(pids: Sequence[int], first: int) -> None:
     for pid in pids:
         for sig in (first, signals.SIGCONT):
@@ -519,7 +505,7 @@ class _SessionServers:
         """Stop every server; return once every process of each is gone."""
         for server in self.servers:
             server.stop()
-        await _settle(*(server.task for server in self.servers))
+        await settle(*(server.task for server in self.servers))
 
 
 @final
@@ -577,4 +563,4 @@ class McpServers:
         for servers in every:
             for server in servers.servers:
                 server.stop()
-        await _settle(*(server.task for servers in every for server in servers.servers))
+        await settle(*(server.task for servers in every for server in servers.servers))

@@ -366,7 +366,7 @@ async def _finish(
         pending = {future for future in work if not future.done()}
 
 
-async def _settle(*work: asyncio.Future[Any]) -> None:
+async def settle(*work: asyncio.Future[Any]) -> None:
     """Await every one of ``work`` to its end even when the caller is cancelled meanwhile;
     then re-raise the cancellation. Used only where leaving early would leave a process
     behind (each is awaited through a shield, so a cancellation never reaches it)."""
@@ -468,7 +468,7 @@ async def run_hook(command: str, options: RunHookOptions) -> HookResult:
         # The caller is cancelled (or interrupted): stop the hook all the same, and leave
         # only once everything it started is gone.
         stop(signal)
-        await _settle(finishing)
+        await settle(finishing)
         raise
     finally:
         off()
