@@ -42,7 +42,8 @@ import sys
 import time
 import traceback
 import zlib
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection, wait
@@ -735,10 +736,23 @@ def _recv(conn: Connection) -> Any:
     return pickle.loads(head, buffers=[conn.recv_bytes() for _ in range(count)])
 
 
+@contextmanager
+def _deaf_to_ctrl_c() -> Iterator[None]:
+    """Hold SIGINT back in the block: a worker forked inside starts with it blocked, so a
+    Ctrl-C that lands before :func:`_serve_shard` ignores it cannot print the worker's
+    ``KeyboardInterrupt``; one that lands on this process meanwhile is delivered after."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _serve_shard(conn: Connection, made: Callable[[], Shard], me: int) -> None:
     """A worker's body: be shard ``me`` (``made()``), and take each step it is sent, as
     ``(what, *args)`` for :meth:`Held.step`, until it is sent None or the coordinator is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator alone answers Ctrl-C
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # forked blocked: now ignored
     held: Held | None = None
     while True:
         try:
@@ -820,7 +834,8 @@ class Local:
                     name=f"fsm-core partition {me}",
                     daemon=True,
                 )
-                process.start()
+                with _deaf_to_ctrl_c():  # a fork inherits it: no Ctrl-C before its handler
+                    process.start()
                 theirs.close()  # the worker holds the only other end: its death is EOF here
                 self.workers.append((process, ours))
             self.held = Held(_shard(model, built, search, 0, owners), 0)
