@@ -178,15 +178,6 @@ def test_a_hook_that_stops_its_supervisor_and_exits_is_reaped_after_the_abort(
     assert [pid for pid in reaped if alive(pid)] == []
 
 
-def _running(pid: int) -> bool:
-    """True iff process ``pid`` exists and is not a zombie (its ``/proc`` state is not Z)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_a_hook_that_keeps_its_supervisor_stopped_is_killed_and_reaped_by_the_runtime(
     tmp_path: Path, reaped: list[int]
 ) -> None:
