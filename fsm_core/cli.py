@@ -38,7 +38,13 @@ from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
-from fsm_core.check._parallel import Source, check_in_workers, partitions, warm_up
+from fsm_core.check._parallel import (
+    Source,
+    check_in_workers,
+    partitions,
+    unpartitioned,
+    warm_up,
+)
 from fsm_core.check._report import (
     done_line,
     format_trace,
@@ -641,14 +647,14 @@ def _cluster_client(address: str) -> Callable[[], Any]:
 def _check_on_cluster(
     connect: Callable[[], Any], jobs: Sequence[tuple[Model, Source]], args: argparse.Namespace
 ) -> list[Report]:
-    """Each model checked on the cluster, one after another; a model the cluster cannot
-    search (:func:`_checked_here`) is checked in this process instead, saying so."""
+    """Each model checked on the cluster, one after another; a model whose search cannot be
+    split (:func:`~fsm_core.check._parallel.unpartitioned`) is checked here, saying so."""
     from fsm_core.check import _cluster  # noqa: PLC0415
 
     reports: list[Report] = []
     with connect() as client:
         for model, source in jobs:
-            local = _checked_here(model)
+            local = unpartitioned(model)
             if local is not None:
                 print(f"{model.name}: checked in this process: {local}", file=sys.stderr)
                 reports.append(
@@ -671,15 +677,6 @@ def _check_on_cluster(
                 )
             )
     return reports
-
-
-def _checked_here(model: Model) -> str | None:
-    """Why ``model`` is checked in this process rather than on a cluster, or None."""
-    if model.tier != "bench":
-        return "its liveness pass needs the whole graph in one place"
-    if model.symmetry:
-        return "its search over sibling orbits rebuilds traces and counts orbits in one place"
-    return None
 
 
 def _expected_violation(r: Report) -> bool:

@@ -243,16 +243,23 @@ PARTITION_AFTER: Final = 2_000_000
 (a smaller search is over before the workers have loaded the model)."""
 
 
+def unpartitioned(model: Model) -> str | None:
+    """Why ``model``'s search cannot be split across processes or a cluster, or None."""
+    if model.tier != "bench":
+        return "its liveness pass needs the whole graph in one place"
+    if model.symmetry:
+        return "its search over sibling orbits rebuilds traces and counts orbits in one place"
+    return None
+
+
 def partitions(model: Model, workers: int, models: int) -> bool:
     """Whether ``fsm-core check`` partitions ``model``'s search across ``workers`` processes:
-    when it is the run's only model, there is more than one worker, its check runs no
-    liveness pass (a bench-tier model: the pass needs the whole graph in one process), it is
-    not searched over sibling orbits (``[tree] symmetry``: its traces are rebuilt and its
-    orbits counted in one process), and its ``[expect]`` records :data:`PARTITION_AFTER`
-    transitions or more (or none)."""
+    when it is the run's only model, there is more than one worker, nothing keeps it in one
+    process (:func:`unpartitioned`: the liveness pass of every tier but bench, a search over
+    sibling orbits), and its ``[expect]`` records :data:`PARTITION_AFTER` transitions or more
+    (or none)."""
     big = model.expect is None or model.expect.transitions >= PARTITION_AFTER
-    alone = workers > 1 and models == 1
-    return alone and model.tier == "bench" and not model.symmetry and big
+    return workers > 1 and models == 1 and unpartitioned(model) is None and big
 
 
 def _cost(model: Model) -> float:
