@@ -5,7 +5,9 @@ error, and ``--cluster`` does the same search on a Dask cluster."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
 import re
 import signal
 import sys
@@ -18,7 +20,7 @@ import pytest
 
 import fsm_core.check
 from fsm_core._paths import models_dir
-from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check import Model, Report, _partition, check, load_model, load_models
 from fsm_core.check._parallel import Source, partitions
 from fsm_core.check._partition import check_partitioned
 from fsm_core.tools._mutants import MUTANTS, _copy_tables
@@ -154,6 +156,33 @@ def test_a_partition_worker_killed_is_an_error_naming_its_part() -> None:
         "fsm-core: the worker searching part 1 of 2 of bench_L (models/bench_L.toml) died "
         "(killed by SIGKILL); nothing is reported: --workers 1 checks it in one process"
     )
+
+
+def test_a_ctrl_c_in_the_middle_of_a_message_stops_the_workers_without_a_word(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C that lands while a step is being written leaves the worker's pipe mid-message.
+    The workers used to be sent None after it, read as the rest of the step, and print a
+    ValueError traceback from the worker under "fsm-core: interrupted"."""
+    sent = _partition._send
+
+    def torn(conn: Any, message: Any) -> None:
+        if message is not None and message[0] == "expand":
+            buffers: list[pickle.PickleBuffer] = []
+            head = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+            assert buffers, "a step of the vector search carries its keys out of band"
+            conn.send((head, len(buffers)))
+            for buffer in buffers[:-1]:  # and all of them but the last
+                conn.send_bytes(buffer.raw())
+            raise KeyboardInterrupt
+        sent(conn, message)
+
+    monkeypatch.setattr(_partition, "_send", torn)
+    model = DEFAULT_MODELS[0]
+    with pytest.raises(KeyboardInterrupt):
+        check_partitioned(model, Source(_path(model).absolute()), 3, backend="vector")
+    assert multiprocessing.active_children() == []
+    assert capfd.readouterr() == ("", "")
 
 
 # --- on a Dask cluster ----------------------------------------------------------------------

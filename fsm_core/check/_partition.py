@@ -840,21 +840,26 @@ class Local:
                 self.workers.append((process, ours))
             self.held = Held(_shard(model, built, search, 0, owners), 0)
         except BaseException:
-            self.close()
+            self.close(clean=False)
             raise
 
     def __enter__(self) -> Local:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(clean=kind is None)
 
-    def close(self) -> None:
-        for _, conn in self.workers:
-            with contextlib.suppress(OSError):
-                _send(conn, None)
+    def close(self, clean: bool = True) -> None:
+        """Stop every worker: sent None after a search that ended cleanly, stopped outright
+        (SIGTERM) after an exception, which may have come in the middle of a :func:`_send`
+        (a Ctrl-C does): the rest of that pipe's stream is no message a worker can read."""
+        if clean:
+            for _, conn in self.workers:
+                with contextlib.suppress(OSError):
+                    _send(conn, None)
         for process, conn in self.workers:
-            process.join(timeout=1.0)
+            if clean:
+                process.join(timeout=1.0)
             if process.exitcode is None:
                 process.terminate()
                 process.join()
