@@ -26,6 +26,7 @@ import itertools
 import json
 import logging
 import os
+import selectors
 import signal
 import sys
 import threading
@@ -1066,22 +1067,22 @@ async def _serve(
 
 async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[None]]]:
     """This process's stdin as a stream reader and stdout as an async write: through the event
-    loop for pipes, and through a thread (stdin) or blocking writes (stdout) for a regular
-    file, which the event loop cannot watch (``fsm-core acp < requests.jsonl > out``; such a
-    stdin ends at once, so its prompts answer ``cancelled``: see ``AcpAgent.client_left``)."""
+    loop for pipes, sockets and terminals, and through a thread (stdin) or blocking writes
+    (stdout) for what the event loop cannot watch: a regular file or ``/dev/null``
+    (``fsm-core acp < requests.jsonl > out``; such a stdin ends at once, so its prompts answer
+    ``cancelled``: see ``AcpAgent.client_left``)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=READ_LIMIT)
-    try:
+    if _watchable(sys.stdin.fileno(), selectors.EVENT_READ):
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    except ValueError:
+    else:
         threading.Thread(target=_feed, args=(loop, reader), daemon=True).start()
-    # A copy of the descriptor: the transport closes its pipe when the client's end closes,
-    # and sys.stdout itself must stay open for the exit's flush.
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
-    try:
+    if _watchable(sys.stdout.fileno(), selectors.EVENT_WRITE):
+        # A copy of the descriptor: the transport closes its pipe when the client's end
+        # closes, and sys.stdout itself must stay open for the exit's flush.
+        out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
         transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out)
-    except ValueError:
-        out.close()
+    else:
 
         async def write_file(data: bytes) -> None:
             sys.stdout.buffer.write(data)
@@ -1095,6 +1096,18 @@ async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[No
         await writer.drain()
 
     return reader, write_pipe
+
+
+def _watchable(fd: int, events: int) -> bool:
+    """Whether the event loop can wait on ``fd``. A regular file or ``/dev/null`` cannot be
+    (epoll refuses it), and the loop finds that out only in a callback, after the transport
+    is made, leaving a reader that never sees end-of-file: ask a selector of our own first."""
+    with selectors.DefaultSelector() as selector:
+        try:
+            selector.register(fd, events)
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def _feed(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None:

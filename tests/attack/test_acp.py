@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import re
 import subprocess
@@ -222,3 +223,28 @@ def test_a_line_past_the_line_limit_is_refused_and_lines_past_the_read_limit_are
     assert [m["error"]["data"] for m in out if m.get("id", 0) is None] == [
         {"details": f"a message longer than {LINE_LIMIT} bytes"}
     ] * 2
+
+
+@pytest.mark.parametrize("stdout_to", ["/dev/null", "a file"])
+def test_stdin_from_dev_null_ends_the_agent_at_once(tmp_path: Path, stdout_to: str) -> None:
+    """``fsm-core acp < /dev/null`` hung, printing a traceback: the event loop cannot watch
+    /dev/null (epoll refuses it) and found that out only after the transport was made."""
+    out = Path(os.devnull) if stdout_to == "/dev/null" else tmp_path / "out"
+    with open(os.devnull, "rb") as stdin, out.open("wb") as stdout:
+        done = subprocess.run(
+            AGENT, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, check=False, timeout=60
+        )
+    assert (done.returncode, done.stderr) == (0, b"")
+
+
+def test_requests_from_a_file_are_answered_into_a_file(tmp_path: Path) -> None:
+    """Neither end a pipe: stdin read by a thread, stdout written as a file is."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(_request(1, "initialize", {"protocolVersion": 1}))
+    with requests.open("rb") as stdin, (tmp_path / "out").open("wb") as stdout:
+        done = subprocess.run(
+            AGENT, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, check=False, timeout=60
+        )
+    assert (done.returncode, done.stderr) == (0, b"")
+    (answer,) = (tmp_path / "out").read_bytes().splitlines()
+    assert json.loads(answer)["result"]["protocolVersion"] == 1
