@@ -45,6 +45,22 @@ def echo(value: object) -> str:
     return text if len(text) <= ECHO_LIMIT else text[: ECHO_LIMIT - 3] + "..."
 
 
+def named(text: str, limit: int = ECHO_LIMIT) -> str:
+    """A name or path as a message shows it: as it is when printable and at most ``limit``
+    characters long, else by :func:`echo`."""
+    return text if len(text) <= limit and text.isprintable() else echo(text)
+
+
+def shown(text: str, limit: int) -> str:
+    """``text`` as a terminal or CI log may show it: every character that is not printable (ESC,
+    a newline, a bidi override) written as its Python escape (``\\x1b``), and at most ``limit``
+    characters, the cut ones replaced by ``...``."""
+    head = text[: limit + 1]
+    if not head.isprintable():
+        head = "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
+    return head if len(head) <= limit else head[: limit - 3] + "..."
+
+
 def known(names: Iterable[str | int]) -> str:
     """The names a message offers instead (``idle, busy, stopping``), cut with ``...`` after
     ``3 * ECHO_LIMIT`` characters; a name that is not plain printable text is shown by
@@ -52,9 +68,7 @@ def known(names: Iterable[str | int]) -> str:
     parts: list[str] = []
     length = 0
     for name in names:
-        text = str(name)
-        if not text.isprintable() or len(text) > ECHO_LIMIT:
-            text = echo(name)
+        text = named(name) if isinstance(name, str) else echo(name)
         if length + len(text) > 3 * ECHO_LIMIT:
             parts.append("...")
             break

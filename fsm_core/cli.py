@@ -34,7 +34,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any, Literal, NoReturn
 
-from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
+from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known, named
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
@@ -156,7 +156,7 @@ def _shown_path(path: object) -> str:
     """A path as a message names it: as it is, unless longer than :data:`QUOTE_LIMIT` or not
     printable (then by :func:`echo`)."""
     text = os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else str(path)
-    return text if len(text) <= QUOTE_LIMIT and text.isprintable() else echo(text)
+    return named(text, QUOTE_LIMIT)
 
 
 def _say(line: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import os
 import shlex
 import signal
@@ -249,6 +250,23 @@ def test_a_server_that_does_not_start_refuses_the_session_naming_it(
     assert details.startswith(f"the MCP server 'broken' did not start: it {why}")
     assert after["error"]["code"] == -32002  # no session was made (Resource not found)
     assert children() == []
+
+
+def test_a_servers_stderr_is_logged_with_its_control_characters_escaped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's stderr reached the debug log raw: its terminal escapes drove the terminal."""
+    noisy = [sys.executable, "-c", "import sys; sys.stderr.write('\\x1b[2Jwiped\\n'); sys.exit(3)"]
+
+    async def main() -> None:
+        wire = Wire(ToolModel())
+        await wire.send("session/new", cwd=str(tmp_path), mcpServers=[stdio("noisy", noisy)])
+        await wire.close()
+
+    with caplog.at_level(logging.DEBUG, logger="fsm_core.acp"):
+        asyncio.run(main())
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("MCP server")]
+    assert "MCP server noisy: \\x1b[2Jwiped" in logged, logged
 
 
 def test_a_server_that_never_answers_is_given_up_after_the_start_timeout(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ from acp.schema import (
 )
 from pydantic import BaseModel, ValidationError
 
-from fsm_core._errors import ECHO_LIMIT, echo
+from fsm_core._errors import ECHO_LIMIT, echo, named
 from fsm_core.acp._mcp import McpServers, ServerFailed, skip_line, stdio_servers
 from fsm_core.runtime import (
     USER,
@@ -982,11 +982,7 @@ def _fault(error: ValidationError) -> str:
     more there are."""
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "params"
-    if len(where) > ECHO_LIMIT or not where.isprintable():
-        where = echo(where)
-    what = str(first["msg"])
-    if len(what) > ECHO_LIMIT or not what.isprintable():
-        what = echo(what)
+    where, what = named(where), named(str(first["msg"]))
     more = error.error_count() - 1
     return f"{where}: {what}" + (f" (and {more} more)" if more else "")
 

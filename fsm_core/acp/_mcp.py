@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, final
 
 from acp.schema import McpServerStdio
 
-from fsm_core._errors import echo
+from fsm_core._errors import echo, named, shown
 from fsm_core.runtime import (
     AbortSignal,
     Request,
@@ -85,6 +85,9 @@ _TICK = 0.1
 
 _STDERR_KEPT = 2048
 """The bytes of a server's stderr kept (its last ones) for the error a failed start gives."""
+
+_LOGGED = 1000
+"""The most characters of one line of a server's stderr the debug log shows (escaped)."""
 
 _LINE_LIMIT = 16 << 20
 """The longest line a server may write, in bytes; a longer one is skipped (logged)."""
@@ -223,7 +226,7 @@ class _Server:
         try:
             failure = await self._serve(process)
         except Exception as error:  # the SDK's session failed under it
-            log.exception("MCP server %s: the client session failed", self.name)
+            log.exception("MCP server %s: the client session failed", named(self.name))
             failure = f"failed ({type(error).__name__}: {error})"
         except BaseException as error:  # cancelled: stop the server all the same, re-raise
             failure = f"was interrupted ({type(error).__name__})"
@@ -326,7 +329,11 @@ class _Server:
         (each line is logged at debug level)."""
         while chunk := await stderr.read(65536):
             for line in chunk.splitlines():
-                log.debug("MCP server %s: %s", self.name, line.decode("utf-8", "replace"))
+                log.debug(
+                    "MCP server %s: %s",
+                    named(self.name),
+                    shown(line.decode("utf-8", "replace"), _LOGGED),
+                )
             self._stderr.append(chunk)
             self._stderr_size += len(chunk)
             while self._stderr_size - len(self._stderr[0]) >= _STDERR_KEPT:
@@ -372,14 +379,18 @@ async def _list_tools(session: ClientSession) -> list[WireTool]:
 
 
 def _named(server: _Server, tools: Sequence[WireTool]) -> list[McpTool]:
-    named: dict[str, McpTool] = {}
+    tools_by_name: dict[str, McpTool] = {}
     for tool in tools:
         offered = McpTool(server, tool)
-        if offered.name in named:
-            log.warning("MCP server %s lists %s twice; the first is kept", server.name, tool.name)
+        if offered.name in tools_by_name:
+            log.warning(
+                "MCP server %s lists %s twice; the first is kept",
+                named(server.name),
+                named(tool.name),
+            )
             continue
-        named[offered.name] = offered
-    return list(named.values())
+        tools_by_name[offered.name] = offered
+    return list(tools_by_name.values())
 
 
 async def _from_server(

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final, Literal
 
-from fsm_core._errors import FsmError, echo
+from fsm_core._errors import FsmError, echo, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,8 @@ class Failure:
     reason: str
 
     def __str__(self) -> str:
-        return f"{shown(self.file)}:{self.line}: {shown(self.id)}: {self.reason}"
+        where = f"{shown(self.file, REASON_SHOWN)}:{self.line}"
+        return f"{where}: {shown(self.id, REASON_SHOWN)}: {self.reason}"
 
 
 REPLAY_TIMEOUT = 600.0
@@ -87,16 +88,6 @@ def verdict_bound(vector: bytes) -> int:
     return 4 * len(vector) + VERDICT_SLACK
 
 
-def shown(text: str, limit: int = REASON_SHOWN) -> str:
-    """``text`` as a terminal or CI log may show it: every character that is not printable (ESC,
-    a newline, a bidi override) written as its Python escape (``\\x1b``), and at most ``limit``
-    characters, the cut ones replaced by ``...``."""
-    head = text[: limit + 1]
-    if not head.isprintable():
-        head = "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
-    return head if len(head) <= limit else head[: limit - 3] + "..."
-
-
 def replay(
     command: Sequence[str],
     files: Sequence[Path],
@@ -125,7 +116,7 @@ def replay(
         if full is not None:
             record = {"file": file, "line": line, "id": vid, "reason": reason}
             full.write(json.dumps(record) + "\n")  # ASCII: no control character survives
-        failures.append(Failure(file, line, vid, shown(reason)))
+        failures.append(Failure(file, line, vid, shown(reason, REASON_SHOWN)))
 
     count = 0
     for path in files:
@@ -215,7 +206,9 @@ def _run_port(
             env={**os.environ, _TOKEN: marker},
         )
     except OSError as e:
-        raise FsmError(f"--replay {shown(shlex.join(argv[:-1]))}: {e.strerror or e}") from None
+        raise FsmError(
+            f"--replay {shown(shlex.join(argv[:-1]), REASON_SHOWN)}: {e.strerror or e}"
+        ) from None
     tree = f"{_TOKEN}={marker}".encode()
     try:
         talk = _Conversation(port, data, bounds, verdict, _Run(timeout, sum(bounds)))

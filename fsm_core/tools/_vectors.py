@@ -76,7 +76,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, echo
+from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, echo, shown
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, load_model
 from fsm_core.check._composed._compose import Composition, Engine
@@ -96,7 +96,7 @@ from fsm_core.table import (
 from fsm_core.table._expr import Block, Call, Stmt, Value
 from fsm_core.table._load import read_toml
 from fsm_core.table._machine import REFUSED
-from fsm_core.tools._replay import REPLAY_TIMEOUT, Failure, replay, shown
+from fsm_core.tools._replay import REASON_SHOWN, REPLAY_TIMEOUT, Failure, replay
 from fsm_core.tools._stories import STORIES, Do, Listen, Story
 
 __all__ = ["FORMAT", "VERSION", "configure", "generate", "render_vectors", "run"]
@@ -1244,11 +1244,14 @@ def run(args: argparse.Namespace) -> int:
             for failure in mine[:SHOWN]:
                 print(f"fail: {failure}")
             if len(mine) > SHOWN:
-                print(f"fail: {shown(name)}: {len(mine) - SHOWN:,} more vectors fail")
+                print(f"fail: {shown(name, REASON_SHOWN)}: {len(mine) - SHOWN:,} more vectors fail")
         if failures:
             print(f"every failure in full, one JSON line each: {full.name}")
         passed = count - len(failures)
-        print(f"replayed {count} vectors with {shown(shlex.join(command))}: {passed} pass")
+        print(
+            f"replayed {count} vectors with {shown(shlex.join(command), REASON_SHOWN)}: "
+            f"{passed} pass"
+        )
         return 1 if failures else 0
     if args.check:
         return _check(specs, out)
