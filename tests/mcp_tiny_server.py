@@ -4,14 +4,16 @@ a second of CPU): it answers ``initialize`` and ``tools/list`` (one tool, ``ping
 when its stdin ends. It forks a child first, which waits forever.
 
     python -I -S mcp_tiny_server.py [MARKER] [--pids FILE] [--huge] [--stubborn] [--where FILE]
+                                    [--endless]
 
 ``--pids FILE``: the child leaves the server's process group (``setsid``) and ignores SIGTERM,
 and ``SERVER_PID CHILD_PID`` is written to FILE before the server answers anything.
 ``--huge``: answer ``tools/call`` with a line over the agent's 16 MiB limit.
 ``--stubborn``: once stdin ends, the server ignores SIGTERM and waits forever (a server that
 ignores the MCP shutdown). ``--where FILE``: write the server's working directory,
-``$MCP_TEST_VALUE`` and its arguments to FILE as JSON. ``MARKER`` is only there to be found
-in the command line.
+``$MCP_TEST_VALUE`` and its arguments to FILE as JSON. ``--endless``: ``tools/list`` answers
+every page with a new tool and a cursor to one more page, forever. ``MARKER`` is only there
+to be found in the command line.
 """
 
 import json
@@ -51,6 +53,10 @@ for line in sys.stdin:
         }
     elif message["method"] == "tools/list":
         result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
+        if "--endless" in args:
+            page = int((message.get("params") or {}).get("cursor") or 0) + 1
+            tool = {"name": f"tool{page}", "inputSchema": {"type": "object"}}
+            result = {"tools": [tool], "nextCursor": str(page)}
     elif message["method"] == "tools/call" and "--huge" in args:
         result = {"content": [{"type": "text", "text": "x" * (17 << 20)}], "isError": False}
     else:

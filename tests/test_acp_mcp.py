@@ -29,6 +29,7 @@ from acp import PROTOCOL_VERSION
 
 from fsm_core import AbortSignal, Hooks, Reply, Request, ToolCall, ToolSpec
 from fsm_core.acp._adapter import AcpAgent, _serve
+from fsm_core.acp._mcp import TOOLS_LIMIT
 from tests.helpers import alive, exits
 
 pytestmark = [
@@ -267,6 +268,26 @@ def test_a_servers_stderr_is_logged_with_its_control_characters_escaped(
         asyncio.run(main())
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("MCP server")]
     assert "MCP server noisy: \\x1b[2Jwiped" in logged, logged
+
+
+def test_a_server_that_pages_its_tools_forever_is_refused_at_the_tools_limit(
+    tmp_path: Path,
+) -> None:
+    """Its pages were read until the start timeout, every tool kept in memory."""
+
+    async def main() -> dict[str, Any]:
+        wire = Wire(ToolModel())
+        wire.agent.mcp.timeout = 600.0  # the limit ends it, not the clock
+        endless = stdio("endless", [*TINY, "--endless"])
+        refused = await wire.send("session/new", cwd=str(tmp_path), mcpServers=[endless])
+        await wire.close()
+        return refused
+
+    refused = asyncio.run(main())
+    assert refused["error"]["data"]["details"] == (
+        f"the MCP server 'endless' did not start: it lists more than {TOOLS_LIMIT} tools"
+    )
+    assert children() == []
 
 
 def test_a_server_that_never_answers_is_given_up_after_the_start_timeout(tmp_path: Path) -> None:

@@ -86,6 +86,11 @@ _TICK = 0.1
 _STDERR_KEPT = 2048
 """The bytes of a server's stderr kept (its last ones) for the error a failed start gives."""
 
+TOOLS_LIMIT = 1024
+"""The most tools one server may list: past it (a server paging ``tools/list`` forever, or
+listing more than any model is offered) the server is refused, before its pages fill memory
+or its start times out."""
+
 _LOGGED = 1000
 """The most characters of one line of a server's stderr the debug log shows (escaped)."""
 
@@ -100,6 +105,10 @@ _RESULT_KEYS = ("content", "structuredContent", "isError")
 
 class ServerFailed(Exception):
     """A stdio MCP server did not start; the message names it and says why."""
+
+
+class _Unlisted(Exception):
+    """A server's ``tools/list`` pages are more than a session takes; the message says why."""
 
 
 @final
@@ -291,6 +300,8 @@ class _Server:
                             tools = await _list_tools(session)
                     except TimeoutError:
                         failure = f"did not answer initialize within {self.timeout:g} s"
+                    except _Unlisted as error:
+                        failure = str(error)
                     except MCPError as error:  # "" for a server that went away (_why)
                         failure = "" if error.code == CONNECTION_CLOSED else f"refused ({error})"
                     except Exception as error:
@@ -373,6 +384,8 @@ async def _list_tools(session: ClientSession) -> list[WireTool]:
         params = PaginatedRequestParams(cursor=cursor) if cursor is not None else None
         page = await session.list_tools(params=params)
         tools += page.tools
+        if len(tools) > TOOLS_LIMIT:
+            raise _Unlisted(f"lists more than {TOOLS_LIMIT} tools")
         cursor = page.next_cursor
         if cursor is None:
             return tools
