@@ -422,7 +422,12 @@ def _run(args: argparse.Namespace) -> int:
             print(spec_to_text(spec, chosen), end="")
         return 0
 
-    from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams  # noqa: PLC0415
+    from fsm_core.diagrams import (  # noqa: PLC0415
+        check_diagrams,
+        default_out_dir,
+        svg_skipped,
+        write_diagrams,
+    )
 
     out = args.out if args.out is not None else default_out_dir()
     if args.check:
@@ -436,6 +441,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     for path in write_diagrams(spec, out):
         print(f"wrote {path}")
+    skipped = svg_skipped()
+    if skipped is not None:
+        print(skipped, file=sys.stderr)
     return 0
 
 
