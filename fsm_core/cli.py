@@ -339,6 +339,7 @@ _TOOLS = {
     "bench": ("fsm_core.tools._bench", "time the checker against the baseline BFS"),
     "mutants": ("fsm_core.tools._mutants", "prove every planted table bug is caught"),
     "vectors": ("fsm_core.tools._vectors", "generate the conformance vectors ports replay"),
+    "view": ("fsm_core.tools._view", "write one HTML page to explore the tables and traces"),
 }
 """The subcommands whose options and run live in a module of :mod:`fsm_core.tools`: each is
 imported only by a command line that names it (any word, so an abbreviated ``--spec DIR``
