@@ -3,10 +3,17 @@
 Every file is drawn from the compiled tables alone, so a changed row moves its drawing:
 
 >>> from fsm_core.table import load_spec
->>> sorted(render_diagrams(load_spec()))
-['activation.dot', 'admission.dot', 'agent.dot', 'traceability.md', 'wiring.dot']
+>>> sorted(render_diagrams(load_spec()))  # doctest: +NORMALIZE_WHITESPACE
+['activation.dot', 'activation.overview.dot', 'admission.dot', 'admission.overview.dot',
+ 'agent.dot', 'agent.overview.dot', 'traceability.md', 'wiring.dot', 'wiring.overview.dot']
 
-One DOT per machine. A state is a box: its name, then one cell per row that stays in it,
+Two DOTs per machine. ``<machine>.overview.dot`` is the one to read first, at screen size: states
+and events only, one arrow per event between two states labelled ``event [row ids]``, the events
+that stay in a state listed under its name, and every guard, effect and clause in tooltips
+(:func:`overview_dot`). ``wiring.overview.dot`` is the same for the wiring
+(:func:`wiring_overview_dot`). ``fsm-core view`` makes both clickable.
+
+``<machine>.dot`` has every detail. A state is a box: its name, then one cell per row that stays in it,
 ``event(params) [guard]`` / ``/ effect; effect; ...`` (in the row's order) / ``{row.id:
 clauses}``; a ``reject`` row's cell is red, ``event [guard] ✗ reason``. A row that changes state
 is an arrow per source state with the same label, coloured by event. The initial state has an
@@ -36,7 +43,8 @@ clause no row implements says ``not implemented:`` and why (its ``not_implemente
 gives no such reason is refused (:class:`~fsm_core.SpecError`); the loader refuses a tag naming a
 clause that gives one (and so does this, for a :class:`~fsm_core.table.Spec` built by hand).
 
-:func:`write_diagrams` also renders ``<machine>.svg`` when Graphviz's ``dot`` is on PATH. SVG
+:func:`write_diagrams` also renders an SVG beside each DOT when Graphviz's ``dot`` is on PATH
+(``fsm-core diagrams`` says so when it is not: :func:`svg_skipped`). SVG
 bytes depend on the Graphviz version, so an SVG is never compared byte for byte: it carries
 ``<!-- generated from agent.dot sha256=... -->`` and :func:`check_diagrams` compares that hash
 with the DOT the tables give now. The DOT files and ``traceability.md`` are compared exactly.

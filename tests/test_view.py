@@ -100,6 +100,13 @@ def test_view_writes_the_page_and_says_where(tmp_path: Path) -> None:
     assert data_of(out.read_text(encoding="utf-8"))["traces"] == []
 
 
+def test_view_refuses_a_page_it_cannot_write_and_leaves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "page.html"
+    code, said, err = run("view", "--out", str(out))
+    assert (code, said, err) == (2, "", f"fsm-core: --out {out}: No such file or directory\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_view_without_dot_lists_states_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,6 +23,7 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -77,13 +78,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.specs)
+    """Write the page; every trace is read (and refused) before anything is written."""
+    # --specs is the top-level parser's; a caller that built only this parser has none.
+    spec = load_spec(getattr(args, "specs", None))
     traces = [_read_trace(path) for path in args.trace]
     page = render_view(spec, traces)
-    try:
-        args.out.write_text(page, encoding="utf-8")
+    out: Path = args.out
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:  # whole or not at all: a browser never opens half a page
+        temporary.write_text(page, encoding="utf-8")
+        temporary.replace(out)
     except OSError as e:
-        raise _ViewError(f"--out {args.out}: {e.strerror or e}") from None
+        temporary.unlink(missing_ok=True)
+        raise _ViewError(f"--out {out}: {e.strerror or e}") from None
     print(f"wrote {args.out}")
     if shutil.which("dot") is None:
         print(
@@ -100,12 +107,7 @@ def render_view(spec: Spec, traces: Sequence[tuple[str, Any]] = ()) -> str:
         "machines": _machines_payload(spec),
         "wiring": None,
         "clauses": {
-            cid: {
-                "source": c.source,
-                "quote": c.quote,
-                "summary": c.summary,
-                "not_implemented": c.not_implemented,
-            }
+            cid: {"source": c.source, "quote": c.quote, "summary": c.summary}
             for cid, c in spec.clauses.items()
         },
         "traces": [{"name": name, "itf": itf} for name, itf in traces],
