@@ -15,9 +15,11 @@ import fcntl
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +151,8 @@ def test_a_trace_that_is_not_itf_is_refused_naming_the_file(
 
 @pytest.fixture(scope="session")
 def playwright_core(request: pytest.FixtureRequest) -> Path:
-    """Where ``playwright-core`` is installed (once per checkout, under pytest's cache)."""
+    """Where ``playwright-core`` is installed: once per checkout, under pytest's cache (or the
+    temporary directory, without the cache plugin)."""
     missing = [
         what
         for what, found in (
@@ -164,8 +167,12 @@ def playwright_core(request: pytest.FixtureRequest) -> Path:
             f"{' and '.join(missing)} not on PATH: the viewer's browser tests drive Debian's "
             "chromium with playwright-core from npm (`apt-get install chromium nodejs npm`)"
         )
-    assert request.config.cache is not None
-    prefix = Path(request.config.cache.mkdir("view-npm"))
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        prefix = Path(cache.mkdir("view-npm"))
+    else:  # -p no:cacheprovider: one install per user, still not one per run
+        prefix = Path(tempfile.gettempdir()) / f"fsm-core-view-npm-{os.getuid()}"
+        prefix.mkdir(exist_ok=True)
     installed = prefix / "node_modules" / PLAYWRIGHT / "package.json"
     with open(prefix / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # xdist's workers share the one install
