@@ -13,14 +13,14 @@ that stay in a state listed under its name, and every guard, effect and clause i
 (:func:`overview_dot`). ``wiring.overview.dot`` is the same for the wiring
 (:func:`wiring_overview_dot`). ``fsm-core view`` makes both clickable.
 
-``<machine>.dot`` has every detail. A state is a box: its name, then one cell per row that stays in it,
-``event(params) [guard]`` / ``/ effect; effect; ...`` (in the row's order) / ``{row.id:
+``<machine>.dot`` has every detail. A state is a box: its name, then one cell per row that stays
+in it, ``event(params) [guard]`` / ``/ effect; effect; ...`` (in the row's order) / ``{row.id:
 clauses}``; a ``reject`` row's cell is red, ``event [guard] ✗ reason``. A row that changes state
 is an arrow per source state with the same label, coloured by event. The initial state has an
 arrow from a start point; a state no row leaves has a thick border. A note lists the pairs
-handled without a row, ``[i] states: events — why {clauses}``, and a "contracts" legend lists each
-effect that declares one as ``effect(params): requires`` (what holds whenever the effect runs), so
-a reader can check a row's effects against the state its earlier statements leave.
+handled without a row, ``[i] states: events — why {clauses}``, and a "contracts" legend lists
+each effect that declares one as ``effect(params): requires`` (what holds whenever the effect
+runs), so a reader can check a row's effects against the state its earlier statements leave.
 
 Rows that stay are drawn inside their state (UML's internal transitions), not as self-loops: the
 agent has 49 of them over five states, and as labelled loops Graphviz stacks them into
