@@ -231,15 +231,17 @@ def counterexample(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def seen(
     playwright_core: Path, counterexample: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Any:
-    """One browser session: click the agent's idle state, open the activation's row
-    children.joined, open the counterexample through the page's file input, step through it
-    with the arrow key, then press prev once."""
+    """One browser session: click the agent's idle state, then its arrow for cancel from running
+    to cancelling (where dot drew one), open the activation's row children.joined, open the
+    counterexample through the page's file input, step through it with the arrow key, then
+    press prev once."""
     page = tmp_path_factory.mktemp("page") / "view.html"
     page.write_text(render_view(load_spec()), encoding="utf-8")
     return drive(
         playwright_core,
         page=str(page),
         click_state=["agent", "idle"],
+        click_arrow=["agent", "event:running:cancel:cancelling"] if HAVE_DOT else None,
         click_row=["activation", "children.joined"],
         open_trace=str(counterexample),
     )
@@ -276,6 +278,14 @@ def test_clicking_a_state_shows_each_of_its_rows_guard_effects_and_seed_sentence
             assert text == f"{cid} ({clause.source}): {clause.summary}\n{clause.quote}"
     if HAVE_DOT:
         assert seen["selected"] == ["idle"]
+
+
+@pytest.mark.skipif(not HAVE_DOT, reason="Graphviz `dot` is not on PATH: no arrows are drawn")
+def test_clicking_an_arrow_shows_the_rows_it_stands_for(seen: Any) -> None:
+    assert seen["arrow_details"] == {
+        "title": "agent · cancel: running → cancelling",
+        "rows": ["cancel.turn", "cancel.flush"],
+    }
 
 
 def test_clicking_a_row_shows_its_guard_and_clauses(seen: Any) -> None:

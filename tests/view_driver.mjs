@@ -4,7 +4,8 @@
 //   node view_driver.mjs PLAYWRIGHT_CORE_DIR PLAN_JSON
 //
 // PLAN_JSON: {"page": FILE, "chromium": PATH, "click_state": [MACHINE, STATE] | null,
-//             "open_trace": FILE | null, "click_row": [MACHINE, ROW] | null}
+//             "click_arrow": [MACHINE, SVG_ID] | null, "click_row": [MACHINE, ROW] | null,
+//             "open_trace": FILE | null}
 import { createRequire } from "node:module";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -63,6 +64,14 @@ try {
       })),
     }));
     out.selected = await page.$$eval("g.node.selected", (ns) => ns.map((n) => n.dataset.state));
+  }
+  if (plan.click_arrow) {
+    const [machine, id] = plan.click_arrow;
+    await page.click(`g.edge[data-machine="${machine}"][id="${machine}/${id}"] text`);  // its label
+    out.arrow_details = await page.$eval("#details", (d) => ({
+      title: d.querySelector("h2").textContent,
+      rows: [...d.querySelectorAll(".row")].map((r) => r.dataset.row),
+    }));
   }
   if (plan.click_row) {
     const [machine, row] = plan.click_row;
