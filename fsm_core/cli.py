@@ -339,6 +339,7 @@ _TOOLS = {
     "bench": ("fsm_core.tools._bench", "time the checker against the baseline BFS"),
     "mutants": ("fsm_core.tools._mutants", "prove every planted table bug is caught"),
     "vectors": ("fsm_core.tools._vectors", "generate the conformance vectors ports replay"),
+    "view": ("fsm_core.tools._view", "write one HTML page to explore the tables and traces"),
 }
 """The subcommands whose options and run live in a module of :mod:`fsm_core.tools`: each is
 imported only by a command line that names it (any word, so an abbreviated ``--spec DIR``
@@ -422,7 +423,12 @@ def _run(args: argparse.Namespace) -> int:
             print(spec_to_text(spec, chosen), end="")
         return 0
 
-    from fsm_core.diagrams import check_diagrams, default_out_dir, write_diagrams  # noqa: PLC0415
+    from fsm_core.diagrams import (  # noqa: PLC0415
+        check_diagrams,
+        default_out_dir,
+        svg_skipped,
+        write_diagrams,
+    )
 
     out = args.out if args.out is not None else default_out_dir()
     if args.check:
@@ -436,6 +442,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     for path in write_diagrams(spec, out):
         print(f"wrote {path}")
+    skipped = svg_skipped()
+    if skipped is not None:
+        print(skipped, file=sys.stderr)
     return 0
 
 

@@ -3,17 +3,24 @@
 Every file is drawn from the compiled tables alone, so a changed row moves its drawing:
 
 >>> from fsm_core.table import load_spec
->>> sorted(render_diagrams(load_spec()))
-['activation.dot', 'admission.dot', 'agent.dot', 'traceability.md', 'wiring.dot']
+>>> sorted(render_diagrams(load_spec()))  # doctest: +NORMALIZE_WHITESPACE
+['activation.dot', 'activation.overview.dot', 'admission.dot', 'admission.overview.dot',
+ 'agent.dot', 'agent.overview.dot', 'traceability.md', 'wiring.dot', 'wiring.overview.dot']
 
-One DOT per machine. A state is a box: its name, then one cell per row that stays in it,
-``event(params) [guard]`` / ``/ effect; effect; ...`` (in the row's order) / ``{row.id:
+Two DOTs per machine. ``<machine>.overview.dot`` is the one to read first, at screen size: states
+and events only, one arrow per event between two states labelled ``event [row ids]``, the events
+that stay in a state listed under its name, and every guard, effect and clause in tooltips
+(:func:`overview_dot`). ``wiring.overview.dot`` is the same for the wiring
+(:func:`wiring_overview_dot`). ``fsm-core view`` makes both clickable.
+
+``<machine>.dot`` has every detail. A state is a box: its name, then one cell per row that stays
+in it, ``event(params) [guard]`` / ``/ effect; effect; ...`` (in the row's order) / ``{row.id:
 clauses}``; a ``reject`` row's cell is red, ``event [guard] ✗ reason``. A row that changes state
 is an arrow per source state with the same label, coloured by event. The initial state has an
 arrow from a start point; a state no row leaves has a thick border. A note lists the pairs
-handled without a row, ``[i] states: events — why {clauses}``, and a "contracts" legend lists each
-effect that declares one as ``effect(params): requires`` (what holds whenever the effect runs), so
-a reader can check a row's effects against the state its earlier statements leave.
+handled without a row, ``[i] states: events — why {clauses}``, and a "contracts" legend lists
+each effect that declares one as ``effect(params): requires`` (what holds whenever the effect
+runs), so a reader can check a row's effects against the state its earlier statements leave.
 
 Rows that stay are drawn inside their state (UML's internal transitions), not as self-loops: the
 agent has 49 of them over five states, and as labelled loops Graphviz stacks them into
@@ -36,7 +43,8 @@ clause no row implements says ``not implemented:`` and why (its ``not_implemente
 gives no such reason is refused (:class:`~fsm_core.SpecError`); the loader refuses a tag naming a
 clause that gives one (and so does this, for a :class:`~fsm_core.table.Spec` built by hand).
 
-:func:`write_diagrams` also renders ``<machine>.svg`` when Graphviz's ``dot`` is on PATH. SVG
+:func:`write_diagrams` also renders an SVG beside each DOT when Graphviz's ``dot`` is on PATH
+(``fsm-core diagrams`` says so when it is not: :func:`svg_skipped`). SVG
 bytes depend on the Graphviz version, so an SVG is never compared byte for byte: it carries
 ``<!-- generated from agent.dot sha256=... -->`` and :func:`check_diagrams` compares that hash
 with the DOT the tables give now. The DOT files and ``traceability.md`` are compared exactly.
@@ -68,10 +76,20 @@ from fsm_core.table._expr import unparse, unparse_stmt
 from fsm_core.table._table import Row
 from fsm_core.table._wiring import TARGETS as _TARGETS
 
-__all__ = ["check_diagrams", "default_out_dir", "render_diagrams", "write_diagrams"]
+__all__ = [
+    "check_diagrams",
+    "default_out_dir",
+    "overview_dot",
+    "render_diagrams",
+    "render_svg",
+    "svg_skipped",
+    "wiring_overview_dot",
+    "write_diagrams",
+]
 
 _COMMAND = "fsm-core diagrams"
 _TRACEABILITY = "traceability.md"
+_OVERVIEW = ".overview"  # agent.overview.dot beside agent.dot
 _WIRING = "wiring"  # wiring.dot, and the name the traceability gives the wiring's citations
 _DECISION_SOURCE = "D"  # the clause source of DESIGN.md's pinned decisions (D1..D9)
 
@@ -112,8 +130,9 @@ def default_out_dir() -> Path:
 def render_diagrams(spec: Spec) -> dict[str, str]:
     """Every generated text file as ``{file name: exact text}``, SVGs aside.
 
-    One ``<machine>.dot`` per machine, ``wiring.dot`` when the specs have a wiring, then
-    ``traceability.md``. The same tables give the same text on any machine.
+    Per machine ``<machine>.dot`` and ``<machine>.overview.dot``, ``wiring.dot`` and
+    ``wiring.overview.dot`` when the specs have a wiring, then ``traceability.md``. The same
+    tables give the same text on any machine.
     """
     if spec.wiring is not None and _WIRING in spec.machines:
         raise SpecError(
@@ -121,9 +140,13 @@ def render_diagrams(spec: Spec) -> dict[str, str]:
             "[machine]",
             f"machine name {echo(_WIRING)} is the wiring's diagram (wiring.dot); rename it",
         )
-    files = {f"{name}.dot": _machine_dot(machine) for name, machine in spec.machines.items()}
+    files: dict[str, str] = {}
+    for name, machine in spec.machines.items():
+        files[f"{name}.dot"] = _machine_dot(machine)
+        files[f"{name}{_OVERVIEW}.dot"] = overview_dot(machine)
     if spec.wiring is not None:
         files[f"{_WIRING}.dot"] = _wiring_dot(spec, spec.wiring)
+        files[f"{_WIRING}{_OVERVIEW}.dot"] = wiring_overview_dot(spec, spec.wiring)
     files[_TRACEABILITY] = _traceability(spec)
     return files
 
@@ -145,6 +168,22 @@ def write_diagrams(spec: Spec, out: Path) -> list[Path]:
     for orphan in _orphans(out, files):
         orphan.unlink()
     return written
+
+
+def svg_skipped() -> str | None:
+    """What ``fsm-core diagrams`` says when it cannot render SVG (no ``dot``); None if it can."""
+    if shutil.which("dot") is not None:
+        return None
+    return (
+        "fsm-core: Graphviz `dot` is not on PATH: wrote the DOT files only, no SVG "
+        "(install graphviz, e.g. `apt-get install graphviz`, and run `fsm-core diagrams` again)"
+    )
+
+
+def render_svg(name: str, text: str) -> str | None:
+    """``dot -Tsvg`` of the DOT ``text`` (``name`` for errors); None when ``dot`` is absent."""
+    dot = shutil.which("dot")
+    return None if dot is None else _render_svg(dot, name, text)
 
 
 def check_diagrams(spec: Spec, out: Path) -> list[str]:
@@ -506,6 +545,197 @@ def _await_lines(a: WiredAwait) -> list[str]:
     head = a.event + (f"({args})" if args else "")
     lines = _wrap(_glue(f"{head} until {' '.join(a.until_text.split())}"))
     return lines + _wrap(f"{{{a.id}: {', '.join(a.clauses)}}}")
+
+
+# --- overviews ------------------------------------------------------------------------------------
+
+_OVERVIEW_WIDTH = 34
+_LEGEND = "(legend)"
+
+
+def overview_dot(machine: Machine) -> str:
+    """The machine at screen size: its states and events, one arrow per event between two states.
+
+    An arrow is labelled ``event [row ids]``; the events that stay in a state are listed under
+    its name the same way (a rejecting row's id ends in ``✗``). Guards, effects and clauses are
+    in each arrow's and state's tooltip (SVG ``<title>``), and in ``<machine>.dot``. Each state's
+    SVG element has the id ``state:<name>`` and each arrow ``event:<source>:<event>:<target>``,
+    which ``fsm-core view`` makes clickable.
+    """
+    t = machine.table
+    g = graphviz.Digraph(
+        name=f"{t.name}_overview", comment=f"Generated by `{_COMMAND}` from {t.file}. Do not edit."
+    )
+    g.attr(
+        "graph",
+        label=_label(
+            [
+                f"{t.name}: {t.title}",
+                f"overview of {t.file}: one arrow per event, labelled with its rows' ids;",
+                "events that stay in a state are listed in it. Guards and effects: hover,",
+                f"or see {t.name}.svg.",
+            ],
+            centred=True,
+        ),
+        labelloc="t",
+        fontname=_FONT,
+        fontsize="14",
+        rankdir=_RANKDIR,
+        nodesep="0.5",
+        ranksep="0.8",
+    )
+    g.attr("node", fontname=_FONT, fontsize="11", shape="plain")
+    g.attr("edge", fontname=_FONT, fontsize="11", arrowsize="0.7")
+    g.node(_START, label="", shape="point", width="0.15")
+    g.edge(_START, t.initial, tooltip=_escape(f"initial state: {t.initial}"))
+
+    moves: dict[tuple[str, str, str], list[Row]] = {}
+    stays: dict[str, dict[str, list[Row]]] = {s.name: {} for s in t.states}
+    for row in t.rows:
+        for source in row.sources:
+            if row.target is None or row.target == source:
+                stays[source].setdefault(row.event, []).append(row)
+            else:
+                moves.setdefault((source, row.event, row.target), []).append(row)
+    colors = {
+        e: _PALETTE[i % len(_PALETTE)] for i, e in enumerate(dict.fromkeys(e for _, e, _ in moves))
+    }
+    for state in t.states:
+        g.node(
+            state.name,
+            label=_overview_state(machine, state.name, stays[state.name]),
+            tooltip=_tooltip(
+                [
+                    state.doc,
+                    *(_row_tip(machine, r) for rs in stays[state.name].values() for r in rs),
+                ]
+            ),
+            id=f"state:{state.name}",
+        )
+    for (source, event, target), rows in moves.items():
+        g.edge(
+            source,
+            target,
+            label=_label(_event_lines(event, rows)),
+            tooltip=_tooltip([_row_tip(machine, r) for r in rows]),
+            id=f"event:{source}:{event}:{target}",
+            color=colors[event],
+            fontcolor=colors[event],
+        )
+    return str(g.source)
+
+
+def _ids(rows: Sequence[Row]) -> str:
+    return ", ".join(r.id + ("\u2717" if r.reject is not None else "") for r in rows)
+
+
+def _event_lines(event: str, rows: Sequence[Row]) -> list[str]:
+    """``event [id, id]``, wrapped at the overview's width."""
+    return _wrap(f"{event} [{_ids(rows)}]", width=_OVERVIEW_WIDTH)
+
+
+def _overview_state(machine: Machine, state: str, stays: dict[str, list[Row]]) -> str:
+    """The state's name, then one line per event that stays in it: ``event [row ids]``."""
+    leaves = any(state in r.sources and r.target not in (None, state) for r in machine.table.rows)
+    name = f'<FONT POINT-SIZE="15"><B>{_html(state)}</B></FONT>'
+    cells = [f"<TR><TD>{name}</TD></TR>"]
+    if stays:
+        lines = [line for event, rows in stays.items() for line in _event_lines(event, rows)]
+        body = "<BR/>".join(_html(line) for line in lines)
+        cells.append(
+            f'<TR><TD ALIGN="LEFT" BALIGN="LEFT"><FONT POINT-SIZE="10" COLOR="{_TAG}">'
+            f"{body}</FONT></TD></TR>"
+        )
+    border = "1" if leaves else "3"
+    table = (
+        f'<TABLE BORDER="{border}" CELLBORDER="0" CELLSPACING="0" CELLPADDING="5" STYLE="ROUNDED">'
+    )
+    return "\n\t\t".join([f"<{table}", "\n\t\t<HR/>".join(cells)]) + "\n\t</TABLE>>"
+
+
+def _row_tip(machine: Machine, row: Row) -> str:
+    """A row on one line: ``id: event [guard] / effects {clauses}``."""
+    text, _ = _row_lines(machine, row)
+    body = " ".join(" ".join(line.split()) for line in text)
+    return f"{row.id}: {body} {{{', '.join(row.clauses)}}}"
+
+
+def _tooltip(lines: Sequence[str]) -> str:
+    r"""Tooltip text: one line per entry (``\n`` in DOT), each entry on one line."""
+    return "\\n".join(_oneline(line) for line in lines if line.strip())
+
+
+def wiring_overview_dot(spec: Spec, w: Wiring) -> str:
+    """How one instance's effect reaches another, at screen size.
+
+    The nodes of ``wiring.dot`` (an activation, its agent, a host-owned agent, the door); one
+    arrow per pair of them and kind (solid: calls made inside an effect; dashed: events awaited
+    until the agent's state allows them), labelled ``effect -> event`` per call (``event``
+    per await). Arguments, ids and clauses are in the arrow's tooltip and in ``wiring.dot``.
+    """
+    g = graphviz.Digraph(
+        name=f"{_WIRING}_overview",
+        comment=f"Generated by `{_COMMAND}` from {w.file}. Do not edit.",
+    )
+    g.attr(
+        "graph",
+        label=_label(
+            [
+                "wiring overview: how one instance's effect reaches another",
+                f"from {w.file}. Solid: an effect calls an event on the instance pointed at;",
+                "dashed: the agent's state lets an activation's event fire. An agent's calls",
+                "are a host agent's too. Arguments and clauses: hover, or see wiring.svg.",
+            ],
+            centred=True,
+        ),
+        labelloc="t",
+        fontname=_FONT,
+        fontsize="14",
+        rankdir=_RANKDIR,
+        nodesep="0.6",
+        ranksep="1.4",
+    )
+    g.attr("node", fontname=_FONT, fontsize="13", shape="box", style="rounded", margin="0.2")
+    g.attr("edge", fontname=_FONT, fontsize="11", arrowsize="0.7")
+    for node, machine, says in _ROLES:
+        g.node(
+            node,
+            label=_label([node, f"({machine})"], centred=True),
+            tooltip=_oneline(says),
+            id=f"role:{node}",
+        )
+    groups: dict[tuple[str, str, bool], list[WiredCall | WiredAwait]] = {}
+    for c in w.calls:
+        key = (_ROLE[c.machine], _target_node(c.machine, c.target), False)
+        groups.setdefault(key, []).append(c)
+    for a in w.awaits:
+        groups.setdefault((_target_node(a.machine, a.target), _ROLE[a.machine], True), []).append(a)
+    for n, ((source, target, awaited), entries) in enumerate(groups.items()):
+        color = _PALETTE[n % len(_PALETTE)]
+        lines = list(
+            dict.fromkeys(
+                e.event if isinstance(e, WiredAwait) else f"{e.effect} -> {e.event}"
+                for e in entries
+            )
+        )
+        tips = [
+            " ".join(_await_lines(e) if isinstance(e, WiredAwait) else _call_lines(e))
+            for e in entries
+        ]
+        attrs = {"color": color, "fontcolor": color}
+        if awaited:
+            attrs["style"] = "dashed"
+        if _COLUMN[source] > _COLUMN[target]:
+            attrs["constraint"] = "false"
+        g.edge(
+            source,
+            target,
+            label=_label(lines),
+            tooltip=_tooltip(tips),
+            id=f"wire:{source}:{target}:{'await' if awaited else 'call'}",
+            **attrs,
+        )
+    return str(g.source)
 
 
 # --- traceability ---------------------------------------------------------------------------------

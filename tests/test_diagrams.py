@@ -22,20 +22,29 @@ from tests.helpers import copy_specs, edit, exactly
 REPO = Path(__file__).resolve().parent.parent
 HAVE_DOT = shutil.which("dot") is not None
 needs_dot = pytest.mark.skipif(not HAVE_DOT, reason="Graphviz `dot` is not on PATH")
+RENDERED_DOT = (
+    "activation",
+    "activation.overview",
+    "admission",
+    "admission.overview",
+    "agent",
+    "agent.overview",
+    "wiring",
+    "wiring.overview",
+)
+"""The DOT files' stems, in the order they are rendered: each machine's detailed diagram, then
+its overview."""
 
 
 def generated_files() -> list[str]:
     """What ``write_diagrams`` writes here, in its order."""
     svg = HAVE_DOT
     return [
-        "activation.dot",
-        *(["activation.svg"] if svg else []),
-        "admission.dot",
-        *(["admission.svg"] if svg else []),
-        "agent.dot",
-        *(["agent.svg"] if svg else []),
-        "wiring.dot",
-        *(["wiring.svg"] if svg else []),
+        *(
+            name
+            for stem in RENDERED_DOT
+            for name in (f"{stem}.dot", *([f"{stem}.svg"] if svg else []))
+        ),
         "traceability.md",
     ]
 
@@ -68,13 +77,7 @@ def test_default_out_dir_is_the_checkouts_diagrams_directory() -> None:
 
 def test_rendering_gives_the_diagrams_as_plain_newline_terminated_text() -> None:
     rendered = render_diagrams(load_spec())
-    assert list(rendered) == [
-        "activation.dot",
-        "admission.dot",
-        "agent.dot",
-        "wiring.dot",
-        "traceability.md",
-    ]
+    assert list(rendered) == [*(f"{stem}.dot" for stem in RENDERED_DOT), "traceability.md"]
     for name, text in rendered.items():
         assert text.endswith("\n") and "\r" not in text, name
 
@@ -129,9 +132,16 @@ def test_a_changed_guard_stales_only_its_machines_files(
         stamp_only_svg(before, out, "agent")
     assert check_diagrams(before, out) == []
 
+    # The overview shows the guard in its tooltip, so it goes stale with the detailed diagram.
     assert check_diagrams(after, out) == [
         "diagrams/agent.dot differs from the tables",
         "diagrams/agent.svg was rendered from an older agent.dot",
+        "diagrams/agent.overview.dot differs from the tables",
+        *(
+            ["diagrams/agent.overview.svg was rendered from an older agent.overview.dot"]
+            if HAVE_DOT
+            else []
+        ),
     ]
 
 
@@ -576,6 +586,12 @@ def test_a_wiring_edit_stales_only_the_wiring_diagram(
     assert check_diagrams(after, out) == [
         "diagrams/wiring.dot differs from the tables",
         "diagrams/wiring.svg was rendered from an older wiring.dot",
+        "diagrams/wiring.overview.dot differs from the tables",
+        *(
+            ["diagrams/wiring.overview.svg was rendered from an older wiring.overview.dot"]
+            if HAVE_DOT
+            else []
+        ),
     ]
 
 
@@ -590,9 +606,14 @@ def test_specs_without_wiring_draw_no_wiring_diagram_and_drop_the_old_one(
     bare = load_spec(specs)
     assert "wiring.dot" not in render_diagrams(bare)
     assert "diagrams/wiring.dot is generated from no table; delete it" in check_diagrams(bare, out)
+    assert "diagrams/wiring.overview.dot is generated from no table; delete it" in (
+        check_diagrams(bare, out)
+    )
     write_diagrams(bare, out)
     assert not (out / "wiring.dot").exists()
     assert not (out / "wiring.svg").exists()
+    assert not (out / "wiring.overview.dot").exists()
+    assert not (out / "wiring.overview.svg").exists()
 
 
 def test_a_machine_named_wiring_is_refused_beside_a_wiring() -> None:
@@ -633,3 +654,65 @@ def test_escaped_wiring_labels_render(tmp_path: Path) -> None:
     out = tmp_path / "diagrams"
     write_diagrams(load_spec(specs), out)
     assert r"say &quot;no&quot; \ here" in (out / "wiring.svg").read_text(encoding="utf-8")
+
+
+# --- overviews ------------------------------------------------------------------------------------
+
+EDGE = re.compile(r'^\t(\w+) -> (\w+) \[label="(.*?)" .*?id="([^"]+)" tooltip="(.*?)"\]$', re.M)
+
+
+def test_an_overview_draws_one_arrow_per_event_between_two_states_with_its_row_ids() -> None:
+    spec = load_spec()
+    for name, machine in spec.machines.items():
+        expected: dict[tuple[str, str, str], list[str]] = {}
+        for row in machine.table.rows:
+            for source in row.sources:
+                if row.target not in (None, source):
+                    assert row.target is not None
+                    expected.setdefault((source, row.event, row.target), []).append(row.id)
+        dot = render_diagrams(spec)[f"{name}.overview.dot"]
+        drawn = [m for m in EDGE.finditer(dot) if m[1] != "start"]
+        assert [(m[1], m[4].split(":")[2], m[2]) for m in drawn] == list(expected), name
+        for m in drawn:
+            key = (m[1], m[4].split(":")[2], m[2])
+            label = m[3].replace("\\l", " ")
+            assert " ".join(label.split()) == f"{key[1]} [{', '.join(expected[key])}]", name
+
+
+def test_an_overview_keeps_guards_and_effects_out_of_its_labels_and_in_its_tooltips() -> None:
+    dot = render_diagrams(load_spec())["agent.overview.dot"]
+    (cancel,) = [m for m in EDGE.finditer(dot) if m[4] == "event:running:cancel:cancelling"]
+    assert cancel[3] == "cancel [cancel.turn, cancel.flush]\\l"
+    assert cancel[5].startswith("cancel.turn: cancel(cause, keep_inbox) [holder == live] / ")
+    assert "holder == live" not in "".join(m[3] for m in EDGE.finditer(dot))
+    idle = node_block(dot, "idle")
+    assert "maintenance_start<BR/>  [maintenance.busy✗]" in idle  # stays in idle; refused
+    assert "not scheduled" not in idle
+
+
+def test_the_wiring_overview_draws_one_arrow_per_pair_of_roles_and_kind() -> None:
+    spec = load_spec()
+    assert spec.wiring is not None
+    dot = render_diagrams(spec)["wiring.overview.dot"]
+    arrows = re.findall(r'^\t(\w+) -> (\w+) \[.*id="wire:(\w+):(\w+):(\w+)"', dot, re.M)
+    assert len(arrows) == len({a[2:] for a in arrows})
+    calls = sum(d.count(" -> ") for d in re.findall(r'label="(.*?)"', dot))
+    assert calls == len({(c.machine, c.effect, c.event, c.target) for c in spec.wiring.calls})
+    (door,) = [a for a in arrows if a[2:] == ("agent", "door", "call")]
+    assert door[:2] == ("agent", "door")
+    assert "publish_disposing -> parent_disposing" in dot
+
+
+def test_diagrams_without_dot_says_it_wrote_no_svg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    out = tmp_path / "diagrams"
+    assert main(["diagrams", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "fsm-core: Graphviz `dot` is not on PATH: wrote the DOT files only, no SVG (install "
+        "graphviz, e.g. `apt-get install graphviz`, and run `fsm-core diagrams` again)\n"
+    )
+    assert not list(out.glob("*.svg"))
+    assert main(["diagrams", "--check", "--out", str(out)]) == 0

@@ -70,3 +70,26 @@ def test_the_installed_wheel_checks_a_model_outside_the_repository(
     )
     assert done.returncode == 0, done.stderr
     assert "window" in done.stdout and "ok" in done.stdout
+
+
+def test_the_installed_wheel_writes_the_viewer_page(wheel: Path, tmp_path: Path) -> None:
+    """`fsm-core view` reads its template from package data, which the wheel must carry."""
+    assert UV is not None
+    venv = tmp_path / "venv"
+    subprocess.run([UV, "venv", "--quiet", str(venv)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [UV, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel)],
+        check=True,
+        cwd=tmp_path,
+    )
+    done = subprocess.run(
+        [str(venv / "bin" / "fsm-core"), "view", "--out", "page.html"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (0, "wrote page.html\n"), done.stderr
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and "specs/agent.toml" in page

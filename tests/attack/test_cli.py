@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +32,7 @@ EVERY_SUBCOMMAND = {
     "bench": ["bench", "--scale", "S", "--no-baseline", "--no-peers", "--no-models"],
     "mutants": ["mutants", "last_wins_cause"],
     "acp": ["acp"],
+    "view": ["view", "--out", str(Path(tempfile.gettempdir()) / "fsm-core-attack-view.html")],
     "help": ["--help"],
 }
 """A cheap run of each subcommand (and of ``--help``, which writes on standard output too)."""
