@@ -228,8 +228,8 @@ def test_the_counterexample_shown_is_the_checkers(tmp_path: Path) -> None:
     """The README's trace is what ``fsm-core check`` prints for the ``last_wins_cause`` mutant,
     each line as printed up to where the README cuts it with an ellipsis."""
     text = README.read_text(encoding="utf-8")
-    shown = text.split("disposes, and the outer cancel then rewrites the reason")[1]
-    shown = shown.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    after = text.split("disposes, and the outer cancel then rewrites the reason")[1]
+    shown = after.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
     printed = format_trace(mutant_report(tmp_path, LAST_WINS_CAUSE)).splitlines()
     assert len(shown) == len(printed)
     for mine, real in zip(shown, printed, strict=True):
