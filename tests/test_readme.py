@@ -15,10 +15,10 @@ import pytest
 
 from fsm_core import cli
 from fsm_core._paths import models_dir
-from fsm_core.check import load_models
+from fsm_core.check import check, load_model, load_models
 from fsm_core.check._report import format_trace
 from fsm_core.tools._mutants import MUTANTS as SPEC_MUTANTS
-from tests.helpers import head, interrupt
+from tests.helpers import head, interrupt, write_model
 from tests.race.runtime_mutants import MUTANTS as RUNTIME_MUTANTS
 from tests.race.teardown_mutants import TEARDOWN_MUTANTS
 from tests.test_traces import LAST_WINS_CAUSE, mutant_report
@@ -234,6 +234,23 @@ def test_the_counterexample_shown_is_the_checkers(tmp_path: Path) -> None:
     assert len(shown) == len(printed)
     for mine, real in zip(shown, printed, strict=True):
         assert real.startswith(mine.removesuffix("…").rstrip(" ,")), (mine, real)
+
+
+def test_the_own_model_example_proves_with_the_numbers_shown(tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    body = text.split("<!-- own-model -->\n```toml\n", 1)[1].split("```", 1)[0]
+    after = " ".join(text.split("<!-- own-model -->", 1)[1].split())
+    claimed = re.search(
+        r"proves it \(verdict `ok`, (\d+) states, (\d+) transitions, depth (\d+)\)", after
+    )
+    assert claimed is not None
+    report = check(load_model(write_model(tmp_path, "my_agent", body)))
+    assert report.verdict == "ok"
+    assert report.unreacted == () and report.unreached == ()
+    result = report.result
+    assert [result.states, result.transitions, result.depth] == [int(g) for g in claimed.groups()]
+    states, transitions, depth = claimed.groups()
+    assert f"`states = {states}`, `transitions = {transitions}`, `depth = {depth}`" in after
 
 
 # --- the links -----------------------------------------------------------------------------------
