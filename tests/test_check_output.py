@@ -15,6 +15,8 @@ import pytest
 from fsm_core import cli
 from fsm_core.check import Report, check
 from fsm_core.check._parallel import Source
+from fsm_core.tools._mutants import BY_NAME
+from tests.helpers import copy_specs
 from tests.test_check_cli import DONE, Run, default_run, run
 
 __all__ = ["default_run"]  # the module's fixture, shared
@@ -131,3 +133,29 @@ def test_json_says_on_stderr_that_no_trace_was_written(tmp_path: Path) -> None:
     r = run("window", "--json", "--trace-out", str(out))
     assert r.code == 0
     assert r.err == f"window holds: no counterexample, nothing written to {out}\n"
+
+
+def test_a_broken_step_invariant_shows_the_value_it_overwrote(tmp_path: Path) -> None:
+    """Inside the cancel, a listener's dispose sets the reason to disposed; the cancel's own
+    abort then overwrites it with parent. The step's changes show none->parent; the line after
+    the violation shows what the invariant compared."""
+    specs = copy_specs(tmp_path)
+    BY_NAME["last_wins_cause"].plant(specs)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert cli.main(["--specs", str(specs), "check", "--workers", "1", "agent_races"]) == 1
+    lines = out.getvalue().splitlines()
+    violated = next(i for i, line in enumerate(lines) if line.startswith("violated: "))
+    assert lines[violated].startswith("violated: reason_first_wins (")
+    assert (
+        lines[violated + 1] == "changed: reason disposed->parent since a listener last observed it"
+    )
+
+
+def test_a_broken_invariant_of_one_state_adds_no_line(tmp_path: Path) -> None:
+    specs = copy_specs(tmp_path)
+    BY_NAME["latch_set_on_disposed"].plant(specs)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert cli.main(["--specs", str(specs), "check", "--workers", "1", "agent_races"]) == 1
+    lines = out.getvalue().splitlines()
+    violated = next(i for i, line in enumerate(lines) if line.startswith("violated: "))
+    assert lines[violated + 1].startswith("clauses: ")

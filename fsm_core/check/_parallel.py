@@ -177,10 +177,11 @@ def check_in_workers(
     ``jobs``, the same as :func:`check` gives one model after another.
 
     ``progress(name)`` makes the callback for a model's ticks, called in this process.
-    ``on_report`` sees each report as soon as it is in, in the order the models finish (what
-    ``fsm-core check`` prints a row from). A worker that ends without a report raises :class:`WorkerDied` naming
-    its model; a worker's :class:`FsmError` is raised here with its message; any other
-    fault in a worker is a bug, raised as :class:`RuntimeError` with the worker's traceback.
+    ``on_report`` sees each report as soon as it is in, in the order the models finish
+    (``fsm-core check`` prints each model's row from it). A worker that ends without a report
+    raises :class:`WorkerDied` naming its model; a worker's :class:`FsmError` is raised here
+    with its message; any other fault in a worker is a bug, raised as :class:`RuntimeError`
+    with the worker's traceback.
     Whatever ends the call (those, an interrupt, an exception from a callback, or the last
     report) stops every worker before it returns or propagates.
     """

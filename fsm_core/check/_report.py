@@ -81,10 +81,44 @@ def format_trace(report: Report) -> str:
         where += f", at {at} inside step {n}"
     broken = _property(report, violation.name)
     lines.append(f"violated: {broken} in {where}: {_show_state(report, violation.state)}")
+    lines += _overwritten(report)
     clauses = _clauses(report, violation.name)
     if clauses:
         lines.append(f"clauses: {', '.join(clauses)} (specs/clauses.toml)")
     return "\n".join(lines) + "\n"
+
+
+def _overwritten(report: Report) -> list[str]:
+    """For a broken step invariant, the line that shows its variable's value before and after:
+    before is what a listener last saw (or the step's start), which the trace's states do not
+    show when a call inside the step set it and the step then overwrote it::
+
+        changed: reason disposed->parent since a listener last observed it
+
+    The last step is run again by the interpreted composition, which records both values."""
+    violation = _violation(report)
+    record = next(p for p in report.properties if p.name == violation.name)
+    label = violation.trace[-1][0]
+    if record.kind != "step" or label is None:
+        return []
+    # Imported here: only a broken step invariant needs the composition again.
+    from fsm_core.check._composed._compose import Engine  # noqa: PLC0415
+    from fsm_core.check._system import compose  # noqa: PLC0415
+
+    engine = compose(report.model, interpreted=True)
+    assert isinstance(engine, Engine)  # a step invariant is an agent's or a tree's
+    found = engine.unstable(violation.trace[-2][1], report.moves[label])
+    if found is None:
+        return []
+    machine = engine.machines[found.instance]
+    stable = next(s for s in machine.table.stable if s.id == found.invariant)
+    at = machine.names.index(stable.var)
+    slot = "" if engine.wiring.flat else f"{report.names[found.instance]}."
+    since = "a listener last observed it" if found.observed else "the step began"
+    return [
+        f"changed: {slot}{stable.var} {show(found.before[at])}->{show(found.after[at])} "
+        f"since {since}"
+    ]
 
 
 def _clauses(report: Report, name: str) -> tuple[str, ...]:
