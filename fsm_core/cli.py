@@ -615,15 +615,20 @@ def _progress(name: str) -> Callable[[int, int, int, float], None]:
     """Print a progress line on stderr, as TLC and SPIN do, about once a second once a check
     has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's.
 
+    The seconds count from when the reporter is made, as a model's check is started (in a
+    worker: handed out), or from the search's own start, whichever is earlier: a model whose
+    worker first spends seconds proving its tables reports at its search's first tick.
+
     Each call (about once a second) also looks whether standard output's reader has left,
     and stops the check then with :class:`BrokenPipeError` (141): its report has nowhere to
     go, so the rest of the search would be work for nobody.
     """
+    started = time.monotonic()
 
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
         if _reader_left():
             raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
-        if elapsed < PROGRESS_AFTER:
+        if max(elapsed, time.monotonic() - started) < PROGRESS_AFTER:
             return
         rate = states / elapsed if elapsed > 0 else 0.0
         print(
@@ -762,14 +767,17 @@ def _check(args: argparse.Namespace) -> int:
     paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
 
     summary = Summary(models, limited=args.max_states is not None)
-    if not args.json:  # the header now, each model's row as soon as its check ends
-        print(summary.header(), flush=True)
+    rows = 0
 
     def done(r: Report) -> None:
+        """Each model's row as soon as its check ends (the header with the first), so a run
+        stopped midway has printed whole rows only, and one stopped before any nothing."""
+        nonlocal rows
         if r.fallback is not None and (args.backend == "vector" or r.model.kind == "table"):
             print(f"{r.model.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
         if not args.json:
-            print(summary.row(r), flush=True)
+            print(*([summary.header()] if not rows else []), summary.row(r), sep="\n", flush=True)
+            rows += 1
 
     workers = min(args.workers or usable_cores(), len(jobs))
     reports: list[Report] = []

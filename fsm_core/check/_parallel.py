@@ -312,5 +312,5 @@ def _died(worker: _Worker) -> NoReturn:
     )
     raise WorkerDied(
         f"the worker checking {worker.model.name} ({worker.model.file}) died ({how}) before "
-        "it reported; nothing is reported: --workers 1 checks every model in this process"
+        "it reported; the run is cut short: --workers 1 checks every model in this process"
     )
