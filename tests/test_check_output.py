@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,7 @@ def test_a_check_that_took_seconds_to_start_reports_at_its_search_first_tick(
     """A worker proves its model's tables before the search starts: 2.5 s after the model was
     handed out, the search's first tick (1 s in) is printed."""
     clock = iter([100.0, 102.5])
-    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
     report = cli._progress("agent_tree")
     report(5000, 900, 7, 1.0)
     assert capsys.readouterr().err == (
