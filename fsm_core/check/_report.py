@@ -41,7 +41,6 @@ __all__ = [
     "done_line",
     "format_trace",
     "print_wrapped",
-    "summary_table",
     "symmetry_lines",
     "to_itf",
     "to_json",
@@ -386,15 +385,6 @@ def symmetry_lines(reports: Iterable[Report]) -> list[str]:
         for r in reports
         if r.unreduced_states is not None
     ]
-
-
-def summary_table(reports: Iterable[Report]) -> str:
-    """The whole :class:`Summary` of ``reports`` at once, then their :func:`symmetry_lines`."""
-    reports = list(reports)
-    limited = any(r.verdict == "incomplete" for r in reports)
-    summary = Summary([r.model for r in reports], limited=limited)
-    rows = [summary.header(), *map(summary.row, reports), *symmetry_lines(reports)]
-    return "\n".join(rows) + "\n"
 
 
 def print_wrapped(line: str) -> None:
