@@ -479,5 +479,5 @@ def test_a_reaction_no_step_reaches_re_enters_nothing(tmp_path: Path) -> None:
         "finding: races: 2 notifying effects re-entered in name only, no step made a call "
         "inside: publish_disposing, publish_disposed (raise the budgets that reach them, or drop "
         "them from [environment] reactions and say why in [environment] unreacted of "
-        "models/races.toml)" in r.out.splitlines()
+        "models/races.toml)" in unwrapped(r.out)
     )
