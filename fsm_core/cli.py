@@ -46,11 +46,14 @@ from fsm_core.check._parallel import (
     warm_up,
 )
 from fsm_core.check._report import (
+    Summary,
     done_line,
     format_trace,
-    summary_table,
+    print_wrapped,
+    symmetry_lines,
     to_itf,
     to_json,
+    violation_heading,
 )
 from fsm_core.table import load_spec
 
@@ -621,15 +624,20 @@ def _progress(name: str) -> Callable[[int, int, int, float], None]:
     """Print a progress line on stderr, as TLC and SPIN do, about once a second once a check
     has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's.
 
+    The seconds count from when the reporter is made, as a model's check is started (in a
+    worker: handed out), or from the search's own start, whichever is earlier: a model whose
+    worker first spends seconds proving its tables reports at its search's first tick.
+
     Each call (about once a second) also looks whether standard output's reader has left,
     and stops the check then with :class:`BrokenPipeError` (141): its report has nowhere to
     go, so the rest of the search would be work for nobody.
     """
+    started = time.monotonic()
 
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
         if _reader_left():
             raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
-        if elapsed < PROGRESS_AFTER:
+        if max(elapsed, time.monotonic() - started) < PROGRESS_AFTER:
             return
         rate = states / elapsed if elapsed > 0 else 0.0
         print(
@@ -654,7 +662,10 @@ def _cluster_client(address: str) -> Callable[[], Any]:
 
 
 def _check_on_cluster(
-    connect: Callable[[], Any], jobs: Sequence[tuple[Model, Source]], args: argparse.Namespace
+    connect: Callable[[], Any],
+    jobs: Sequence[tuple[Model, Source]],
+    args: argparse.Namespace,
+    done: Callable[[Report], None],
 ) -> list[Report]:
     """Each model checked on the cluster, one after another; a model whose search cannot be
     split (:func:`~fsm_core.check._parallel.unpartitioned`) is checked here, saying so."""
@@ -674,17 +685,18 @@ def _check_on_cluster(
                         backend=args.backend,
                     )
                 )
-                continue
-            reports.append(
-                _cluster.check_on_cluster(
-                    client,
-                    model,
-                    source,
-                    progress=_progress(model.name),
-                    max_states=args.max_states,
-                    backend=args.backend,
+            else:
+                reports.append(
+                    _cluster.check_on_cluster(
+                        client,
+                        model,
+                        source,
+                        progress=_progress(model.name),
+                        max_states=args.max_states,
+                        backend=args.backend,
+                    )
                 )
-            )
+            done(reports[-1])
     return reports
 
 
@@ -740,6 +752,14 @@ def _surprises(report: Report) -> tuple[str, ...]:
     return tuple(r for r in report.dead_rows if r not in known)
 
 
+def _no_trace(report: Report, path: Path) -> str:
+    """What ``--trace-out`` says for a model that holds: no counterexample, nothing written
+    (an older file at ``path``, which ``--force`` allowed, stays as it was)."""
+    left = "; the file there is left as it was" if path.exists() else ""
+    found = "holds" if report.result.complete else "was cut short before any violation"
+    return f"{report.model.name} {found}: no counterexample, nothing written to {path}{left}"
+
+
 def _check(args: argparse.Namespace) -> int:
     if args.json and args.trace_format is not None and args.trace_out is None:
         raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
@@ -755,16 +775,23 @@ def _check(args: argparse.Namespace) -> int:
     models = [m for m, _ in jobs]
     paths = {} if args.trace_out is None else _trace_paths(args.trace_out, models, args.force)
 
-    def fell_back(r: Report) -> None:
+    summary = Summary(models, limited=args.max_states is not None)
+    rows = 0
+
+    def done(r: Report) -> None:
+        """Each model's row as soon as its check ends (the header with the first), so a run
+        stopped midway has printed whole rows only, and one stopped before any nothing."""
+        nonlocal rows
         if r.fallback is not None and (args.backend == "vector" or r.model.kind == "table"):
             print(f"{r.model.name}: explored by the python backend: {r.fallback}", file=sys.stderr)
+        if not args.json:
+            print(*([summary.header()] if not rows else []), summary.row(r), sep="\n", flush=True)
+            rows += 1
 
     workers = min(args.workers or usable_cores(), len(jobs))
     reports: list[Report] = []
     if args.cluster is not None:
-        reports = _check_on_cluster(connect, jobs, args)
-        for r in reports:
-            fell_back(r)
+        reports = _check_on_cluster(connect, jobs, args, done)
     elif partitions(models[0], args.workers or usable_cores(), len(models)):
         # Imported here, as check imports the vector backend: NumPy costs every other command.
         from fsm_core.check._partition import check_partitioned  # noqa: PLC0415
@@ -778,14 +805,14 @@ def _check(args: argparse.Namespace) -> int:
             max_states=args.max_states,
             backend=args.backend,
         )
-        fell_back(r)
+        done(r)
         reports.append(r)
     elif workers > 1:  # in processes, each loading its model again from its file
         reports = check_in_workers(
             jobs,
             workers,
             progress=_progress,
-            on_report=fell_back,
+            on_report=done,
             max_states=args.max_states,
             backend=args.backend,
         )
@@ -794,7 +821,7 @@ def _check(args: argparse.Namespace) -> int:
             r = check(
                 m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend
             )
-            fell_back(r)
+            done(r)
             reports.append(r)
     failed = any(
         (r.verdict != "ok" and not _expected_violation(r))
@@ -807,7 +834,10 @@ def _check(args: argparse.Namespace) -> int:
 
     written: list[str] = []
     if paths:
-        for r in violating:
+        for r in reports:
+            if r.violation is None:
+                written.append(_no_trace(r, paths[r.model.name]))
+                continue
             path = paths[r.model.name]
             if trace_format == "itf":
                 text = json.dumps(to_itf(r), indent=2) + "\n"
@@ -829,22 +859,20 @@ def _check(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 1 if failed else 0
 
-    print(summary_table(reports), end="")
+    for line in symmetry_lines(reports):
+        print(line)
     for r in reports:
+        if r.verdict == "incomplete":  # its figures are the cut's: [expect] says nothing here
+            print_wrapped(
+                f"incomplete: {r.model.name} cut at {r.result.states} states by --max-states "
+                f"{args.max_states}: nothing is proven"
+                + (", [expect] not compared" if r.model.expect is not None else "")
+            )
+            continue
         for mismatch in r.mismatches():
             print(f"mismatch: {r.model.name} ({r.model.file}) [expect] {mismatch}")
-        if r.verdict == "incomplete":
-            print(
-                f"incomplete: {r.model.name} stopped after {r.result.states} states "
-                f"(--max-states {args.max_states}): nothing is proven"
-            )
     for r in violating:
-        assert r.violation is not None
-        steps = len(r.violation.trace) - 1
-        print(
-            f"\n{r.model.name}: {r.violation.name} is violated; "
-            f"a shortest counterexample, {steps} step{'s' if steps != 1 else ''}:"
-        )
+        print(f"\n{violation_heading(r)}")
         if trace_format == "itf" and args.trace_out is None:
             print(json.dumps(to_itf(r), indent=2))
         else:
@@ -860,20 +888,20 @@ def _check(args: argparse.Namespace) -> int:
         print()
     for r, dead in findings:
         count = len(dead)
-        print(
+        print_wrapped(
             f"finding: {r.model.name}: {count} row{'s' if count != 1 else ''} never taken: "
             f"{', '.join(dead)}"
         )
     for r in unreacted:
         count, them = len(r.unreacted), "them" if len(r.unreacted) != 1 else "it"
-        print(
+        print_wrapped(
             f"finding: {r.model.name}: {count} notifying effect{'s' if count != 1 else ''} "
             f"nothing re-enters: {', '.join(r.unreacted)} (re-enter {them} in [environment] "
             f"reactions, or say why not in [environment] unreacted of {r.model.file})"
         )
     for r in unreached:
         count = len(r.unreached)
-        print(
+        print_wrapped(
             f"finding: {r.model.name}: {count} notifying effect{'s' if count != 1 else ''} "
             f"re-entered in name only, no step made a call inside: {', '.join(r.unreached)} "
             f"(raise the budgets that reach {'them' if count != 1 else 'it'}, or drop "

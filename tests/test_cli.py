@@ -63,7 +63,7 @@ def test_check_reads_the_agent_table_from_specs(
     specs = last_wins_specs(tmp_path)
     r = run(capsys, "--specs", str(specs), "check", "agent_races")
     assert r.code == 1
-    assert r.out.splitlines()[1].split()[:3] == ["agent_races", "agent", "violation"]
+    assert r.out.splitlines()[1].split()[:2] == ["agent_races", "violation"]
     assert "\nagent_races: reason_first_wins is violated; " in r.out
 
 
@@ -89,7 +89,7 @@ def test_specs_leave_the_bench_models_own_table_alone(
     empty.mkdir()
     r = run(capsys, "--specs", str(empty), "check", "bench_S")
     assert r.code == 0, r.err
-    assert r.out.splitlines()[1].split()[:3] == ["bench_S", "table", "ok"]
+    assert r.out.splitlines()[1].split()[:2] == ["bench_S", "ok"]
 
 
 def test_bench_loads_the_default_models_with_specs_before_running_anything(

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
+from fsm_core.cli import main
 from fsm_core.table._load import read_toml
 from fsm_core.tools import _mutants
 from fsm_core.tools._mutants import (
@@ -29,6 +30,7 @@ from fsm_core.tools._mutants import (
     Mutant,
     MutantError,
     configure,
+    format_table,
     run,
     run_mutant,
     run_mutants,
@@ -314,16 +316,17 @@ def test_command_prints_the_kill_table_and_a_done_line(
     assert run(_args(argv)) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert re.fullmatch(r"mutant +killed by +model +steps +sec +description", lines[0])
+    assert re.fullmatch(r"mutant +killed by +model +steps", lines[0])
     assert re.fullmatch(
-        r"parent_leaves_before_children +children_settle_before_own_idle@a +activation_tree "
-        r"+3 +\d+\.\d +children\.joined fires before every owned child settled, so the parent "
-        r"converges first\.",
+        r"parent_leaves_before_children +children_settle_before_own_idle@a +activation_tree +3",
         lines[1],
     ), lines[1]
-    assert lines[2].startswith("dispose_not_memoized ")
-    assert re.fullmatch(r"Done\. mutants=2 killed=2 survived=0 sec=\d+\.\d", lines[3])
-    assert len(lines) == 4
+    assert lines[2] == (
+        "    children.joined fires before every owned child settled, so the parent converges first."
+    )
+    assert lines[3].startswith("dispose_not_memoized ")
+    assert lines[4].startswith("    dispose() is not memoized")
+    assert re.fullmatch(r"Done\. mutants=2 killed=2 survived=0 sec=\d+\.\d", lines[-1])
     assert err == ""
 
 
@@ -344,11 +347,13 @@ def test_command_exits_1_and_names_the_gap_of_a_survivor(
     )
     assert run(_args(["--jobs", "1"])) == 1
     out = capsys.readouterr().out.splitlines()
-    assert re.fullmatch(r"last_wins_cause +SURVIVED +- +- +0\.5 +cancel\.turn aborts .*", out[1])
-    assert out[2].startswith("latch_set_on_disposed ")
-    assert out[3] == f"last_wins_cause survived: {gap}"
-    assert out[4] == "latch_set_on_disposed survived: no property caught it"
-    assert re.fullmatch(r"Done\. mutants=2 killed=0 survived=2 sec=\d+\.\d", out[5])
+    assert re.fullmatch(r"last_wins_cause +SURVIVED +- +-", out[1])
+    assert out[2].startswith("    cancel.turn aborts ")
+    rows = [line for line in out[1:] if not line.startswith(" ")]
+    assert rows[1].startswith("latch_set_on_disposed ")
+    assert rows[2] == f"last_wins_cause survived: {gap}"
+    assert rows[3] == "latch_set_on_disposed survived: no property caught it"
+    assert re.fullmatch(r"Done\. mutants=2 killed=0 survived=2 sec=\d+\.\d", rows[4])
 
 
 def test_command_refuses_a_kill_table_when_the_unmutated_tables_fail(
@@ -388,4 +393,105 @@ def test_command_exits_2_on_an_unknown_mutant(capsys: pytest.CaptureFixture[str]
     out, err = capsys.readouterr()
     known = ", ".join(m.name for m in MUTANTS)
     assert out == ""
-    assert err == f"fsm-core: unknown mutant 'last_wins_cuase' (mutants: {known})\n"
+    assert err == (
+        f"fsm-core: unknown mutant 'last_wins_cuase'; did you mean last_wins_cause? "
+        f"(mutants: {known})\n"
+    )
+
+
+def test_the_kill_table_fits_100_columns_on_the_whole_catalogue() -> None:
+    """Each mutant killed by what kills it, in its first model (where every kill of the
+    catalogue is found today), with a long load message: every line at most 100 characters."""
+    load = "load: specs/agent.toml: row 'x': " + "a requires b, which does not hold " * 8
+    kills = [
+        Kill(
+            m.name,
+            True,
+            load if m.load_killed else KILLED_BY[m.name],
+            0 if m.load_killed else 12,
+            123.4,
+            m.models[0],
+        )
+        for m in MUTANTS
+    ]
+    lines = format_table(MUTANTS, kills).splitlines()
+    assert [line for line in lines if len(line) > 100] == []
+    assert len([line for line in lines if not line.startswith(" ")]) == 1 + 2 * len(MUTANTS) - len(
+        KILLED_BY
+    )
+
+
+# --- --show NAME: one mutant's counterexample ---------------------------------------------------
+
+
+def test_show_prints_the_counterexample_as_check_prints_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(_args(["--spec", "--show", "last_wins_cause"])) == 0
+    shown = capsys.readouterr().out
+    specs = copy_specs(tmp_path)
+    _mutants.BY_NAME["last_wins_cause"].plant(specs)
+    assert main(["--specs", str(specs), "check", "--workers", "1", "agent_races"]) == 1
+    checked = capsys.readouterr().out
+    heading = "agent_races: reason_first_wins is violated; a shortest counterexample, 2 steps:\n"
+    trace = checked[checked.index(heading) : checked.index("\nDone. ") + 1]
+    assert trace.startswith(heading) and "violated: reason_first_wins (" in trace
+    doc = _mutants.BY_NAME["last_wins_cause"].doc
+    assert shown.startswith("last_wins_cause (specs/agent.toml): cancel.turn aborts ")
+    assert (
+        " ".join(shown[: shown.index("\n\n")].split())
+        == f"last_wins_cause (specs/agent.toml): {doc}"
+    )
+    assert shown[shown.index("\n\n") + 2 :] == trace
+
+
+def test_show_a_mutant_the_loader_refuses_prints_its_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(_args(["--show", "running_before_holder"])) == 0
+    out = capsys.readouterr().out.replace("\n  ", " ")
+    assert "\nagent_races: the loader refuses the mutated specs/agent.toml:\n" in out
+    assert f"specs/agent.toml: {LOAD_KILLED_BY['running_before_holder']}" in out
+
+
+def test_show_a_survivor_exits_1_naming_its_gap(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_mutants, "_first_failure", lambda root, models: None)
+    assert run(_args(["--show", "latch_set_on_disposed"])) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "latch_set_on_disposed survives on agent_races: no property caught it"
+
+
+def test_show_an_unknown_mutant_exits_2_suggesting_the_closest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(_args(["--spec", "--show", "latch_set_on_dispose"])) == 2
+    out, err = capsys.readouterr()
+    known = ", ".join(m.name for m in MUTANTS)
+    assert out == ""
+    assert err == (
+        "fsm-core: unknown mutant 'latch_set_on_dispose'; did you mean latch_set_on_disposed? "
+        f"(mutants: {known})\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "fault"),
+    [
+        (["--runtime", "--show", "x"], "--show applies to --spec mutants only"),
+        (
+            ["--show", "x", "last_wins_cause"],
+            "--show checks its one mutant in this process; drop NAME arguments",
+        ),
+        (
+            ["--show", "x", "--jobs", "2"],
+            "--show checks its one mutant in this process; drop --jobs",
+        ),
+    ],
+)
+def test_show_refuses_what_it_cannot_use(
+    argv: list[str], fault: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(_args(argv)) == 2
+    assert capsys.readouterr() == ("", f"fsm-core: {fault}\n")

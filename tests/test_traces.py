@@ -163,9 +163,13 @@ def parse_call(m: re.Match[str]) -> Call:
 
 
 def _steps(text: str) -> list[str]:
-    """The trace's lines up to the ``violated:`` line (without the clauses it breaks)."""
+    """The trace's lines up to the ``violated:`` line (without the clauses it breaks, or a
+    broken step invariant's values before and after)."""
     lines = text.splitlines()
-    return lines[:-1] if lines[-1].startswith("clauses: ") else lines
+    while not lines[-1].startswith("violated: "):
+        assert lines[-1].startswith(("clauses: ", "changed: ")), lines[-1]
+        lines.pop()
+    return lines
 
 
 def parse_trace(text: str) -> Trace:

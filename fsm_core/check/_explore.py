@@ -179,7 +179,9 @@ def _explore(
                     for group in labelled:
                         taken.update(group)
             count += 1
-            if progress is not None and count & 0xFFF == 0:
+            # Every 1,024 states: an agent's or a tree's search expands a few hundred a
+            # second on a busy machine, and a progress line is due about once a second.
+            if progress is not None and count & 0x3FF == 0:
                 now = time.perf_counter()
                 if now >= next_report:
                     progress(len(parent), len(following), depth, now - start)

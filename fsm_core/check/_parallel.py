@@ -177,10 +177,11 @@ def check_in_workers(
     ``jobs``, the same as :func:`check` gives one model after another.
 
     ``progress(name)`` makes the callback for a model's ticks, called in this process.
-    ``on_report`` sees each report in the order of ``jobs``, as soon as it and every report
-    before it are in. A worker that ends without a report raises :class:`WorkerDied` naming
-    its model; a worker's :class:`FsmError` is raised here with its message; any other
-    fault in a worker is a bug, raised as :class:`RuntimeError` with the worker's traceback.
+    ``on_report`` sees each report as soon as it is in, in the order the models finish
+    (``fsm-core check`` prints each model's row from it). A worker that ends without a report
+    raises :class:`WorkerDied` naming its model; a worker's :class:`FsmError` is raised here
+    with its message; any other fault in a worker is a bug, raised as :class:`RuntimeError`
+    with the worker's traceback.
     Whatever ends the call (those, an interrupt, an exception from a callback, or the last
     report) stops every worker before it returns or propagates.
     """
@@ -189,7 +190,6 @@ def check_in_workers(
     # last while the other workers idle; the reports still come in the order of ``jobs``.
     waiting = sorted(enumerate(jobs), key=lambda job: _cost(job[1][0]))
     reports: dict[int, Report] = {}
-    shown = 0
     pool: list[_Worker] = []
     stopped = False  # True iff every worker was sent None: it ends by itself
     try:
@@ -222,10 +222,8 @@ def check_in_workers(
                 if report is not None:
                     reports[worker.index] = report
                     worker.model = worker.progress = None
-            while shown in reports:
-                if on_report is not None:
-                    on_report(reports[shown])
-                shown += 1
+                    if on_report is not None:
+                        on_report(report)
         for worker in pool:
             _send(worker, None)
         stopped = True
@@ -314,5 +312,5 @@ def _died(worker: _Worker) -> NoReturn:
     )
     raise WorkerDied(
         f"the worker checking {worker.model.name} ({worker.model.file}) died ({how}) before "
-        "it reported; nothing is reported: --workers 1 checks every model in this process"
+        "it reported; the run is cut short: --workers 1 checks every model in this process"
     )

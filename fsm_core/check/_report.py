@@ -24,17 +24,28 @@ runtime or a port. The run ends with one line a script can read (:func:`done_lin
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Container, Iterable, Sequence
-from typing import Any
+from typing import Any, final
 
 from fsm_core.check import Report
 from fsm_core.check._composed._tree import AGENT, DOOR
+from fsm_core.check._config import Model
 from fsm_core.check._explore import Violation
 from fsm_core.check._moves import Move
 from fsm_core.table._expr import show
 from fsm_core.table._machine import Machine
 
-__all__ = ["done_line", "format_trace", "summary_table", "to_itf", "to_json"]
+__all__ = [
+    "Summary",
+    "done_line",
+    "format_trace",
+    "print_wrapped",
+    "symmetry_lines",
+    "to_itf",
+    "to_json",
+    "violation_heading",
+]
 
 ITF_FORMAT = "https://apalache-mc.org/docs/adr/015adr-trace.html"
 
@@ -69,10 +80,44 @@ def format_trace(report: Report) -> str:
         where += f", at {at} inside step {n}"
     broken = _property(report, violation.name)
     lines.append(f"violated: {broken} in {where}: {_show_state(report, violation.state)}")
+    lines += _overwritten(report)
     clauses = _clauses(report, violation.name)
     if clauses:
         lines.append(f"clauses: {', '.join(clauses)} (specs/clauses.toml)")
     return "\n".join(lines) + "\n"
+
+
+def _overwritten(report: Report) -> list[str]:
+    """For a broken step invariant, the line that shows its variable's value before and after:
+    before is what a listener last saw (or the step's start), which the trace's states do not
+    show when a call inside the step set it and the step then overwrote it::
+
+        changed: reason disposed->parent since a listener last observed it
+
+    The last step is run again by the interpreted composition, which records both values."""
+    violation = _violation(report)
+    record = next(p for p in report.properties if p.name == violation.name)
+    label = violation.trace[-1][0]
+    if record.kind != "step" or label is None:
+        return []
+    # Imported here: only a broken step invariant needs the composition again.
+    from fsm_core.check._composed._compose import Engine  # noqa: PLC0415
+    from fsm_core.check._system import compose  # noqa: PLC0415
+
+    engine = compose(report.model, interpreted=True)
+    assert isinstance(engine, Engine)  # a step invariant is an agent's or a tree's
+    found = engine.unstable(violation.trace[-2][1], report.moves[label])
+    if found is None:
+        return []
+    machine = engine.machines[found.instance]
+    stable = next(s for s in machine.table.stable if s.id == found.invariant)
+    at = machine.names.index(stable.var)
+    slot = "" if engine.wiring.flat else f"{report.names[found.instance]}."
+    since = "a listener last observed it" if found.observed else "the step began"
+    return [
+        f"changed: {slot}{stable.var} {show(found.before[at])}->{show(found.after[at])} "
+        f"since {since}"
+    ]
 
 
 def _clauses(report: Report, name: str) -> tuple[str, ...]:
@@ -246,56 +291,120 @@ def _itf_value(report: Report, slot: str, value: object) -> Any:
 
 # --- summary --------------------------------------------------------------------------------------
 
+WIDTH = 100
+"""The columns the summary, a counterexample's heading and the findings fit on the default
+models (a longer model name widens its column; ``--json`` holds every figure)."""
+
 _COLUMNS = (
-    "model", "kind", "verdict", "states", "transitions", "depth", "sec", "states/s",
-    "dead rows", "unreacted", "expect",
+    "model", "verdict", "states", "transitions", "depth", "sec", "untaken", "unreacted", "expect",
 )  # fmt: skip
-_LEFT = frozenset({"model", "kind", "verdict", "expect"})
+_LEFT = frozenset({"model", "verdict", "expect"})
+_VERDICTS = ("ok", "violation")
+"""The verdicts of a complete search, or one a violation cut short; ``incomplete`` too once a
+state limit may cut it."""
 
 
-def _expectation_mark(report: Report) -> str:
-    """``✓`` the result matches the model's ``[expect]``, ``✗`` it does not, ``-`` none."""
-    if report.model.expect is None:
-        return "-"
-    return "✗" if report.mismatches() else "✓"
+@final
+class Summary:
+    """The summary table, printed a row at a time as each model's check ends.
 
+    Every column's width is fixed before any model is checked, from what is known then: the
+    models' names, the verdicts possible, the figures their ``[expect]`` records (a figure
+    wider than its column widens its own row only). So a row can be printed the moment its
+    model is done, in whatever order the models finish::
 
-def summary_table(reports: Iterable[Report]) -> str:
-    """One row per model: what it is, its verdict, its numbers and whether they were expected.
+        summary = Summary(models)
+        print(summary.header())
+        print(summary.row(report))
 
-    Dead rows are counted only for a complete search (``-`` otherwise: a search cut short by a
-    violation or a state limit has not tried every row); ``unreacted`` counts the notifying
-    effects nothing re-enters and the model does not excuse, and those re-entered in name only
-    (:mod:`~._reentry`). A model searched over sibling orbits (``[tree] symmetry``) adds a
-    line: its representatives, and the states they stand for.
+    The columns: the model, its verdict, its states, transitions and depth, the search's
+    seconds, ``untaken`` (the table's rows no step took, counted only for a complete search:
+    ``-`` otherwise, as a search cut short has not tried every row), ``unreacted`` (the
+    notifying effects nothing re-enters and the model does not excuse, and those re-entered
+    in name only, :mod:`~._reentry`) and ``expect`` (:func:`_expectation_mark`). ``--json``
+    has the rest: kind, backend, states per second, the rows and effects by name.
     """
-    reports = list(reports)
-    rows = [_COLUMNS]
-    for r in reports:
-        res = r.result
-        rows.append(
+
+    __slots__ = ("_right", "_widths")
+
+    def __init__(self, models: Iterable[Model], *, limited: bool = False) -> None:
+        models = list(models)
+        verdicts = (*_VERDICTS, "incomplete") if limited else _VERDICTS
+        expected = [m.expect for m in models if m.expect is not None]
+        widest = {
+            "model": max((len(m.name) for m in models), default=0),
+            "verdict": max(map(len, verdicts)),
+            "states": max((len(str(e.states)) for e in expected), default=0),
+            "transitions": max((len(str(e.transitions)) for e in expected), default=0),
+            "depth": 3,
+            "sec": len("100.00"),
+        }
+        self._widths = [max(len(c), widest.get(c, 0)) for c in _COLUMNS]
+        self._right = {i for i, column in enumerate(_COLUMNS) if column not in _LEFT}
+
+    def header(self) -> str:
+        return self._line(_COLUMNS)
+
+    def row(self, report: Report) -> str:
+        res = report.result
+        return self._line(
             (
-                r.model.name,
-                r.model.kind,
-                r.verdict,
+                report.model.name,
+                report.verdict,
                 str(res.states),
                 str(res.transitions),
                 str(res.depth),
                 f"{res.seconds:.2f}",
-                f"{_rate(res.states, res.seconds):.0f}",
-                str(len(r.dead_rows)) if res.complete else "-",
-                str(len(r.unreacted) + len(r.unreached)),
-                _expectation_mark(r),
+                str(len(report.dead_rows)) if res.complete else "-",
+                str(len(report.unreacted) + len(report.unreached)),
+                _expectation_mark(report),
             )
         )
-    right = {i for i, column in enumerate(_COLUMNS) if column not in _LEFT}
-    reduced = [
+
+    def _line(self, cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.rjust(w) if i in self._right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(cells, self._widths, strict=True))
+        ).rstrip()
+
+
+def _expectation_mark(report: Report) -> str:
+    """``✓`` the result matches the model's ``[expect]``, ``✗`` it does not, ``-`` it has
+    none or the search was cut short by a state limit (then nothing was compared)."""
+    if report.model.expect is None or report.verdict == "incomplete":
+        return "-"
+    return "✗" if report.mismatches() else "✓"
+
+
+def symmetry_lines(reports: Iterable[Report]) -> list[str]:
+    """A line for each model searched over sibling orbits (``[tree] symmetry``): its
+    representatives, and the states they stand for."""
+    return [
         f"symmetry: {r.model.name}: {r.result.states} states stand for {r.unreduced_states} "
         "(one per orbit of sibling orders)"
         for r in reports
         if r.unreduced_states is not None
     ]
-    return "\n".join([*aligned(rows, right), *reduced]) + "\n"
+
+
+def print_wrapped(line: str) -> None:
+    """Print ``line`` in lines of at most :data:`WIDTH` columns, the later ones indented two
+    spaces (a word longer than that, a path, stays whole)."""
+    print(
+        textwrap.fill(
+            line, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+    )
+
+
+def violation_heading(report: Report) -> str:
+    """The line above a counterexample: the model, the broken property, the trace's length."""
+    violation = _violation(report)
+    steps = len(violation.trace) - 1
+    return (
+        f"{report.model.name}: {violation.name} is violated; "
+        f"a shortest counterexample, {steps} step{'s' if steps != 1 else ''}:"
+    )
 
 
 def aligned(rows: Sequence[Sequence[str]], right: Container[int]) -> list[str]:

@@ -42,6 +42,7 @@ and prints their kill tables.
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import importlib
 import logging
@@ -50,6 +51,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -61,8 +63,8 @@ from typing import Any, Protocol
 from fsm_core._errors import FsmError, SpecError, echo
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir, specs_dir
-from fsm_core.check import check, load_model
-from fsm_core.check._report import aligned
+from fsm_core.check import Report, check, load_model
+from fsm_core.check._report import WIDTH, aligned, format_trace, violation_heading
 from fsm_core.table._load import read_toml
 from fsm_core.tools._row_edits import (
     AddRow,
@@ -553,19 +555,33 @@ def _copy_tables(root: Path, specs: Path | None) -> None:
     shutil.copytree(models_dir(), root / "models")
 
 
-def _check_models(root: Path, name: str, models: Sequence[str]) -> Kill:
-    """Check ``models`` from the copy under ``root``; the first violation kills."""
-    start = time.perf_counter()
+def _first_failure(root: Path, models: Sequence[str]) -> tuple[str, Report | SpecError] | None:
+    """Check ``models`` from the copy under ``root`` until one fails: that model's name and
+    its report (with a violation) or the loader's error; None when every one holds."""
     for model_name in models:
         try:
             model = load_model(root / "models" / f"{model_name}.toml")
         except SpecError as e:
-            return Kill(name, True, f"load: {e}", 0, time.perf_counter() - start, model_name)
-        violation = check(model).violation
-        if violation is not None:
-            steps = len(violation.trace) - 1  # the first entry is the initial state
-            return Kill(name, True, violation.name, steps, time.perf_counter() - start, model_name)
-    return Kill(name, False, None, 0, time.perf_counter() - start)
+            return model_name, e
+        report = check(model)
+        if report.violation is not None:
+            return model_name, report
+    return None
+
+
+def _check_models(root: Path, name: str, models: Sequence[str]) -> Kill:
+    """Check ``models`` from the copy under ``root``; the first violation kills."""
+    start = time.perf_counter()
+    failure = _first_failure(root, models)
+    seconds = time.perf_counter() - start
+    if failure is None:
+        return Kill(name, False, None, 0, seconds)
+    model_name, found = failure
+    if isinstance(found, SpecError):
+        return Kill(name, True, f"load: {found}", 0, seconds, model_name)
+    assert found.violation is not None
+    steps = len(found.violation.trace) - 1  # the first entry is the initial state
+    return Kill(name, True, found.violation.name, steps, seconds, model_name)
 
 
 def run_mutant(mutant: Mutant, specs: Path | None = None) -> Kill:
@@ -604,12 +620,18 @@ def select(names: Iterable[str] | None = None) -> list[Mutant]:
     """The named mutants in catalogue order (every one for None); an unknown name raises."""
     if names is None:
         return list(MUTANTS)
-    wanted = set(names)
+    wanted = list(dict.fromkeys(names))
     for name in wanted:
         if name not in BY_NAME:
-            known = ", ".join(m.name for m in MUTANTS)
-            raise MutantError(f"unknown mutant {echo(name)} (mutants: {known})")
+            raise _unknown(name, [m.name for m in MUTANTS])
     return [m for m in MUTANTS if m.name in wanted]
+
+
+def _unknown(name: str, known: Sequence[str], what: str = "mutant") -> MutantError:
+    """The error for an unknown mutant ``name``: the closest names, then every one."""
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return MutantError(f"unknown {what} {echo(name)}{hint} (mutants: {', '.join(known)})")
 
 
 def run_mutants(
@@ -679,6 +701,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--jobs", type=positive_int, default=None, metavar="N", help="processes to use (default: 2)"
     )
     parser.add_argument(
+        "--show",
+        default=None,
+        metavar="NAME",
+        help="with --spec: print mutant NAME's bug and its shortest counterexample, as check "
+        "prints a violation (exit 0 when it is killed, 1 when it survives)",
+    )
+    parser.add_argument(
         "--no-shrink",
         dest="shrink",
         action="store_false",
@@ -704,6 +733,13 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     # --specs is the top-level parser's; a caller that built only this parser has none.
     specs: Path | None = getattr(args, "specs", None)
+    show: str | None = getattr(args, "show", None)
+    if show is not None:
+        if args.runtime:
+            raise MutantError("--show applies to --spec mutants only")
+        if args.names or args.jobs is not None:
+            flag = "NAME arguments" if args.names else "--jobs"
+            raise MutantError(f"--show checks its one mutant in this process; drop {flag}")
     if args.runtime:
         if specs is not None:
             raise MutantError(
@@ -715,6 +751,8 @@ def _run(args: argparse.Namespace) -> int:
         raise MutantError(
             "--no-shrink applies only to --runtime: a spec mutant's trace is a shortest one"
         )
+    if show is not None:
+        return show_mutant(show, specs)
     start = time.perf_counter()
     chosen = select(args.names or None)
     sanity, kills = _run_all(chosen, args.jobs, specs, unmutated=True)
@@ -736,9 +774,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def format_table(mutants: Sequence[Mutant], kills: Sequence[Kill]) -> str:
-    """The kill table, one line per mutant; then each load kill's message and survivor's gap."""
-    header = ("mutant", "killed by", "model", "steps", "sec", "description")
-    lines = [header]
+    """The kill table: a line per mutant (what killed it, in which model, the counterexample's
+    steps), its bug below it, indented; then each load kill's message and survivor's gap.
+    Every line fits :data:`WIDTH` columns on the catalogue's names; a description or message
+    is wrapped. (:attr:`Kill.seconds` is left out: the Done line times the run.)"""
+    header = ("mutant", "killed by", "model", "steps")
+    rows: list[tuple[str, ...]] = [header]
     notes: list[str] = []
     for m, k in zip(mutants, kills, strict=True):
         killer = k.property or "SURVIVED"
@@ -748,8 +789,58 @@ def format_table(mutants: Sequence[Mutant], kills: Sequence[Kill]) -> str:
         if not k.killed:
             notes.append(f"{m.name} survived: {m.gap or 'no property caught it'}")
         steps = str(k.trace) if k.trace else "-"
-        lines.append((m.name, killer, k.model or "-", steps, f"{k.seconds:.1f}", m.doc))
-    return "\n".join([*aligned(lines, right=(3, 4)), *notes]) + "\n"
+        rows.append((m.name, killer, k.model or "-", steps))
+    head, *lines = aligned(rows, right=(3,))
+    out = [head]
+    for line, m in zip(lines, mutants, strict=True):
+        out += [line, *_wrapped(m.doc, "    ")]
+    for note in notes:
+        out += _wrapped(note, "", "  ")
+    return "\n".join(out) + "\n"
+
+
+def _wrapped(text: str, indent: str, later: str | None = None) -> list[str]:
+    """``text`` in lines of at most :data:`~fsm_core.check._report.WIDTH` columns, the first
+    indented by ``indent``, the others by ``later`` (default the same)."""
+    return textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent if later is None else later,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def show_mutant(name: str, specs: Path | None = None) -> int:
+    """``fsm-core mutants --show NAME``: print the mutant's bug, then what kills it (the
+    shortest counterexample as ``fsm-core check`` prints it, or the loader's refusal); 0 when
+    it is killed, 1 when it survives. An unknown name raises :class:`MutantError` naming the
+    closest ones."""
+    mutant = BY_NAME.get(name)
+    if mutant is None:
+        raise _unknown(name, list(BY_NAME))
+    mutant.apply(read_toml((specs or specs_dir()) / mutant.table, f"specs/{mutant.table}"))
+    print("\n".join(_wrapped(f"{mutant.name} (specs/{mutant.table}): {mutant.doc}", "", "  ")))
+    with tempfile.TemporaryDirectory(prefix="fsm-core-mutant-") as tmp:
+        root = Path(tmp)
+        _copy_tables(root, specs)
+        mutant.plant(root / "specs")
+        failure = _first_failure(root, mutant.models)
+    print()
+    if failure is None:
+        why = mutant.gap or "no property caught it"
+        models = ", ".join(mutant.models)
+        print("\n".join(_wrapped(f"{mutant.name} survives on {models}: {why}", "", "  ")))
+        return 1
+    model, found = failure
+    if isinstance(found, SpecError):
+        print(f"{model}: the loader refuses the mutated specs/{mutant.table}:")
+        print("\n".join(_wrapped(str(found), "", "  ")))
+        return 0
+    print(violation_heading(found))
+    print(format_trace(found), end="")
+    return 0
 
 
 # --- runtime mutants: fsm-core mutants --runtime ------------------------------------------------
@@ -860,9 +951,7 @@ def _select_runtime(
     known: list[str] = [name for module in catalogues for name in module.BY_NAME]
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise MutantError(
-            f"unknown runtime mutant {echo(unknown[0])} (mutants: {', '.join(known)})"
-        )
+        raise _unknown(unknown[0], known, "runtime mutant")
     return [
         [m for m in module.BY_NAME.values() if not names or m.name in names]
         for module in catalogues
@@ -983,4 +1072,5 @@ __all__ = [
     "run_runtime",
     "run_unmutated",
     "select",
+    "show_mutant",
 ]

@@ -36,9 +36,10 @@ runs every step of every such kind the same way:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, final
 
 from fsm_core.check._moves import Labels, Move
 from fsm_core.check._property import (
@@ -197,6 +198,20 @@ Choice = tuple[str, Args] | None
 """What a listener does at one reaction point of a plan: nothing, or one call."""
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class Unstable:
+    """A step invariant broken inside a step: on which instance, which one, and the
+    instance's values when a listener last observed it (``observed``; else at the step's
+    start) and when it broke."""
+
+    instance: int
+    invariant: str
+    before: tuple[Any, ...]
+    after: tuple[Any, ...]
+    observed: bool
+
+
 class _Stop(Exception):
     """A property broke inside a step: end the step where it broke."""
 
@@ -300,7 +315,19 @@ class Engine:
         self, state: tuple[Any, ...], instance: int, event: str, args: Args, target: int | None
     ) -> list[tuple[Move, tuple[Any, ...]]]:
         """Every way the step can go: one run per plan of listener calls."""
-        results: list[tuple[Move, tuple[Any, ...]]] = []
+        try:
+            return [
+                (move, tuple(run.store))
+                for run, move in self._plans(state, instance, event, args, target)
+            ]
+        except _Refused:
+            return []
+
+    def _plans(
+        self, state: tuple[Any, ...], instance: int, event: str, args: Args, target: int | None
+    ) -> Iterator[tuple[_Run, Move]]:
+        """Each run of the step that its plan allows, with its move; raises :class:`_Refused`
+        (after the runs before) when the table rejects the event."""
         plans: list[tuple[Choice, ...]] = [()]
         options = self.wiring.listener_calls
         while plans:
@@ -310,15 +337,28 @@ class Engine:
                 move = run.step(instance, event, args)
             except _Invalid:
                 continue
-            except _Refused:
-                return []
-            results.append((move, tuple(run.store)))
+            yield run, move
             if sum(c is not None for c in plan) >= self.wiring.max_reactions:
                 continue
             for i in range(len(plan), run.points):
                 gap: tuple[Choice, ...] = (None,) * (i - len(plan))
                 plans.extend((*plan, *gap, option) for option in options)
-        return results
+
+    def unstable(self, state: Sequence[Any], move: Move) -> Unstable | None:
+        """Run ``move`` again from ``state`` (a trace's last step and the state before it):
+        where a step invariant broke in it, or None if none did (or the move is not one of
+        the step's runs)."""
+        names = self.wiring.instances
+        on = names.index(move.instance)
+        target = names.index(move.target) if move.target else None
+        args = tuple(value for _, value in move.args)
+        try:
+            for run, again in self._plans(tuple(state), on, move.event, args, target):
+                if again == move:
+                    return run.unstable
+        except _Refused:
+            pass
+        return None
 
     def move(
         self,
@@ -360,6 +400,8 @@ class _Run:
         self.calls: list[tuple[int, str, Args, str | None]] = []
         self.frames: list[list[tuple[str, Move]]] = [[]]
         self.entered: list[str] = []
+        self.unstable: Unstable | None = None
+        """Where a step invariant broke, once one has."""
 
     def step(self, instance: int, event: str, args: Args) -> Move:
         """Run ``event`` and everything inside it; raises :class:`_Refused` if not enabled."""
@@ -375,6 +417,9 @@ class _Run:
             unstable = self.e.machines[i].unstable(self.before(i), self.live(i))
             if unstable:
                 store[self.e.broken] = self.named(unstable[0], i)
+                self.unstable = Unstable(
+                    i, unstable[0], tuple(self.before(i)), tuple(self.live(i)), i in self.observed
+                )
         self.flush()
         return move
 
@@ -432,9 +477,11 @@ class _Run:
             self.stop(self.named(requires_name(name), i), name, values)
         if name in e.notifying[i]:
             self.flush()
+            observed = i in self.observed
             before, self.observed[i] = self.before(i), tuple(node)
             unstable = e.machines[i].unstable(before, node)
             if unstable:
+                self.unstable = Unstable(i, unstable[0], tuple(before), tuple(node), observed)
                 self.stop(self.named(unstable[0], i), name, values)
             for prop, holds in e.notified:
                 if not holds(store, (name, values)):
