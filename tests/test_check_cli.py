@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -460,4 +461,52 @@ def test_a_reaction_no_step_reaches_re_enters_nothing(tmp_path: Path) -> None:
         "inside: publish_disposing, publish_disposed (raise the budgets that reach them, or drop "
         "them from [environment] reactions and say why in [environment] unreacted of "
         "models/races.toml)" in r.out.splitlines()
+    )
+
+
+# --- a user's own models -------------------------------------------------------------------------
+
+
+def _own_window(parent: Path, name: str = "my_agent.toml", states: int = 24) -> Path:
+    """The shipped window model (a table model, checked in a moment) copied to ``parent``
+    with its table, its ``[expect] states`` set to ``states``."""
+    shutil.copytree(models_dir() / "conformance", parent / "conformance", dirs_exist_ok=True)
+    path = parent / name
+    path.write_text(
+        (models_dir() / "window.toml").read_text().replace("states = 24", f"states = {states}")
+    )
+    return path
+
+
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
+def test_a_model_is_shown_by_its_path_as_typed(
+    absolute: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _own_window(tmp_path, states=25)
+    monkeypatch.chdir(tmp_path)
+    typed = str(path) if absolute else "my_agent.toml"
+    r = run("--workers", "1", typed)
+    assert r.code == 1
+    assert f"mismatch: my_agent ({typed}) [expect] states: expected 25, found 24\n" in r.out
+    r = run("--workers", "1", "--json", typed)
+    assert json.loads(r.out)["models"][0]["file"] == typed
+
+
+def test_check_dir_checks_every_model_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _own_window(mine, "one.toml")
+    _own_window(mine, "two.toml", states=25)
+    monkeypatch.chdir(tmp_path)
+    r = run("--workers", "1", "mine")
+    assert r.code == 1
+    assert [line.split()[0] for line in r.out.splitlines()[1:3]] == ["one", "two"]
+    assert "mismatch: two (mine/two.toml) [expect] states: expected 25, found 24\n" in r.out
+    (tmp_path / "empty").mkdir()
+    r = run("empty/")
+    assert (r.code, r.err) == (
+        2,
+        "fsm-core: empty/: no default-tier model (*.toml) in the directory\n",
     )

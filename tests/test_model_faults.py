@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fsm_core import SpecError
-from fsm_core._paths import models_dir
+from fsm_core._errors import echo
+from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import check, load_model
 from tests.helpers import edit, exactly, write_model
 
@@ -85,14 +86,15 @@ MODEL_FAULTS = [
     ),
     pytest.param(
         _model("agent.toml", "agent", AGENT_ENV).replace("../specs/agent.toml", "agent.toml"),
-        "models/m.toml: [model]: table 'agent.toml' names no file (relative to the model file)",
+        "models/m.toml: [model]: table 'agent.toml' names no file: tried <models>/agent.toml "
+        "(relative to the model file)",
         id="table-not-found",
     ),
     pytest.param(
         _model("agent.toml", "agent", AGENT_ENV).replace("../specs/agent.toml", "x" * 300),
         "models/m.toml: [model]: table "
         "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' "
-        "names no file (relative to the model file)",
+        "names no file: tried <long> (relative to the model file)",
         id="table-name-too-long-for-the-file-system",
     ),
     pytest.param(
@@ -220,8 +222,9 @@ MODEL_FAULTS = [
     ),
     pytest.param(
         _model("activation.toml", "activation-tree", TREE.replace("admission.toml", "gone.toml")),
-        "models/m.toml: [tree]: door '../specs/gone.toml' names no file (relative to the model "
-        "file)",
+        "models/m.toml: [tree]: door '../specs/gone.toml' names no file: tried "
+        "<models>/../specs/gone.toml (relative to the model file); fsm-core --specs DIR reads it "
+        "as 'gone.toml' in DIR (the shipped tables are in <shipped>)",
         id="a-door-that-is-no-file",
     ),
     pytest.param(
@@ -257,6 +260,10 @@ def test_a_faulty_model_is_refused_at_load_before_anything_runs(
     tmp_path: Path, body: str, message: str
 ) -> None:
     path = write_model(tmp_path, "m", body)
+    # A path tried is named as it is, or by echo() when too long to quote whole.
+    message = message.replace("<models>", str(path.parent))
+    message = message.replace("<long>", echo(str(path.parent / ("x" * 300))))
+    message = message.replace("<shipped>", str(specs_dir()))
     with pytest.raises(SpecError, match=exactly(message)):
         check(load_model(path), max_states=10)  # what fsm-core check does
 

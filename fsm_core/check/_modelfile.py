@@ -53,7 +53,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fsm_core._errors import SpecError, echo, known
+from fsm_core._errors import ECHO_LIMIT, SpecError, echo, known
+from fsm_core._paths import specs_dir
 from fsm_core.check._composed import _agent, _tree
 from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._needs import Needs
@@ -370,15 +371,28 @@ def _table_path(
     f: _File, where: str, key: str, value: object, path: Path, specs: Path | None
 ) -> Path:
     """The table file ``value`` names, relative to the model file at ``path``; a table in a
-    directory named ``specs`` is read from ``specs`` instead, when given."""
+    directory named ``specs`` is read from ``specs`` instead, when given.
+
+    A missing one is refused naming the path tried; a table of a directory named ``specs``
+    (a shipped model's ``../specs/agent.toml``, copied elsewhere) is one ``--specs DIR``
+    finds, so the refusal says so, and where the shipped tables are."""
     table = f.text(where, value, key)
     table_path = path.parent / table
     found = "relative to the model file"
     if specs is not None and table_path.parent.name == "specs":
-        table_path, found = specs / table_path.name, f"in --specs {specs}"
+        table_path, found = specs / table_path.name, "in --specs"
     # Before the catalogue beside it, which would otherwise be the file reported missing.
     if not _exists(table_path, Path.is_file):
-        f.fail(where, f"{key} {echo(table)} names no file ({found})")
+        hint = ""
+        if specs is None and table_path.parent.name == "specs":
+            hint = (
+                f"; fsm-core --specs DIR reads it as {echo(table_path.name)} in DIR (the "
+                f"shipped tables are in {specs_dir()})"
+            )
+        tried = str(table_path)
+        if not tried.isprintable() or len(tried) > 4 * ECHO_LIMIT:
+            tried = echo(tried)
+        f.fail(where, f"{key} {echo(table)} names no file: tried {tried} ({found}){hint}")
     return table_path
 
 
