@@ -580,6 +580,13 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         "--force", action="store_true", help="with --trace-out: overwrite existing trace files"
     )
     p.add_argument(
+        "--accept",
+        action="store_true",
+        help="after a deliberate change, record each model's numbers as its [expect] "
+        "(rewriting only that table of its file, comments kept; added if it has none); "
+        "a model with a violation is refused",
+    )
+    p.add_argument(
         "--max-states",
         type=positive_int,
         default=None,
@@ -822,6 +829,8 @@ def _check(args: argparse.Namespace) -> int:
         raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
     if args.force and args.trace_out is None:
         raise _Refused("--force applies only to --trace-out")
+    if args.accept and args.max_states is not None:
+        raise _Refused("--accept records a whole search; drop --max-states")
     trace_format = args.trace_format or "text"
     start = time.perf_counter()
     if args.cluster is not None:
@@ -873,9 +882,10 @@ def _check(args: argparse.Namespace) -> int:
             )
             fell_back(r)
             reports.append(r)
-    failed = any(
+    accepted, refused = _accept(reports, {m.name: source.path for m, source in jobs}, args)
+    failed = bool(refused) or any(
         (r.verdict != "ok" and not _expected_violation(r))
-        or r.mismatches()
+        or (r.mismatches() and r.model.name not in accepted)
         or r.unreacted
         or r.unreached
         for r in reports
@@ -902,13 +912,13 @@ def _check(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     if args.json:
         print(json.dumps(to_json(reports, seconds), indent=2))
-        for line in written:
+        for line in [*written, *accepted.values(), *refused]:
             print(line, file=sys.stderr)
         return 1 if failed else 0
 
     print(summary_table(reports), end="")
     for r in reports:
-        for mismatch in r.mismatches():
+        for mismatch in r.mismatches() if r.model.name not in accepted else ():
             print(f"mismatch: {r.model.name} ({r.model.file}) [expect] {mismatch}")
         if r.verdict == "incomplete":
             print(
@@ -957,5 +967,27 @@ def _check(args: argparse.Namespace) -> int:
             f"{'them' if count != 1 else 'it'} from [environment] reactions and say why in "
             f"[environment] unreacted of {r.model.file})"
         )
+    if accepted or refused:
+        print()
+        print("\n".join([*accepted.values(), *refused]))
     print(done_line(reports, time.perf_counter() - start))
     return 1 if failed else 0
+
+
+def _accept(
+    reports: Sequence[Report], paths: dict[str, Path], args: argparse.Namespace
+) -> tuple[dict[str, str], list[str]]:
+    """With ``--accept``: each model's ``[expect]`` rewritten from its report, the line saying
+    what changed by model, and the refusals; else nothing."""
+    if not args.accept:
+        return {}, []
+    from fsm_core.check._accept import AcceptRefused, accept  # noqa: PLC0415
+
+    accepted: dict[str, str] = {}
+    refused: list[str] = []
+    for r in reports:
+        try:
+            accepted[r.model.name] = f"accepted: {accept(r, paths[r.model.name])}"
+        except AcceptRefused as e:
+            refused.append(f"not accepted: {e}")
+    return accepted, refused

@@ -510,3 +510,63 @@ def test_check_dir_checks_every_model_in_it(
         2,
         "fsm-core: empty/: no default-tier model (*.toml) in the directory\n",
     )
+
+
+# --- --accept ------------------------------------------------------------------------------------
+
+
+def test_accept_rewrites_only_the_numbers_of_expect_and_says_what_changed(tmp_path: Path) -> None:
+    path = _own_window(tmp_path, states=20)
+    text = path.read_text().replace("depth = 5", "depth = 4  # deepest first\r")
+    path.write_bytes(f"{text}\n# trailing words\n".encode())
+    before = path.read_bytes()
+    r = run("--accept", str(path))
+    assert r.code == 0, r.out + r.err
+    assert "mismatch:" not in r.out
+    assert f"\naccepted: my_agent ({path}): [expect] states 20 -> 24, depth 4 -> 5\n" in r.out
+    assert path.read_bytes() == before.replace(b"states = 20", b"states = 24").replace(
+        b"depth = 4  # deepest first\r", b"depth = 5  # deepest first\r"
+    )
+    r = run("--accept", str(path))
+    assert f"\naccepted: my_agent ({path}): [expect] unchanged\n" in r.out
+    assert run(str(path)).code == 0
+
+
+def test_accept_adds_expect_to_a_model_without_one(tmp_path: Path) -> None:
+    path = _own_window(tmp_path)
+    text = path.read_text()
+    path.write_text(text[: text.index("[expect]")])
+    assert run(str(path)).code == 0  # [expect] is optional
+    r = run("--accept", str(path))
+    assert r.code == 0
+    assert (
+        f"\naccepted: my_agent ({path}): [expect] added: states = 24, transitions = 87, "
+        'depth = 5, verdict = "ok"\n'
+    ) in r.out
+    assert path.read_text() == text
+
+
+def test_accept_refuses_a_model_with_a_violation_and_writes_nothing(tmp_path: Path) -> None:
+    path = broken_model(tmp_path)
+    before = path.read_bytes()
+    r = run("--accept", str(path))
+    assert r.code == 1
+    assert (
+        f"\nnot accepted: broken ({path}): quiet_phases_hold_nothing is violated; a model that "
+        "does not hold is fixed, not accepted\n"
+    ) in r.out
+    assert path.read_bytes() == before
+
+
+def test_accept_refuses_an_expect_written_inline_and_writes_nothing(tmp_path: Path) -> None:
+    path = _own_window(tmp_path, states=20)
+    text = path.read_text()
+    text = (
+        'expect = { states = 20, transitions = 87, depth = 5, verdict = "ok" }\n'
+        + text[: text.index("[expect]")]
+    )
+    path.write_text(text)
+    r = run("--accept", str(path))
+    assert r.code == 1
+    assert "[expect] is not written as a [expect] table with one key per line" in r.out
+    assert path.read_text() == text
