@@ -62,7 +62,7 @@ from fsm_core.check._property import Property
 from fsm_core.check._reentry import notification_points
 from fsm_core.check._system import declared
 from fsm_core.table._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, Limits
-from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
+from fsm_core.table._load import _exists, _File, load_clauses, load_table
 from fsm_core.table._machine import Machine
 from fsm_core.table._wiring import Wiring, load_wiring
 
@@ -92,7 +92,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     else (the benchmark's own ``bench/turncancel.toml``) is read where the model says.
     """
     f = _File(display or f"{path.parent.name}/{path.name}")
-    data = f.keys("", read_toml(path, f.display), ["model"], ["environment", "tree", "expect"])
+    data = f.keys("", f.read(path), ["model"], ["environment", "tree", "expect"])
     m = f.keys(
         "[model]", data["model"], ["table", "kind"], ["doc", "name", "tier", "constants", "limits"]
     )
