@@ -627,6 +627,7 @@ class _TableParser:
     def _defs(self) -> None:
         f = self.f
         for name, body in f.table("[defs]", self.data.get("defs", {})).items():
+            found = len(f.faults)
             with f.each():
                 where = f"def {echo(name)}"
                 f.ident(where, name)
@@ -640,6 +641,10 @@ class _TableParser:
                 self.defs[name] = Definition(
                     name, expr, text, f.text(where, d.get("doc", ""), "doc")
                 )
+            if len(f.faults) > found and isinstance(name, str) and NAME.fullmatch(name):
+                # A definition in fault stands in as true, so that a later one naming it is
+                # judged on its own rather than refused for the name (the table is refused).
+                self.defs.setdefault(name, Definition(name, Lit(True), "true", ""))
         if "quiescent" not in f.table("[defs]", self.data.get("defs", {})):
             f.fail("[defs]", "missing definition 'quiescent' (the states where nothing runs)")
 
