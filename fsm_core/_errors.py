@@ -64,6 +64,10 @@ def known(names: Iterable[str | int]) -> str:
     return ", ".join(parts)
 
 
+SHOWN_FAULTS = 20
+"""The most faults a :class:`SpecError`'s message lists (``faults`` holds them all)."""
+
+
 class FsmError(Exception):
     """Root of every error fsm_core raises on purpose."""
 
@@ -101,9 +105,12 @@ class SpecError(FsmError):
         if len(self.faults) == 1:
             super().__init__(one)
         else:
-            each = "\n".join(f"  {e}" for e in self.faults)
+            each = [f"  {e}" for e in self.faults[:SHOWN_FAULTS]]
+            if len(self.faults) > SHOWN_FAULTS:
+                each.append(f"  ... and {len(self.faults) - SHOWN_FAULTS:,} more faults")
+            lines = "\n".join(each)
             super().__init__(
-                f"{shown}: {len(self.faults)} faults; nothing of it was loaded:\n{each}"
+                f"{shown}: {len(self.faults):,} faults; nothing of it was loaded:\n{lines}"
             )
 
     @classmethod

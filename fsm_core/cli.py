@@ -558,7 +558,8 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model",
         nargs="*",
-        help="model names (file stems in models/) or paths (default: every default-tier model)",
+        help="model names (file stems in models/), model files, or directories of models (each "
+        "default-tier *.toml in it); default: every default-tier model in models/",
     )
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument(

@@ -320,3 +320,26 @@ def test_a_model_may_raise_the_values_limit(tmp_path: Path) -> None:
         load_model(model)
     edit(model, 'kind = "table"\n', 'kind = "table"\nlimits = { values = 2001 }\n')
     assert load_model(model).machine.table.variables[2].type.name == "int[0..2000]"
+
+
+def test_every_fault_of_a_model_is_reported_with_its_line_and_a_guess(tmp_path: Path) -> None:
+    body = _model(
+        "agent.toml",
+        "agent",
+        "[environment]\n"
+        "budgets = { send = 1, cancl = 1 }\n"
+        'reactions = ["notify_cancel_requestd", "publish_status"]\n',
+    )
+    path = write_model(tmp_path, "m", body)
+    with pytest.raises(SpecError) as caught:
+        load_model(path)
+    message = str(caught.value).splitlines()
+    assert message[0] == "models/m.toml: 2 faults; nothing of it was loaded:"
+    assert message[1].startswith(
+        "  models/m.toml:6: [environment] budgets: unknown event 'cancl' (did you mean 'cancel'? "
+        "events: send, cancel,"
+    )
+    assert message[2].startswith(
+        "  models/m.toml:7: [environment] reactions: 'notify_cancel_requestd' is not a notifying "
+        "effect (did you mean 'notify_cancel_requested'? notifying: enqueue, "
+    )

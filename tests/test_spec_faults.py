@@ -775,6 +775,49 @@ def test_constants_size_ranges_and_a_model_may_override_them(tmp_path: Path) -> 
         load_table(specs / "t.toml", clauses, constants={"M": 1})
 
 
+def test_every_fault_of_a_table_is_reported_with_its_line_and_a_guess(tmp_path: Path) -> None:
+    """Two typos in two rows and one in a pair rule: one error names all three, each at its
+    line with the name meant; the table is refused whole."""
+    text = edit(BASE, 'guard = "holder == live"', 'guard = "holdr == live"')
+    text = edit(text, '"notify_cancel(cause)"', '"notify_cancl(cause)"')
+    text = edit(text, 'on = ["cancel"]', 'on = ["cancle"]')
+    lines = text.splitlines()
+    guard = lines.index('guard = "holdr == live"') + 1
+    do = next(i for i, line in enumerate(lines, 1) if "notify_cancl(cause)" in line)
+    on = lines.index('on = ["cancle"]') + 1
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+    assert str(caught.value) == (
+        "specs/t.toml: 3 faults; nothing of it was loaded:\n"
+        f"  specs/t.toml:{guard}: row 'cancel.busy': unknown name 'holdr' (did you mean "
+        "'holder'?) in 'holdr == live'\n"
+        f"  specs/t.toml:{do}: row 'cancel.busy': unknown effect 'notify_cancl' (did you mean "
+        "'notify_cancel'? effects: start_job, notify_cancel, settle) in 'notify_cancl(cause)'\n"
+        f"  specs/t.toml:{on}: ignored[0]: unknown event 'cancle' (did you mean 'cancel'? "
+        "events: submit, cancel, finish)"
+    )
+    assert [(e.where, e.line) for e in caught.value.faults] == [
+        ("row 'cancel.busy'", guard),
+        ("row 'cancel.busy'", do),
+        ("ignored[0]", on),
+    ]
+    assert (caught.value.file, caught.value.line) == ("specs/t.toml", guard)
+
+
+def test_a_fault_in_a_definition_is_not_echoed_by_the_ones_that_name_it(tmp_path: Path) -> None:
+    text = edit(
+        BASE,
+        "[defs]\n",
+        '[defs]\nbad = { expr = "holdr == live" }\nworse = { expr = "bad and queud" }\n',
+    )
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+    assert [e.fault for e in caught.value.faults] == [
+        "unknown name 'holdr' (did you mean 'holder'?) in 'holdr == live'",
+        "unknown name 'queud' (did you mean 'queued'?) in 'bad and queud'",
+    ]
+
+
 def test_the_error_carries_file_place_and_fault_apart(tmp_path: Path) -> None:
     specs = write_specs(tmp_path, {"t.toml": edit(BASE, 'to = "busy"', 'to = "bsy"')})
     with pytest.raises(SpecError) as caught:
@@ -1203,3 +1246,24 @@ def test_the_session_limit_table_in_specs_readme_is_the_sessions() -> None:
         "integers": "+-(2**53 - 1) (`SAFE_INTEGER`)",
         "nesting": f"{_session.MAX_DEPTH} (`MAX_DEPTH`)",
     }
+
+
+def test_lines_are_found_past_values_that_span_lines() -> None:
+    """A doc string holding a header and a key, and a list over several lines, move no
+    line a fault names."""
+    from fsm_core.table._lines import key_lines
+
+    text = (
+        '[machine]\ndoc = """\n[[rows]]\nid = "not a row"\n"""\n'  # 1-5
+        '[[rows]]\nid = "a"\ndo = [\n  "x := 1",  # ]\n  { when = "y", do = ["z()"] },\n]\n'  # 6-11
+        "[[rows]]\n'id' = \"b\"\nguard = 'c'\n"  # 12-14
+    )
+    lines = key_lines(text)
+    assert tomllib.loads(text)["rows"][1]["guard"] == "c"
+    assert (lines[("machine", "doc")], lines[("rows", 0)], lines[("rows", 0, "do")]) == (2, 6, 8)
+    assert (lines[("rows", 1)], lines[("rows", 1, "id")], lines[("rows", 1, "guard")]) == (
+        12,
+        13,
+        14,
+    )
+    assert ("rows", 2) not in lines
