@@ -77,7 +77,7 @@ def test_check_reads_a_missing_table_from_specs_and_exits_2_naming_it(
     r = run(capsys, "--specs", str(specs), "check", "agent_races")
     assert (r.code, r.out) == (2, "")
     assert r.err == (
-        "fsm-core: models/agent_races.toml: [model]: table '../specs/agent.toml' names no file: "
+        "fsm-core: models/agent_races.toml:7: [model]: table '../specs/agent.toml' names no file: "
         f"tried {specs / 'agent.toml'} (in --specs)\n"
     )
 
@@ -124,7 +124,7 @@ def test_a_shipped_model_copied_elsewhere_names_the_path_tried_and_suggests_spec
     r = run(capsys, "check", "mine/my_agent.toml")
     assert (r.code, r.out) == (2, "")
     assert r.err == (
-        "fsm-core: mine/my_agent.toml: [model]: table '../specs/agent.toml' names no file: "
+        "fsm-core: mine/my_agent.toml:7: [model]: table '../specs/agent.toml' names no file: "
         "tried mine/../specs/agent.toml (relative to the model file); fsm-core --specs DIR "
         f"reads it as 'agent.toml' in DIR (the shipped tables are in {specs_dir()})\n"
     )
@@ -161,7 +161,7 @@ def test_bench_loads_the_default_models_with_specs_before_running_anything(
     edit(specs / "agent.toml", 'id = "cancel.turn"\non = "cancel"\n', 'id = "cancel.turn"\n')
     r = run(capsys, "--specs", str(specs), "bench", "--no-baseline", "--scale", "S")
     assert (r.code, r.out) == (2, "")
-    assert r.err.startswith("fsm-core: specs/agent.toml: row 'cancel.turn': "), r.err
+    assert r.err.startswith("fsm-core: specs/agent.toml:347: row 'cancel.turn': "), r.err
 
 
 def test_mutants_copy_the_tables_from_specs(
