@@ -34,7 +34,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any, Literal, NoReturn
 
-from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known
+from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, did_you_mean, echo, known
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
@@ -663,10 +663,10 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Mode
                 raise _Refused(f"no model file {_shown_path(name)}")
             out.append((load_model(path, name, specs=specs), Source(path.absolute(), name, again)))
         else:
-            known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
+            stems = [p.stem for p in sorted(root.glob("*.toml"))]
             raise _Refused(
-                f"unknown model {echo(name)} (models: {known}; or a model file's path, or a "
-                "directory of models)"
+                f"unknown model {echo(name)} ({did_you_mean(name, stems)}models: "
+                f"{', '.join(stems)}; or a model file's path, or a directory of models)"
             )
     _unique([m for m, _ in out])
     return out

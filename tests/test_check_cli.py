@@ -144,7 +144,9 @@ def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
 def test_an_unknown_model_name_exits_2_listing_the_models() -> None:
     r = run("agent_racse")
     assert (r.code, r.out) == (2, "")
-    assert r.err.startswith("fsm-core: unknown model 'agent_racse' (models: ")
+    assert r.err.startswith(
+        "fsm-core: unknown model 'agent_racse' (did you mean 'agent_races'? models: "
+    )
     assert "agent_races" in r.err
 
 

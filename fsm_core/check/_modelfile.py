@@ -162,7 +162,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         wiring = load_wiring(wiring_path, wired, catalogue, f"{beside.name}/{wiring_path.name}")
         agents = tree.get("agents", False)
         if not isinstance(agents, bool):
-            f.fail("[tree]", f"agents must be true or false, not {echo(agents)}")
+            f.fail("[tree]", f"agents must be true or false, not {echo(agents)}", "agents")
         agent = wired["agent"] if agents else None
 
     budgets: dict[str, int] = {}
@@ -231,7 +231,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         depth, width = tree["depth"], tree["width"]
         symmetry = shape.get("symmetry", False)
         if not isinstance(symmetry, bool):
-            f.fail("[tree]", f"symmetry must be true or false, not {echo(symmetry)}")
+            f.fail("[tree]", f"symmetry must be true or false, not {echo(symmetry)}", "symmetry")
         if _tree.tree_size(depth, width, limits.tree) > limits.tree:
             f.fail(
                 "[tree]",

@@ -760,46 +760,67 @@ class _TableParser:
                 if rid in seen:
                     f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])", "id")
                 seen[rid] = i
-                event = f.text(where, r["on"], "on")
-                if event not in self.events:
-                    f.fail(
-                        where,
-                        f"unknown event {echo(event)} ({did_you_mean(event, self.events)}events: "
-                        f"{known(self.events)})",
-                        "on",
-                    )
-                sources = self._state_names(where, r["from"], "from")
-                target = r.get("to")
-                if target is not None and target not in self.state_names:
-                    f.fail(
-                        where,
-                        f"unknown state {echo(target)} in to "
-                        f"({did_you_mean(target, self.state_names)}states: "
-                        f"{known(self.state_names)})",
-                        "to",
-                    )
-                reject = r.get("reject")
-                if reject is not None and ("to" in r or "do" in r):
-                    f.fail(where, "a reject row has no 'to' and no 'do'", "reject")
-                scope = self._scope(dict(self.events[event].params))
-                guard_text = r.get("guard")
-                guard: Expr = Lit(True)
+                row = self._row(where, rid, r)
+                if row is not None:
+                    rows.append(row)
+        return tuple(rows)
+
+    def _row(self, where: str, rid: str, r: Mapping[str, Any]) -> Row | None:
+        """The row ``r``, or None after recording each of its keys' faults: its event, states,
+        guard, effects and tags are read apart, so that a row with two faults shows both."""
+        f = self.f
+        found = len(f.faults)
+        event = f.text(where, r["on"], "on")
+        with f.each():
+            if event not in self.events:
+                f.fail(
+                    where,
+                    f"unknown event {echo(event)} ({did_you_mean(event, self.events)}events: "
+                    f"{known(self.events)})",
+                    "on",
+                )
+        sources: tuple[str, ...] = ()
+        with f.each():
+            sources = self._state_names(where, r["from"], "from")
+        target = r.get("to")
+        with f.each():
+            if target is not None and target not in self.state_names:
+                f.fail(
+                    where,
+                    f"unknown state {echo(target)} in to "
+                    f"({did_you_mean(target, self.state_names)}states: "
+                    f"{known(self.state_names)})",
+                    "to",
+                )
+        reject = r.get("reject")
+        with f.each():
+            if reject is not None and ("to" in r or "do" in r):
+                f.fail(where, "a reject row has no 'to' and no 'do'", "reject")
+            reject = reject if reject is None else f.text(where, reject, "reject")
+        params = self.events[event].params if event in self.events else ()
+        scope = self._scope(dict(params))
+        guard_text = r.get("guard")
+        guard: Expr = Lit(True)
+        stmts: tuple[Stmt, ...] = ()
+        if event in self.events:  # else its parameters are unknown: a guard may name them
+            with f.each():
                 if guard_text is not None:
                     text = f.text(where, guard_text, "guard")
                     guard = _bool_expr(f, where, text, scope, "guard")
+            with f.each():
                 stmts = _stmts(
                     f, where, r.get("do", []), scope, self.var_types, self.state_var, self.effects
                 )
-                rows.append(
-                    Row(
-                        id=rid, event=event, sources=sources, guard=guard, guard_text=guard_text,
-                        target=target,
-                        reject=reject if reject is None else f.text(where, reject, "reject"),
-                        effects=stmts, clauses=self._tags(where, r),
-                        doc=f.text(where, r.get("doc", ""), "doc"),
-                    )
-                )  # fmt: skip
-        return tuple(rows)
+        tags: tuple[str, ...] = ()
+        with f.each():
+            tags = self._tags(where, r)
+        doc = f.text(where, r.get("doc", ""), "doc")
+        if len(f.faults) > found:
+            return None
+        return Row(
+            id=rid, event=event, sources=sources, guard=guard, guard_text=guard_text,
+            target=target, reject=reject, effects=stmts, clauses=tags, doc=doc,
+        )  # fmt: skip
 
     def _pair_rules(self) -> tuple[PairRule, ...]:
         f = self.f
