@@ -134,7 +134,8 @@ def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
     r = run(str(path))
     assert (r.code, r.out) == (2, "")
     assert r.err == (
-        "fsm-core: models/bad.toml: [environment] budgets: unknown event 'sned' (events: send, "
+        f"fsm-core: {path}:6: [environment] budgets: unknown event 'sned' (did you mean 'send'? "
+        "events: send, "
         "cancel, dispose, shut, maintenance_start, remove, start, claim, take_prompt, "
         "take_steering, retire, converge, halt, maintenance_finish, scope_unwound, "
         "dispose_finish)\n"
@@ -291,7 +292,7 @@ def test_two_models_with_one_name_are_refused_before_checking(tmp_path: Path) ->
     r = run(str(first), str(second), "--trace-out", str(tmp_path / "trace.txt"))
     assert (r.code, r.out) == (2, "")
     assert r.err == (
-        "fsm-core: model name 'broken' is used twice (models/broken.toml, models/broken.toml): "
+        f"fsm-core: model name 'broken' is used twice ({first}, {second}): "
         "a run names its report and trace files by model; give one a different [model] name\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
@@ -314,9 +315,9 @@ def test_a_model_that_does_not_match_its_expectation_exits_1_naming_the_numbers(
     assert r.code == 1
     mismatches = [line for line in r.out.splitlines() if line.startswith("mismatch:")]
     assert mismatches == [
-        "mismatch: small (models/small.toml) [expect] states: expected 1, found 189",
-        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 1701",
-        "mismatch: small (models/small.toml) [expect] depth: expected 3, found 7",
+        f"mismatch: small ({path}) [expect] states: expected 1, found 189",
+        f"mismatch: small ({path}) [expect] transitions: expected 2, found 1701",
+        f"mismatch: small ({path}) [expect] depth: expected 3, found 7",
     ]
     assert r.out.splitlines()[1].split()[-1] == "✗"
 
@@ -422,7 +423,7 @@ def test_a_notifying_effect_nothing_re_enters_fails_the_check_naming_it(tmp_path
     assert r.code == 1, r.out
     assert (
         "finding: races: 1 notifying effect nothing re-enters: clear_inbox (re-enter it in "
-        "[environment] reactions, or say why not in [environment] unreacted of models/races.toml)"
+        f"[environment] reactions, or say why not in [environment] unreacted of {path})"
     ) in r.out.splitlines()
     header, row = r.out.splitlines()[:2]
     assert row.split()[header.split().index("unreacted") - 1] == "1"  # "dead rows" is two words
@@ -462,7 +463,7 @@ def test_a_reaction_no_step_reaches_re_enters_nothing(tmp_path: Path) -> None:
         "finding: races: 2 notifying effects re-entered in name only, no step made a call "
         "inside: publish_disposing, publish_disposed (raise the budgets that reach them, or drop "
         "them from [environment] reactions and say why in [environment] unreacted of "
-        "models/races.toml)" in r.out.splitlines()
+        f"{path})" in r.out.splitlines()
     )
 
 
