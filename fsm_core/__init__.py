@@ -31,6 +31,10 @@ if typing.TYPE_CHECKING:  # what mypy sees; at run time, __getattr__ below
     from fsm_core.runtime import *  # noqa: F403
     from fsm_core.table import *  # noqa: F403
 
+__version__: str
+"""The installed distribution's version (``fsm-core --version``), read from its metadata on
+first use, as every other name here is."""
+
 _PARTS: dict[str, tuple[str, ...] | None] = {
     "fsm_core.table": None,
     "fsm_core.export": ("spec_to_json", "spec_to_text"),
@@ -75,6 +79,10 @@ if not typing.TYPE_CHECKING:  # mypy sees the imports above, and refuses a name 
             return importlib.import_module(_SUBMODULES[name])  # which binds it here
         if name == "__all__":
             value = _all()
+        elif name == "__version__":
+            from importlib.metadata import version  # noqa: PLC0415 - on first use only
+
+            value = version("fsm-core")
         elif name.startswith("_"):  # no public name does: dunder probes import nothing
             raise AttributeError(f"module 'fsm_core' has no attribute {name!r}")
         else:

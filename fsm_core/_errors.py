@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import final
 
 __all__ = ["FsmError", "NotEnabled", "Rejected", "SpecError", "TransitionError", "UsageError"]
@@ -77,6 +78,10 @@ def known(names: Iterable[str | int]) -> str:
     return ", ".join(parts)
 
 
+SHOWN_FAULTS = 20
+"""The most faults a :class:`SpecError`'s message lists (``faults`` holds them all)."""
+
+
 class FsmError(Exception):
     """Root of every error fsm_core raises on purpose."""
 
@@ -85,17 +90,60 @@ class FsmError(Exception):
 class SpecError(FsmError):
     """A table (or model file) is malformed; nothing of it was loaded.
 
-    The message is ``FILE: WHERE: FAULT``, e.g.
-    ``specs/agent.toml: row 'cancel.noop': unknown state 'idel' in from``.
+    The message is ``FILE:LINE: WHERE: FAULT``, e.g.
+    ``specs/agent.toml:212: row 'cancel.noop': unknown state 'idel' in from (did you mean
+    'idle'? states: idle, busy)``; without ``:LINE`` where no line holds the fault (a file that
+    is no TOML, a cycle across rows). A file with several faults raises one error for all of
+    them: ``faults`` holds each (``file``, ``where``, ``fault`` and ``line`` are the first's),
+    and the message says how many, then each on a line of its own.
     """
 
-    def __init__(self, file: str, where: str, fault: str) -> None:
+    def __init__(
+        self,
+        file: str,
+        where: str,
+        fault: str,
+        line: int | None = None,
+        *,
+        faults: Sequence[SpecError] = (),
+    ) -> None:
         self.file = file
         self.where = where
         self.fault = fault
+        self.line = line
+        self.faults: tuple[SpecError, ...] = tuple(faults) or (self,)
         # A file name comes from the file system: quote it when it holds a control character.
         shown = file if file.isprintable() else echo(file)
-        super().__init__(f"{shown}: {where}: {fault}" if where else f"{shown}: {fault}")
+        at = f"{shown}:{line}" if line is not None else shown
+        one = f"{at}: {where}: {fault}" if where else f"{at}: {fault}"
+        if len(self.faults) == 1:
+            super().__init__(one)
+        else:
+            each = [f"  {e}" for e in self.faults[:SHOWN_FAULTS]]
+            if len(self.faults) > SHOWN_FAULTS:
+                each.append(f"  ... and {len(self.faults) - SHOWN_FAULTS:,} more faults")
+            lines = "\n".join(each)
+            super().__init__(
+                f"{shown}: {len(self.faults):,} faults; nothing of it was loaded:\n{lines}"
+            )
+
+    @classmethod
+    def of(cls, faults: Sequence[SpecError]) -> SpecError:
+        """One error for ``faults`` (at least one), in the order found."""
+        if len(faults) == 1:
+            return faults[0]
+        first = faults[0]
+        return cls(first.file, first.where, first.fault, first.line, faults=faults)
+
+
+def did_you_mean(name: object, choices: Iterable[str]) -> str:
+    """``"did you mean 'holder'? "`` when ``name`` is close to one of ``choices`` (by
+    :func:`difflib.get_close_matches`), else ``""``: what a fault about an unknown name puts
+    first in its parenthesis."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f"did you mean {echo(close[0])}? " if close else ""
 
 
 class TransitionError(FsmError):

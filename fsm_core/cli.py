@@ -34,7 +34,15 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any, Literal, NoReturn
 
-from fsm_core._errors import ECHO_LIMIT, FsmError, TransitionError, echo, known, named
+from fsm_core._errors import (
+    ECHO_LIMIT,
+    FsmError,
+    TransitionError,
+    did_you_mean,
+    echo,
+    known,
+    named,
+)
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
@@ -97,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(words)
     if unknown:
         parser.error(f"unrecognized arguments: {known(unknown)}")
+    _merge_global_options(args, parser)
     with _first_interrupt_only():
         return _main(args, words)
 
@@ -272,6 +281,56 @@ class _Parser(argparse.ArgumentParser):
         super().error(_bounded(message, self.words, ECHO_LIMIT))
 
 
+def _global_options(parser: argparse.ArgumentParser, *, after: bool) -> None:
+    """The options of every subcommand, accepted before it (``fsm-core --specs D check``) or
+    after it (``fsm-core check --specs D``). After it, each goes to a ``NAME_after`` field
+    that is only set when given (:func:`_merge_global_options` joins the two)."""
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"fsm-core {_version()}",
+        help="print fsm-core's version and exit",
+    )
+    parser.add_argument(
+        "--specs",
+        type=Path,
+        dest="specs_after" if after else "specs",
+        default=argparse.SUPPRESS if after else None,
+        metavar="DIR",
+        help="read the tables from DIR instead of the shipped specs/, in every subcommand: a "
+        "model's table in a directory named specs (../specs/agent.toml) is read as DIR/agent.toml; "
+        "a table elsewhere, like the bench model's own models/bench/turncancel.toml, is not",
+    )
+
+
+GLOBAL_OPTIONS = ("specs",)
+"""The options :func:`_global_options` adds that take a value, by field name."""
+
+
+def _merge_global_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Each global option given after the subcommand, as if given before it; given on both
+    sides with two values it is refused (which one was meant cannot be told)."""
+    for name in GLOBAL_OPTIONS:
+        if not hasattr(args, f"{name}_after"):
+            continue
+        after = getattr(args, f"{name}_after")
+        delattr(args, f"{name}_after")
+        before = getattr(args, name)
+        if before is not None and before != after:
+            parser.error(
+                f"--{name} is given twice, {_shown_path(before)} before {args.command} and "
+                f"{_shown_path(after)} after it: give it once"
+            )
+        setattr(args, name, after)
+
+
+def _version() -> str:
+    """The installed distribution's version (:data:`fsm_core.__version__`)."""
+    from fsm_core import __version__  # noqa: PLC0415 - resolved lazily by the package
+
+    return __version__
+
+
 def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The command line's parser; its messages shorten what they quote of ``words``."""
     parser = _Parser(
@@ -279,19 +338,15 @@ def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
         prog="fsm-core",
         description="Executable specification of turn cancellation and multi-agent teardown.",
     )
-    parser.add_argument(
-        "--specs",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="read the tables from DIR instead of the shipped specs/, in every subcommand: a "
-        "model's table in a directory named specs (../specs/agent.toml) is read as DIR/agent.toml; "
-        "a table elsewhere, like the bench model's own models/bench/turncancel.toml, is not",
-    )
+    _global_options(parser, after=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, words=words)
+        # What `fsm-core NAME --help` says first; a tool's own configure may say it instead.
+        description = _DESCRIPTIONS.get(name, help[0].upper() + help[1:] + ".")
+        p = sub.add_parser(name, help=help, description=description, words=words)
+        _global_options(p, after=True)
+        return p
 
     _configure_check(add("check", "model-check the bounded models in models/"))
     for name, (_, what) in _TOOLS.items():
@@ -337,6 +392,23 @@ def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     return parser
 
+
+_DESCRIPTIONS = {
+    "mutants": "Plant each known bug (a mutant) in a copy of the tables (--spec, the default) "
+    "or of the runtime's Python (--runtime) and prove the model checker, or the race tests, "
+    "catch it. Prints a kill table; a mutant that survives fails the run (exit 1).",
+    "spec": "Print the transition tables: each machine's states, variables, events, effects, "
+    "rows and invariants, with the clause each row implements; --json prints the export file "
+    "ports consume (specs/schema.json).",
+    "acp": "Serve one agent of the reference runtime over the Agent Client Protocol "
+    "(JSON-RPC on standard input and output) until the client closes standard input: an echo "
+    "model by default, or --model's; shell hooks may block a prompt or a tool call.",
+    "diagrams": "Draw each table as a Graphviz diagram: DOT always, SVG where Graphviz's dot "
+    "is installed, into the shipped diagrams/ or --out DIR. --check writes nothing and names "
+    "each stale file (exit 1).",
+}
+"""The descriptions ``fsm-core NAME --help`` prints for the subcommands whose one-line help
+says too little; the others' is their help, or what their tool's configure sets."""
 
 _TOOLS = {
     "bench": ("fsm_core.tools._bench", "time the checker against the baseline BFS"),
@@ -470,6 +542,14 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+def _is_dir(path: Path) -> bool:
+    """True iff ``path`` is a directory; a name the file system refuses is none."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def _discard_stdout() -> None:
     """Point standard output at the null device (the recipe of Python's ``signal`` docs).
 
@@ -498,7 +578,8 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model",
         nargs="*",
-        help="model names (file stems in models/) or paths (default: every default-tier model)",
+        help="model names (file stems in models/), model files, or directories of models (each "
+        "default-tier *.toml in it); default: every default-tier model in models/",
     )
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument(
@@ -518,6 +599,13 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--force", action="store_true", help="with --trace-out: overwrite existing trace files"
+    )
+    p.add_argument(
+        "--accept",
+        action="store_true",
+        help="after a deliberate change, record each model's numbers as its [expect] "
+        "(rewriting only that table of its file, comments kept; added if it has none); "
+        "a model with a violation is refused",
     )
     p.add_argument(
         "--max-states",
@@ -555,8 +643,11 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
 
 
 def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Model, Source]]:
-    """Every default-tier model, or the named ones (a name is a file stem; else a path), each
-    with where a worker loads it again."""
+    """Every default-tier model, or the named ones, each with where a worker loads it again.
+
+    A name is a shipped model's file stem, else a path: a model file, or a directory whose
+    default-tier models (``*.toml``) are all checked. A model is shown by the path as typed
+    (``my_agent.toml`` stays relative, ``/tmp/m.toml`` absolute)."""
     root = models_dir()
     # A worker may run in another directory (the forkserver's): it gets absolute paths.
     again = specs.absolute() if specs is not None else None
@@ -570,22 +661,33 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Mode
     out: list[tuple[Model, Source]] = []
     for name in chosen:
         path = Path(name)
-        if path.suffix == ".toml" or len(path.parts) > 1:
+        shipped = root / f"{name}.toml"
+        by_path = path.suffix == ".toml" or len(path.parts) > 1 or name.endswith(os.sep)
+        if not by_path and _is_file(shipped):
+            display = f"{root.name}/{shipped.name}"
+            model = load_model(shipped, display, specs=specs)
+            out.append((model, Source(shipped.absolute(), display, again)))
+        elif _is_dir(path):
+            found = [
+                (m, Source(p.absolute(), m.file, again))
+                for p in sorted(path.glob("*.toml"))
+                for m in [load_model(p, os.path.join(name, p.name), specs=specs)]
+            ]
+            if not any(m.tier == "default" for m, _ in found):
+                raise _Refused(
+                    f"{_shown_path(name)}: no default-tier model (*.toml) in the directory"
+                )
+            out += [(m, s) for m, s in found if m.tier == "default"]
+        elif by_path:
             if not _is_file(path):
                 raise _Refused(f"no model file {_shown_path(name)}")
-            out.append((load_model(path, specs=specs), Source(path.absolute(), None, again)))
-            continue
-        candidate = root / f"{name}.toml"
-        if not _is_file(candidate):
-            known = ", ".join(p.stem for p in sorted(root.glob("*.toml")))
-            raise _Refused(f"unknown model {echo(name)} (models: {known})")
-        display = f"{root.name}/{candidate.name}"
-        out.append(
-            (
-                load_model(candidate, display, specs=specs),
-                Source(candidate.absolute(), display, again),
+            out.append((load_model(path, name, specs=specs), Source(path.absolute(), name, again)))
+        else:
+            stems = [p.stem for p in sorted(root.glob("*.toml"))]
+            raise _Refused(
+                f"unknown model {echo(name)} ({did_you_mean(name, stems)}models: "
+                f"{', '.join(stems)}; or a model file's path, or a directory of models)"
             )
-        )
     _unique([m for m, _ in out])
     return out
 
@@ -765,6 +867,8 @@ def _check(args: argparse.Namespace) -> int:
         raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
     if args.force and args.trace_out is None:
         raise _Refused("--force applies only to --trace-out")
+    if args.accept and args.max_states is not None:
+        raise _Refused("--accept records a whole search; drop --max-states")
     trace_format = args.trace_format or "text"
     start = time.perf_counter()
     if args.cluster is not None:
@@ -823,9 +927,10 @@ def _check(args: argparse.Namespace) -> int:
             )
             done(r)
             reports.append(r)
-    failed = any(
+    accepted, refused = _accept(reports, {m.name: source.path for m, source in jobs}, args)
+    failed = bool(refused) or any(
         (r.verdict != "ok" and not _expected_violation(r))
-        or r.mismatches()
+        or (r.mismatches() and r.model.name not in accepted)
         or r.unreacted
         or r.unreached
         for r in reports
@@ -855,7 +960,7 @@ def _check(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     if args.json:
         print(json.dumps(to_json(reports, seconds), indent=2))
-        for line in written:
+        for line in [*written, *accepted.values(), *refused]:
             print(line, file=sys.stderr)
         return 1 if failed else 0
 
@@ -869,7 +974,7 @@ def _check(args: argparse.Namespace) -> int:
                 + (", [expect] not compared" if r.model.expect is not None else "")
             )
             continue
-        for mismatch in r.mismatches():
+        for mismatch in r.mismatches() if r.model.name not in accepted else ():
             print(f"mismatch: {r.model.name} ({r.model.file}) [expect] {mismatch}")
     for r in violating:
         print(f"\n{violation_heading(r)}")
@@ -908,5 +1013,27 @@ def _check(args: argparse.Namespace) -> int:
             f"{'them' if count != 1 else 'it'} from [environment] reactions and say why in "
             f"[environment] unreacted of {r.model.file})"
         )
+    if accepted or refused:
+        print()
+        print("\n".join([*accepted.values(), *refused]))
     print(done_line(reports, time.perf_counter() - start))
     return 1 if failed else 0
+
+
+def _accept(
+    reports: Sequence[Report], paths: dict[str, Path], args: argparse.Namespace
+) -> tuple[dict[str, str], list[str]]:
+    """With ``--accept``: each model's ``[expect]`` rewritten from its report, the line saying
+    what changed by model, and the refusals; else nothing."""
+    if not args.accept:
+        return {}, []
+    from fsm_core.check._accept import AcceptRefused, accept  # noqa: PLC0415
+
+    accepted: dict[str, str] = {}
+    refused: list[str] = []
+    for r in reports:
+        try:
+            accepted[r.model.name] = f"accepted: {accept(r, paths[r.model.name])}"
+        except AcceptRefused as e:
+            refused.append(f"not accepted: {e}")
+    return accepted, refused

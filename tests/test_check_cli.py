@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,8 @@ def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
     r = run(str(path))
     assert (r.code, r.out) == (2, "")
     assert r.err == (
-        "fsm-core: models/bad.toml: [environment] budgets: unknown event 'sned' (events: send, "
+        f"fsm-core: {path}:6: [environment] budgets: unknown event 'sned' (did you mean 'send'? "
+        "events: send, "
         "cancel, dispose, shut, maintenance_start, remove, start, claim, take_prompt, "
         "take_steering, retire, converge, halt, maintenance_finish, scope_unwound, "
         "dispose_finish)\n"
@@ -160,7 +162,9 @@ def test_a_bad_model_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
 def test_an_unknown_model_name_exits_2_listing_the_models() -> None:
     r = run("agent_racse")
     assert (r.code, r.out) == (2, "")
-    assert r.err.startswith("fsm-core: unknown model 'agent_racse' (models: ")
+    assert r.err.startswith(
+        "fsm-core: unknown model 'agent_racse' (did you mean 'agent_races'? models: "
+    )
     assert "agent_races" in r.err
 
 
@@ -305,7 +309,7 @@ def test_two_models_with_one_name_are_refused_before_checking(tmp_path: Path) ->
     r = run(str(first), str(second), "--trace-out", str(tmp_path / "trace.txt"))
     assert (r.code, r.out) == (2, "")
     assert r.err == (
-        "fsm-core: model name 'broken' is used twice (models/broken.toml, models/broken.toml): "
+        f"fsm-core: model name 'broken' is used twice ({first}, {second}): "
         "a run names its report and trace files by model; give one a different [model] name\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
@@ -328,9 +332,9 @@ def test_a_model_that_does_not_match_its_expectation_exits_1_naming_the_numbers(
     assert r.code == 1
     mismatches = [line for line in r.out.splitlines() if line.startswith("mismatch:")]
     assert mismatches == [
-        "mismatch: small (models/small.toml) [expect] states: expected 1, found 189",
-        "mismatch: small (models/small.toml) [expect] transitions: expected 2, found 1701",
-        "mismatch: small (models/small.toml) [expect] depth: expected 3, found 7",
+        f"mismatch: small ({path}) [expect] states: expected 1, found 189",
+        f"mismatch: small ({path}) [expect] transitions: expected 2, found 1701",
+        f"mismatch: small ({path}) [expect] depth: expected 3, found 7",
     ]
     assert r.out.splitlines()[1].split()[-1] == "✗"
 
@@ -439,7 +443,7 @@ def test_a_notifying_effect_nothing_re_enters_fails_the_check_naming_it(tmp_path
     assert r.code == 1, r.out
     assert (
         "finding: races: 1 notifying effect nothing re-enters: clear_inbox (re-enter it in "
-        "[environment] reactions, or say why not in [environment] unreacted of models/races.toml)"
+        f"[environment] reactions, or say why not in [environment] unreacted of {path})"
     ) in unwrapped(r.out)
     header, row = r.out.splitlines()[:2]
     assert row.split()[header.split().index("unreacted")] == "1"
@@ -479,5 +483,113 @@ def test_a_reaction_no_step_reaches_re_enters_nothing(tmp_path: Path) -> None:
         "finding: races: 2 notifying effects re-entered in name only, no step made a call "
         "inside: publish_disposing, publish_disposed (raise the budgets that reach them, or drop "
         "them from [environment] reactions and say why in [environment] unreacted of "
-        "models/races.toml)" in unwrapped(r.out)
+        f"{path})" in unwrapped(r.out)
     )
+
+
+# --- a user's own models -------------------------------------------------------------------------
+
+
+def _own_window(parent: Path, name: str = "my_agent.toml", states: int = 24) -> Path:
+    """The shipped window model (a table model, checked in a moment) copied to ``parent``
+    with its table, its ``[expect] states`` set to ``states``."""
+    shutil.copytree(models_dir() / "conformance", parent / "conformance", dirs_exist_ok=True)
+    path = parent / name
+    path.write_text(
+        (models_dir() / "window.toml").read_text().replace("states = 24", f"states = {states}")
+    )
+    return path
+
+
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
+def test_a_model_is_shown_by_its_path_as_typed(
+    absolute: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _own_window(tmp_path, states=25)
+    monkeypatch.chdir(tmp_path)
+    typed = str(path) if absolute else "my_agent.toml"
+    r = run("--workers", "1", typed)
+    assert r.code == 1
+    assert f"mismatch: my_agent ({typed}) [expect] states: expected 25, found 24\n" in r.out
+    r = run("--workers", "1", "--json", typed)
+    assert json.loads(r.out)["models"][0]["file"] == typed
+
+
+def test_check_dir_checks_every_model_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _own_window(mine, "one.toml")
+    _own_window(mine, "two.toml", states=25)
+    monkeypatch.chdir(tmp_path)
+    r = run("--workers", "1", "mine")
+    assert r.code == 1
+    assert [line.split()[0] for line in r.out.splitlines()[1:3]] == ["one", "two"]
+    assert "mismatch: two (mine/two.toml) [expect] states: expected 25, found 24\n" in r.out
+    (tmp_path / "empty").mkdir()
+    r = run("empty/")
+    assert (r.code, r.err) == (
+        2,
+        "fsm-core: empty/: no default-tier model (*.toml) in the directory\n",
+    )
+
+
+# --- --accept ------------------------------------------------------------------------------------
+
+
+def test_accept_rewrites_only_the_numbers_of_expect_and_says_what_changed(tmp_path: Path) -> None:
+    path = _own_window(tmp_path, states=20)
+    text = path.read_text().replace("depth = 5", "depth = 4  # deepest first\r")
+    path.write_bytes(f"{text}\n# trailing words\n".encode())
+    before = path.read_bytes()
+    r = run("--accept", str(path))
+    assert r.code == 0, r.out + r.err
+    assert "mismatch:" not in r.out
+    assert f"\naccepted: my_agent ({path}): [expect] states 20 -> 24, depth 4 -> 5\n" in r.out
+    assert path.read_bytes() == before.replace(b"states = 20", b"states = 24").replace(
+        b"depth = 4  # deepest first\r", b"depth = 5  # deepest first\r"
+    )
+    r = run("--accept", str(path))
+    assert f"\naccepted: my_agent ({path}): [expect] unchanged\n" in r.out
+    assert run(str(path)).code == 0
+
+
+def test_accept_adds_expect_to_a_model_without_one(tmp_path: Path) -> None:
+    path = _own_window(tmp_path)
+    text = path.read_text()
+    path.write_text(text[: text.index("[expect]")])
+    assert run(str(path)).code == 0  # [expect] is optional
+    r = run("--accept", str(path))
+    assert r.code == 0
+    assert (
+        f"\naccepted: my_agent ({path}): [expect] added: states = 24, transitions = 87, "
+        'depth = 5, verdict = "ok"\n'
+    ) in r.out
+    assert path.read_text() == text
+
+
+def test_accept_refuses_a_model_with_a_violation_and_writes_nothing(tmp_path: Path) -> None:
+    path = broken_model(tmp_path)
+    before = path.read_bytes()
+    r = run("--accept", str(path))
+    assert r.code == 1
+    assert (
+        f"\nnot accepted: broken ({path}): quiet_phases_hold_nothing is violated; a model that "
+        "does not hold is fixed, not accepted\n"
+    ) in r.out
+    assert path.read_bytes() == before
+
+
+def test_accept_refuses_an_expect_written_inline_and_writes_nothing(tmp_path: Path) -> None:
+    path = _own_window(tmp_path, states=20)
+    text = path.read_text()
+    text = (
+        'expect = { states = 20, transitions = 87, depth = 5, verdict = "ok" }\n'
+        + text[: text.index("[expect]")]
+    )
+    path.write_text(text)
+    r = run("--accept", str(path))
+    assert r.code == 1
+    assert "[expect] is not written as a [expect] table with one key per line" in r.out
+    assert path.read_text() == text

@@ -3,11 +3,13 @@ faults of the environment."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from fsm_core._paths import models_dir, specs_dir
 from fsm_core.cli import main
 from fsm_core.tools._mutants import BY_NAME
 from tests.helpers import copy_specs, edit
@@ -75,9 +77,69 @@ def test_check_reads_a_missing_table_from_specs_and_exits_2_naming_it(
     r = run(capsys, "--specs", str(specs), "check", "agent_races")
     assert (r.code, r.out) == (2, "")
     assert r.err == (
-        "fsm-core: models/agent_races.toml: [model]: table '../specs/agent.toml' names no file "
-        f"(in --specs {specs})\n"
+        "fsm-core: models/agent_races.toml:7: [model]: table '../specs/agent.toml' names no file: "
+        f"tried {specs / 'agent.toml'} (in --specs)\n"
     )
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_specs_after_the_subcommand_is_the_same_option(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nonexistent"
+    r = run(capsys, command, "--specs", str(missing))
+    assert (r.code, r.out, r.err) == (2, "", f"fsm-core: --specs {missing}: no such directory\n")
+
+
+def test_specs_after_check_reads_the_agent_table_from_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    specs = last_wins_specs(tmp_path)
+    r = run(capsys, "check", "--specs", str(specs), "agent_races")
+    assert r.code == 1
+    assert r.out.splitlines()[1].split()[:3] == ["agent_races", "agent", "violation"]
+    same = run(capsys, "--specs", str(specs), "check", "--specs", str(specs), "agent_races")
+    assert same.code == 1
+
+
+def test_specs_given_before_and_after_the_subcommand_with_two_values_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = copy_specs(tmp_path / "a"), copy_specs(tmp_path / "b")
+    with pytest.raises(SystemExit) as exit:
+        main(["--specs", str(a), "check", "--specs", str(b), "window"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fsm-core: error: --specs is given twice, {a} before check and {b} after it: give it once"
+    )
+
+
+def test_a_shipped_model_copied_elsewhere_names_the_path_tried_and_suggests_specs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(models_dir() / "agent_races.toml", mine / "my_agent.toml")
+    monkeypatch.chdir(tmp_path)
+    r = run(capsys, "check", "mine/my_agent.toml")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (
+        "fsm-core: mine/my_agent.toml:7: [model]: table '../specs/agent.toml' names no file: "
+        "tried mine/../specs/agent.toml (relative to the model file); fsm-core --specs DIR "
+        f"reads it as 'agent.toml' in DIR (the shipped tables are in {specs_dir()})\n"
+    )
+    assert run(capsys, "check", "--specs", str(specs_dir()), "mine/my_agent.toml").code == 0
+
+
+@pytest.mark.parametrize("command", [*SUBCOMMANDS, "vectors", "acp"])
+def test_every_subcommand_describes_itself_in_its_help(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    description = capsys.readouterr().out.split("\n\n")[1]
+    assert len(description.split()) >= 15, description
 
 
 def test_specs_leave_the_bench_models_own_table_alone(
@@ -99,7 +161,7 @@ def test_bench_loads_the_default_models_with_specs_before_running_anything(
     edit(specs / "agent.toml", 'id = "cancel.turn"\non = "cancel"\n', 'id = "cancel.turn"\n')
     r = run(capsys, "--specs", str(specs), "bench", "--no-baseline", "--scale", "S")
     assert (r.code, r.out) == (2, "")
-    assert r.err.startswith("fsm-core: specs/agent.toml: row 'cancel.turn': "), r.err
+    assert r.err.startswith("fsm-core: specs/agent.toml:347: row 'cancel.turn': "), r.err
 
 
 def test_mutants_copy_the_tables_from_specs(

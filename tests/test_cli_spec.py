@@ -108,7 +108,8 @@ def test_spec_on_a_broken_table_exits_2_naming_file_and_row(
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (
-        "fsm-core: specs/agent.toml: row 'cancel.turn': unknown event 'cancle' (events: send, "
+        "fsm-core: specs/agent.toml:349: row 'cancel.turn': unknown event 'cancle' (did you "
+        "mean 'cancel'? events: send, "
         "cancel, dispose, shut, maintenance_start, remove, start, claim, take_prompt, "
         "take_steering, retire, converge, halt, maintenance_finish, scope_unwound, "
         "dispose_finish)\n"

@@ -340,7 +340,7 @@ def test_integer_arithmetic_types_are_ranges() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param("zz", "unknown name 'zz'", id="unknown-name"),
+        pytest.param("zz", "unknown name 'zz' (did you mean 'z'?)", id="unknown-name"),
         pytest.param("not n", "type mismatch: 'not' needs a boolean, not int[0..2]", id="not"),
         pytest.param("a and n", "type mismatch: 'and' needs a boolean, not int[0..2]", id="and"),
         pytest.param("e or a", "type mismatch: 'or' needs a boolean, not letter", id="or"),

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsm_core import SpecError, load_spec
+from fsm_core._errors import SHOWN_FAULTS
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import load_model
 from tests.test_spec_faults import BASE, write_specs
@@ -189,15 +190,26 @@ FILE_LEVEL = (
 
 
 def assert_refusal(error: SpecError, file: str) -> None:
-    """A refusal names the file and a place, boundedly, printably."""
-    message = str(error)
+    """A refusal names the file and a place (with its line, where one holds it) for each
+    fault, boundedly, printably."""
     assert error.file == file
-    assert error.where or error.fault.startswith(FILE_LEVEL), message
-    assert message == (
-        f"{file}: {error.where}: {error.fault}" if error.where else f"{file}: {error.fault}"
-    )
-    assert message.isprintable(), message
-    assert len(message) <= MESSAGE_LIMIT, message[:200]
+    lines = str(error).split("\n")
+    if len(error.faults) > 1:
+        assert lines[0] == f"{file}: {len(error.faults):,} faults; nothing of it was loaded:"
+        assert lines[1:] == [f"  {e}" for e in error.faults[:SHOWN_FAULTS]] + (
+            [f"  ... and {len(error.faults) - SHOWN_FAULTS:,} more faults"]
+            if len(error.faults) > SHOWN_FAULTS
+            else []
+        )
+    for fault in error.faults:
+        message = str(fault)
+        at = fault.file if fault.line is None else f"{fault.file}:{fault.line}"
+        assert fault.where or fault.fault.startswith(FILE_LEVEL), message
+        assert message == (
+            f"{at}: {fault.where}: {fault.fault}" if fault.where else f"{at}: {fault.fault}"
+        )
+        assert message.isprintable(), message
+        assert len(message) <= MESSAGE_LIMIT, message[:200]
 
 
 @pytest.fixture(scope="module")

@@ -308,3 +308,16 @@ def test_every_exported_class_is_final_unless_meant_for_subclassing() -> None:
     }
     open_ = sorted(c.__name__ for c in classes if not getattr(c, "__final__", False))
     assert open_ == sorted(OPEN_CLASSES)
+
+
+def test_the_version_is_the_installed_distributions_and_the_command_line_prints_it() -> None:
+    import subprocess
+    from importlib.metadata import version
+
+    assert fsm_core.__version__ == version("fsm-core")
+    assert "__version__" not in PACKAGE.__all__
+    for argv in (["--version"], ["check", "--version"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "fsm_core", *argv], capture_output=True, text=True, check=True
+        )
+        assert done.stdout == f"fsm-core {version('fsm-core')}\n"

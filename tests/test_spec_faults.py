@@ -225,81 +225,86 @@ TABLE_FAULTS = [
     pytest.param(
         'from = ["idle"]\nguard = "wake"',
         'from = ["idel"]\nguard = "wake"',
-        "specs/t.toml: row 'submit.idle': "
-        "unknown state 'idel' in from (states: idle, busy, stopping)",
+        "specs/t.toml:49: row 'submit.idle': "
+        "unknown state 'idel' in from (did you mean 'idle'? states: idle, busy, stopping)",
         id="unknown-state-in-from",
     ),
     pytest.param(
         'to = "busy"',
         'to = "bsy"',
-        "specs/t.toml: row 'submit.idle': unknown state 'bsy' in to (states: idle, busy, stopping)",
+        "specs/t.toml:51: row 'submit.idle': unknown state 'bsy' in to (did you mean "
+        "'busy'? states: idle, busy, stopping)",
         id="unknown-state-in-to",
     ),
     pytest.param(
         'in = ["idle", "stopping"]',
         'in = ["idle", "stoping"]',
-        "specs/t.toml: ignored[0]: unknown state 'stoping' in in (states: idle, busy, stopping)",
+        "specs/t.toml:108: ignored[0]: unknown state 'stoping' in in (did you mean "
+        "'stopping'? states: idle, busy, stopping)",
         id="unknown-state-in-ignored",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "holdr == live"',
-        "specs/t.toml: row 'cancel.busy': unknown name 'holdr' in 'holdr == live'",
+        "specs/t.toml:81: row 'cancel.busy': unknown name 'holdr' (did you mean 'holder'?) "
+        "in 'holdr == live'",
         id="unknown-variable-in-guard",
     ),
     pytest.param(
         'from = ["busy"]\ndo = ["queued := true"]',
         'from = ["busy"]\ndo = ["queud := true"]',
-        "specs/t.toml: row 'submit.busy': "
-        "unknown variable 'queud' (variables: holder, queued, count) in 'queud := true'",
+        "specs/t.toml:67: row 'submit.busy': "
+        "unknown variable 'queud' (did you mean 'queued'? variables: holder, queued, "
+        "count) in 'queud := true'",
         id="unknown-variable-assigned",
     ),
     pytest.param(
         'on = "finish"\nfrom = ["stopping"]',
         'on = "finnish"\nfrom = ["stopping"]',
-        "specs/t.toml: row 'finish.stopped': "
-        "unknown event 'finnish' (events: submit, cancel, finish)",
+        "specs/t.toml:100: row 'finish.stopped': "
+        "unknown event 'finnish' (did you mean 'finish'? events: submit, cancel, finish)",
         id="unknown-event",
     ),
     pytest.param(
         '"start_job()"',
         '"strat_job()"',
-        "specs/t.toml: row 'submit.idle': "
-        "unknown effect 'strat_job' (effects: start_job, notify_cancel, settle) in 'strat_job()'",
+        "specs/t.toml:52: row 'submit.idle': "
+        "unknown effect 'strat_job' (did you mean 'start_job'? effects: start_job, "
+        "notify_cancel, settle) in 'strat_job()'",
         id="unknown-effect",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "holder == true"',
-        "specs/t.toml: row 'cancel.busy': "
+        "specs/t.toml:81: row 'cancel.busy': "
         "type mismatch: cannot compare holder with bool in 'holder == true'",
         id="type-mismatch-enum-with-bool",
     ),
     pytest.param(
         '"count := if count < 2 then count + 1 else count"',
         '"count := if count < 2 then count + holder else count"',
-        "specs/t.toml: row 'finish.done': type mismatch: '+' needs integers, "
+        "specs/t.toml:91: row 'finish.done': type mismatch: '+' needs integers, "
         "not int[0..2] and holder in 'count := if count < 2 then count + holder else count'",
         id="type-mismatch-int-plus-enum",
     ),
     pytest.param(
         '"holder := aborted"',
         '"holder := cause"',
-        "specs/t.toml: row 'cancel.busy': out-of-domain assignment: holder := cause may give "
+        "specs/t.toml:83: row 'cancel.busy': out-of-domain assignment: holder := cause may give "
         "user, parent, not in holder (none, live, aborted) in 'holder := cause'",
         id="enum-assignment-out-of-domain",
     ),
     pytest.param(
         '"notify_cancel(cause)"',
         '"notify_cancel(holder)"',
-        "specs/t.toml: row 'cancel.busy': out-of-domain argument: notify_cancel(cause=holder) "
+        "specs/t.toml:83: row 'cancel.busy': out-of-domain argument: notify_cancel(cause=holder) "
         "may give none, live, aborted, not in cause (user, parent) in 'notify_cancel(holder)'",
         id="enum-argument-out-of-domain",
     ),
     pytest.param(
         '"holder := none", "settle()"',
         '"holder := none", "settle()", "count := count + 1"',
-        "specs/t.toml: row 'finish.stopped': out-of-domain assignment: count becomes 3, "
+        "specs/t.toml:98: row 'finish.stopped': out-of-domain assignment: count becomes 3, "
         "not in int[0..2] (from stopping{holder=none, queued=false, count=2})",
         id="int-assignment-overflows-its-range",
     ),
@@ -309,27 +314,27 @@ TABLE_FAULTS = [
         '"count := count + 1",\n'
         '  { when = "quiescent", do = ["settle()"] },\n'
         '  "count := count - 1",\n',
-        "specs/t.toml: row 'finish.done': out-of-domain assignment: count becomes 3, not in "
+        "specs/t.toml:86: row 'finish.done': out-of-domain assignment: count becomes 3, not in "
         "int[0..2] (from busy{holder=none, queued=false, count=2}, when settle runs)",
         id="int-overflow-seen-by-a-listener",
     ),
     pytest.param(
         'id = "submit.quiet"',
         'id = "submit.idle"',
-        "specs/t.toml: row 'submit.idle': duplicate row id (rows[0] and rows[1])",
+        "specs/t.toml:56: row 'submit.idle': duplicate row id (rows[0] and rows[1])",
         id="duplicate-row-id",
     ),
     pytest.param(
         'id = "stopping_is_aborted"',
         'id = "busy_is_live"',
-        "specs/t.toml: invariant 'busy_is_live': "
+        "specs/t.toml:130: invariant 'busy_is_live': "
         "duplicate invariant id (invariants[1] and invariants[2])",
         id="duplicate-invariant-id",
     ),
     pytest.param(
         'guard = "not wake"',
         'guard = "not queued"',
-        "specs/t.toml: row 'submit.quiet': rows 'submit.idle' and 'submit.quiet' are both "
+        "specs/t.toml:55: row 'submit.quiet': rows 'submit.idle' and 'submit.quiet' are both "
         "enabled for submit(wake=true) in idle{holder=none, queued=false, count=0}",
         id="two-rows-enabled-together",
     ),
@@ -337,58 +342,59 @@ TABLE_FAULTS = [
         '[[rejected]]\non = ["finish"]\nin = ["idle"]\nwhy = "no job runs"\n'
         'clauses = ["C.settle"]\n',
         "",
-        "specs/t.toml: event 'finish': "
+        "specs/t.toml:34: event 'finish': "
         "unhandled pair (idle, finish): add a row, or list it [[ignored]] or [[rejected]]",
         id="unhandled-pair",
     ),
     pytest.param(
         'in = ["idle", "stopping"]',
         'in = ["idle", "busy", "stopping"]',
-        "specs/t.toml: ignored[0]: (busy, cancel) is also handled by row 'cancel.busy'",
+        "specs/t.toml:108: ignored[0]: (busy, cancel) is also handled by row 'cancel.busy'",
         id="pair-both-handled-and-ignored",
     ),
     pytest.param(
         'on = ["finish"]',
         'on = ["finish", "cancel"]',
-        "specs/t.toml: rejected[0]: (idle, cancel) is already listed by ignored[0]",
+        "specs/t.toml:114: rejected[0]: (idle, cancel) is already listed by ignored[0]",
         id="pair-both-ignored-and-rejected",
     ),
     pytest.param(
         'from = ["busy"]\ndo = ["queued := true"]',
         'from = ["busy", "busy"]\ndo = ["queued := true"]',
-        "specs/t.toml: row 'submit.busy': from lists 'busy' twice",
+        "specs/t.toml:66: row 'submit.busy': from lists 'busy' twice",
         id="state-listed-twice-in-from",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "holder == live and queued"',
-        "specs/t.toml: event 'cancel': input event not handled: no row is enabled for "
+        "specs/t.toml:30: event 'cancel': input event not handled: no row is enabled for "
         "cancel(cause=user) in busy{holder=live, queued=false, count=0}",
         id="input-event-not-handled-in-a-valid-state",
     ),
     pytest.param(
         'guard = "wake"',
         'guard = "(wake"',
-        "specs/t.toml: row 'submit.idle': unexpected end of expression, expected ')' in '(wake'",
+        "specs/t.toml:50: row 'submit.idle': unexpected end of expression, expected ')' in '(wake'",
         id="malformed-unbalanced-paren",
     ),
     pytest.param(
         'guard = "not wake"',
         'guard = "not wake and"',
-        "specs/t.toml: row 'submit.quiet': "
+        "specs/t.toml:59: row 'submit.quiet': "
         "unexpected end of expression, expected a name in 'not wake and'",
         id="malformed-dangling-operator",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "holder = live"',
-        "specs/t.toml: row 'cancel.busy': unexpected character '=' at column 8 in 'holder = live'",
+        "specs/t.toml:81: row 'cancel.busy': unexpected character '=' at column 8 in "
+        "'holder = live'",
         id="malformed-unexpected-character",
     ),
     pytest.param(
         'from = ["busy"]\ndo = ["queued := true"]\nclauses = ["C.queue"]\n',
         'from = ["busy"]\ndo = ["queued := true"]\n',
-        "specs/t.toml: row 'submit.busy': "
+        "specs/t.toml:63: row 'submit.busy': "
         "missing clause tag (every row and invariant names the clause it implements)",
         id="missing-clause-tag",
     ),
@@ -399,97 +405,101 @@ TABLE_FAULTS = [
         'holds = "phase == busy implies holder == live"\n'
         'doc = "A running job\'s holder is live."\n'
         "clauses = []",
-        "specs/t.toml: invariant 'busy_is_live': "
+        "specs/t.toml:128: invariant 'busy_is_live': "
         "missing clause tag (every row and invariant names the clause it implements)",
         id="empty-clause-tag-list",
     ),
     pytest.param(
         '"start_job()"]\nclauses = ["C.start"]',
         '"start_job()"]\nclauses = ["C.strat"]',
-        "specs/t.toml: row 'submit.idle': unknown clause 'C.strat' (see specs/clauses.toml)",
+        "specs/t.toml:53: row 'submit.idle': unknown clause 'C.strat' (did you mean "
+        "'C.start'? see specs/clauses.toml)",
         id="unknown-clause-tag",
     ),
     pytest.param(
         'guard = "holder == live"',
         'gaurd = "holder == live"',
-        "specs/t.toml: row 'cancel.busy': unknown key 'gaurd' "
-        "(expected one of: clauses, do, doc, from, guard, id, on, reject, to)",
+        "specs/t.toml:81: row 'cancel.busy': unknown key 'gaurd' "
+        "(did you mean 'guard'? expected one of: clauses, do, doc, from, guard, id, on, "
+        "reject, to)",
         id="unknown-key",
     ),
     pytest.param(
         'on = "cancel"\n',
         "",
-        "specs/t.toml: row 'cancel.busy': missing key 'on'",
+        "specs/t.toml:77: row 'cancel.busy': missing key 'on'",
         id="missing-required-key",
     ),
     pytest.param(
         '"holder := none", "settle()"',
         '"phase := idle", "settle()"',
-        "specs/t.toml: row 'finish.stopped': phase changes only through 'to' in 'phase := idle'",
+        "specs/t.toml:103: row 'finish.stopped': phase changes only through 'to' in 'phase "
+        ":= idle'",
         id="state-variable-assigned-in-do",
     ),
     pytest.param(
         '"notify_cancel(cause)"',
         '"notify_cancel()"',
-        "specs/t.toml: row 'cancel.busy': "
+        "specs/t.toml:83: row 'cancel.busy': "
         "notify_cancel takes 1 argument(s), got 0 in 'notify_cancel()'",
         id="effect-given-too-few-arguments",
     ),
     pytest.param(
         '"start_job()"',
         '"start_job(wake)"',
-        "specs/t.toml: row 'submit.idle': "
+        "specs/t.toml:52: row 'submit.idle': "
         "start_job takes 0 argument(s), got 1 in 'start_job(wake)'",
         id="effect-given-too-many-arguments",
     ),
     pytest.param(
         "[effects.settle]\n",
         '[effects.settle]\n\n[effects.log]\ndoc = "Write a log line."\n',
-        "specs/t.toml: effect 'log': declared but no row performs it",
+        "specs/t.toml:46: effect 'log': declared but no row performs it",
         id="effect-never-performed",
     ),
     pytest.param(
         'init = "none"',
         'init = "live"',
-        "specs/t.toml: invariant 'idle_holds_nothing': "
+        "specs/t.toml:118: invariant 'idle_holds_nothing': "
         "does not hold in the initial state idle{holder=live, queued=false, count=0}",
         id="invariant-fails-in-the-initial-state",
     ),
     pytest.param(
         "[vars]\n",
         '[vars]\nlive = { type = "bool", init = false }\n',
-        "specs/t.toml: var 'live': 'live' is both a variable and an enumeration value",
+        "specs/t.toml:19: var 'live': 'live' is both a variable and an enumeration value",
         id="name-is-variable-and-enum-value",
     ),
     pytest.param(
         "[vars]\n",
         '[vars]\nphase = { type = "bool", init = false }\n',
-        "specs/t.toml: var 'phase': 'phase' is the state variable; [machine] declares it",
+        "specs/t.toml:19: var 'phase': 'phase' is the state variable; [machine] declares it",
         id="state-variable-redeclared",
     ),
     pytest.param(
         "[types]\n",
         '[types]\nphase = ["on", "off"]\n',
-        "specs/t.toml: type 'phase': 'phase' is the state variable's type; its values are the "
+        "specs/t.toml:15: type 'phase': 'phase' is the state variable's type; its values are the "
         "[states]",
         id="state-variable-type-redeclared",
     ),
     pytest.param(
         'params = { wake = "bool" }',
         'params = { wake = "bool", queued = "bool" }',
-        "specs/t.toml: event 'submit': parameter 'queued' shadows a variable or enumeration value",
+        "specs/t.toml:26: event 'submit': parameter 'queued' shadows a variable or "
+        "enumeration value",
         id="parameter-shadows-variable",
     ),
     pytest.param(
         'params = { wake = "bool" }',
         'params = { wake = "bool", quiescent = "bool" }',
-        "specs/t.toml: event 'submit': parameter 'quiescent' shadows the definition 'quiescent'",
+        "specs/t.toml:26: event 'submit': parameter 'quiescent' shadows the definition 'quiescent'",
         id="parameter-shadows-definition",
     ),
     pytest.param(
         'count = { type = "int[0..2]", init = 0,',
         'count = { type = "int[0..2]", init = 3,',
-        "specs/t.toml: var 'count': init 3 is not a value of int[0..2]",
+        "specs/t.toml:21: var 'count': init 3 is not a value of int[0..2]",
         id="init-outside-its-range",
     ),
     pytest.param(
@@ -501,94 +511,95 @@ TABLE_FAULTS = [
     pytest.param(
         "quiescent = { expr",
         "quiet = { expr",
-        "specs/t.toml: [defs]: missing definition 'quiescent' (the states where nothing runs)",
+        "specs/t.toml:23: [defs]: missing definition 'quiescent' (the states where nothing runs)",
         id="missing-quiescent-definition",
     ),
     pytest.param(
         'reject = "the job is stopping"',
         'reject = "the job is stopping"\ndo = ["queued := true"]',
-        "specs/t.toml: row 'submit.stopping': a reject row has no 'to' and no 'do'",
+        "specs/t.toml:74: row 'submit.stopping': a reject row has no 'to' and no 'do'",
         id="reject-row-with-effects",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "holder in {live, dead}"',
-        "specs/t.toml: row 'cancel.busy': 'dead' is not a value of holder "
+        "specs/t.toml:81: row 'cancel.busy': 'dead' is not a value of holder "
         "(values: none, live, aborted) in 'holder in {live, dead}'",
         id="in-set-outside-the-domain",
     ),
     pytest.param(
         "[defs]\n",
         '[defs]\nbusy_live = { expr = "phase == busy and holder == live" }\n',
-        "specs/t.toml: def 'busy_live': defined but no row, definition or invariant uses it",
+        "specs/t.toml:24: def 'busy_live': defined but no row, definition or invariant uses it",
         id="unused-definition",
     ),
     pytest.param(
         'count = { type = "int[0..2]"',
         'count = { type = "int[0..N]"',
-        "specs/t.toml: var 'count': unknown constant 'N' in an integer range",
+        "specs/t.toml:21: var 'count': unknown constant 'N' in an integer range",
         id="unknown-constant-in-a-range",
     ),
     pytest.param(
         'count = { type = "int[0..2]"',
         'count = { type = "int[0..\u0662]"',
-        "specs/t.toml: var 'count': the range bound '\u0662' is neither an integer in ASCII "
+        "specs/t.toml:21: var 'count': the range bound '\u0662' is neither an integer in ASCII "
         "digits nor a constant name",
         id="arabic-indic-digit-in-a-range",
     ),
     pytest.param(
         'count = { type = "int[0..2]"',
         'count = { type = "int[\uff10..2]"',
-        "specs/t.toml: var 'count': the range bound '\uff10' is neither an integer in ASCII "
+        "specs/t.toml:21: var 'count': the range bound '\uff10' is neither an integer in ASCII "
         "digits nor a constant name",
         id="fullwidth-digit-in-a-range",
     ),
     pytest.param(
         'from = ["idle"]\nguard = "wake"',
         'from = ["\\u001b[2Jidle"]\nguard = "wake"',
-        "specs/t.toml: row 'submit.idle': "
-        "unknown state '\\x1b[2Jidle' in from (states: idle, busy, stopping)",
+        "specs/t.toml:49: row 'submit.idle': "
+        "unknown state '\\x1b[2Jidle' in from (did you mean 'idle'? states: idle, busy, stopping)",
         id="escape-sequence-in-a-name-is-quoted-escaped",
     ),
     pytest.param(
         'idle = { doc = "No job runs." }',
         'idle = { doc = "No job \\u001b[31mruns." }',
-        "specs/t.toml: state 'idle': doc holds the non-printing character '\\x1b' at position 7 "
+        "specs/t.toml:10: state 'idle': doc holds the non-printing character '\\x1b' at position 7 "
         "(a table is plain text; newlines and tabs are allowed)",
         id="escape-sequence-in-a-doc",
     ),
     pytest.param(
         'idle = { doc = "No job runs." }',
         'idle = { doc = "No job \\u202eruns." }',
-        "specs/t.toml: state 'idle': doc holds the non-printing character '\\u202e' at position 7 "
+        "specs/t.toml:10: state 'idle': doc holds the non-printing character '\\u202e' at "
+        "position 7 "
         "(a table is plain text; newlines and tabs are allowed)",
         id="bidi-override-in-a-doc",
     ),
     pytest.param(
         'id = "submit.quiet"',
         'id = "submit.quiet\\nimport os"',
-        "specs/t.toml: rows[1]: id 'submit.quiet\\nimport os' is not a valid id "
+        "specs/t.toml:56: rows[1]: id 'submit.quiet\\nimport os' is not a valid id "
         "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
         id="row-id-not-an-id",
     ),
     pytest.param(
         'id = "submit.quiet"',
         "id = 7",
-        "specs/t.toml: rows[1]: id 7 is not a valid id "
+        "specs/t.toml:56: rows[1]: id 7 is not a valid id "
         "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
         id="row-id-not-a-string",
     ),
     pytest.param(
         'id = "busy_is_live"',
         'id = "busy is live"',
-        "specs/t.toml: invariants[1]: id 'busy is live' is not a valid id "
+        "specs/t.toml:125: invariants[1]: id 'busy is live' is not a valid id "
         "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
         id="invariant-id-not-an-id",
     ),
     pytest.param(
         'name = "t"',
         'name = "t/u"',
-        "specs/t.toml: [machine]: 't/u' is not a valid name (lower_snake_case, not a keyword)",
+        "specs/t.toml:3: [machine]: 't/u' is not a valid name (lower_snake_case, not a keyword)",
         id="machine-name-not-a-name",
     ),
 ]
@@ -607,32 +618,32 @@ CATALOGUE_FAULTS = [
     pytest.param(
         'quote = "A cancel aborts the running job."',
         'quote = "A cancel stops the running job."',
-        "specs/clauses.toml: clause 'C.cancel': quote not found verbatim in sources/seed.txt",
+        "specs/clauses.toml:14: clause 'C.cancel': quote not found verbatim in sources/seed.txt",
         id="quote-not-verbatim",
     ),
     pytest.param(
         'S = "sources/seed.txt"',
         'S = "sources/sed.txt"',
-        "specs/clauses.toml: source 'S': sources/sed.txt: file not found",
+        "specs/clauses.toml:2: source 'S': sources/sed.txt: file not found",
         id="source-file-missing",
     ),
     pytest.param(
         '[clauses."C.settle"]\nsource = "S"',
         '[clauses."C.settle"]\nsource = "T"',
-        "specs/clauses.toml: clause 'C.settle': unknown source 'T' (sources: S)",
+        "specs/clauses.toml:19: clause 'C.settle': unknown source 'T' (sources: S)",
         id="unknown-source",
     ),
     pytest.param(
         '[clauses."C.settle"]',
         '[clauses."C settle"]',
-        "specs/clauses.toml: [clauses]: clause id 'C settle' is not a valid id (letters, "
+        "specs/clauses.toml:4: [clauses]: clause id 'C settle' is not a valid id (letters, "
         "digits and _ in words joined by . or -, e.g. S000.first-wins)",
         id="clause-id-not-an-id",
     ),
     pytest.param(
         'S = "sources/seed.txt"',
         'S = "../specs/sources/seed.txt"',
-        "specs/clauses.toml: source 'S': '../specs/sources/seed.txt' is not a relative path "
+        "specs/clauses.toml:2: source 'S': '../specs/sources/seed.txt' is not a relative path "
         "inside the catalogue's directory (names of letters, digits, '.', '_' and '-' joined "
         "by '/')",
         id="source-outside-the-catalogue",
@@ -640,41 +651,51 @@ CATALOGUE_FAULTS = [
     pytest.param(
         'S = "sources/seed.txt"',
         'S = "sources"',
-        "specs/clauses.toml: source 'S': sources: a directory; expected a file",
+        "specs/clauses.toml:2: source 'S': sources: a directory; expected a file",
         id="source-is-a-directory",
     ),
     pytest.param(
         'quote = "A cancel aborts the running job."',
         'quote = " \\n "',
-        "specs/clauses.toml: clause 'C.cancel': "
+        "specs/clauses.toml:14: clause 'C.cancel': "
         "the quote is empty (a clause quotes the words it stands for)",
         id="blank-quote",
     ),
     pytest.param(
         'summary = "Finishing settles."',
         'summary = "Finishing settles."\nnot_implemented = 3',
-        "specs/clauses.toml: clause 'C.settle': not_implemented must be a string, found int",
+        "specs/clauses.toml:23: clause 'C.settle': not_implemented must be a string, found int",
         id="not-implemented-not-a-string",
     ),
     pytest.param(
         'summary = "Finishing settles."',
         'summary = "Finishing settles."\nnot_implemented = " "',
-        "specs/clauses.toml: clause 'C.settle': "
+        "specs/clauses.toml:19: clause 'C.settle': "
         "not_implemented is empty (it says why no row implements the clause)",
         id="not-implemented-blank",
     ),
     pytest.param(
         'summary = "Finishing settles."',
         'summary = "Finishing settles."\nnot_implemented = "no\\u0007bell"',
-        "specs/clauses.toml: clause 'C.settle': not_implemented holds the non-printing "
+        "specs/clauses.toml:23: clause 'C.settle': not_implemented holds the non-printing "
         "character '\\x07' at position 2 (a table is plain text; newlines and tabs are allowed)",
         id="not-implemented-control-character",
     ),
     pytest.param(
         'summary = "Finishing settles."',
         'summary = "Finishing settles."\nnot_implemented = "the table has no finish"',
-        "specs/t.toml: row 'finish.done': clause 'C.settle' says no row implements it (its "
-        "not_implemented in specs/clauses.toml): drop the tag, or the not_implemented",
+        # Every place that cites it is named, each with its line.
+        "specs/t.toml: 4 faults; nothing of it was loaded:\n"
+        + "\n".join(
+            f"  specs/t.toml:{line}: {where}: clause 'C.settle' says no row implements it (its "
+            "not_implemented in specs/clauses.toml): drop the tag, or the not_implemented"
+            for line, where in [
+                (96, "row 'finish.done'"),
+                (104, "row 'finish.stopped'"),
+                (116, "rejected[0]"),
+                (122, "invariant 'idle_holds_nothing'"),
+            ]
+        ),
         id="not-implemented-yet-cited",
     ),
 ]
@@ -720,7 +741,7 @@ def test_a_section_that_is_not_a_table_is_rejected(
 ) -> None:
     text = f"{section} = 3\n" + edit(BASE, block, "")
     with pytest.raises(
-        SpecError, match=exactly(f"specs/t.toml: [{section}]: expected a table, found int")
+        SpecError, match=exactly(f"specs/t.toml:1: [{section}]: expected a table, found int")
     ):
         load_spec(write_specs(tmp_path, {"t.toml": text}))
 
@@ -732,7 +753,7 @@ def test_an_effect_argument_outside_its_range_is_found_by_enumeration(tmp_path: 
     table = edit(table, '"start_job()"', '"start_job(count + 1)"')
     with pytest.raises(
         SpecError,
-        match=r"^specs/t\.toml: row 'submit\.idle': out-of-domain argument: start_job\(slot=3\) "
+        match=r"^specs/t\.toml:47: row 'submit\.idle': out-of-domain argument: start_job\(slot=3\) "
         r"in idle\{holder=none, queued=false, count=2\}$",
     ):
         load_spec(write_specs(tmp_path, {"t.toml": table}))
@@ -749,9 +770,52 @@ def test_constants_size_ranges_and_a_model_may_override_them(tmp_path: Path) -> 
     wider = load_table(specs / "t.toml", clauses, constants={"N": 5})
     assert wider.table.variables[2].type.name == "int[0..5]"
     with pytest.raises(
-        SpecError, match=r"^specs/t\.toml: \[constants\]: unknown constant 'M' \(constants: N\)$"
+        SpecError, match=r"^specs/t\.toml:9: \[constants\]: unknown constant 'M' \(constants: N\)$"
     ):
         load_table(specs / "t.toml", clauses, constants={"M": 1})
+
+
+def test_every_fault_of_a_table_is_reported_with_its_line_and_a_guess(tmp_path: Path) -> None:
+    """Two typos in two rows and one in a pair rule: one error names all three, each at its
+    line with the name meant; the table is refused whole."""
+    text = edit(BASE, 'guard = "holder == live"', 'guard = "holdr == live"')
+    text = edit(text, '"notify_cancel(cause)"', '"notify_cancl(cause)"')
+    text = edit(text, 'on = ["cancel"]', 'on = ["cancle"]')
+    lines = text.splitlines()
+    guard = lines.index('guard = "holdr == live"') + 1
+    do = next(i for i, line in enumerate(lines, 1) if "notify_cancl(cause)" in line)
+    on = lines.index('on = ["cancle"]') + 1
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+    assert str(caught.value) == (
+        "specs/t.toml: 3 faults; nothing of it was loaded:\n"
+        f"  specs/t.toml:{guard}: row 'cancel.busy': unknown name 'holdr' (did you mean "
+        "'holder'?) in 'holdr == live'\n"
+        f"  specs/t.toml:{do}: row 'cancel.busy': unknown effect 'notify_cancl' (did you mean "
+        "'notify_cancel'? effects: start_job, notify_cancel, settle) in 'notify_cancl(cause)'\n"
+        f"  specs/t.toml:{on}: ignored[0]: unknown event 'cancle' (did you mean 'cancel'? "
+        "events: submit, cancel, finish)"
+    )
+    assert [(e.where, e.line) for e in caught.value.faults] == [
+        ("row 'cancel.busy'", guard),
+        ("row 'cancel.busy'", do),
+        ("ignored[0]", on),
+    ]
+    assert (caught.value.file, caught.value.line) == ("specs/t.toml", guard)
+
+
+def test_a_fault_in_a_definition_is_not_echoed_by_the_ones_that_name_it(tmp_path: Path) -> None:
+    text = edit(
+        BASE,
+        "[defs]\n",
+        '[defs]\nbad = { expr = "holdr == live" }\nworse = { expr = "bad and queud" }\n',
+    )
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+    assert [e.fault for e in caught.value.faults] == [
+        "unknown name 'holdr' (did you mean 'holder'?) in 'holdr == live'",
+        "unknown name 'queud' (did you mean 'queued'?) in 'bad and queud'",
+    ]
 
 
 def test_the_error_carries_file_place_and_fault_apart(tmp_path: Path) -> None:
@@ -771,8 +835,8 @@ def test_a_directory_with_one_bad_table_is_rejected_whole(tmp_path: Path) -> Non
     for _ in range(2):
         with pytest.raises(
             SpecError,
-            match=r"^specs/u\.toml: row 'submit\.idle': "
-            r"unknown state 'bsy' in to \(states: idle, busy, stopping\)$",
+            match=r"^specs/u\.toml:51: row 'submit\.idle': "
+            r"unknown state 'bsy' in to \(did you mean 'busy'\? states: idle, busy, stopping\)$",
         ):
             load_spec(broken)
 
@@ -797,7 +861,7 @@ def test_a_fault_quotes_at_most_80_characters_of_input(tmp_path: Path) -> None:
     with pytest.raises(
         SpecError,
         match=exactly(
-            f"specs/t.toml: var 'holder': unknown type {quoted} "
+            f"specs/t.toml:19: var 'holder': unknown type {quoted} "
             "(types: bool, holder, cause, phase, int[lo..hi])"
         ),
     ):
@@ -913,31 +977,31 @@ LIMIT_FAULTS = [
     pytest.param(
         'count = { type = "int[0..2]"',
         'count = { type = "int[0..100000]"',
-        f"specs/t.toml: var 'count': int[0..100000] has 100,001 values, {_OVER_VALUES}",
+        f"specs/t.toml:21: var 'count': int[0..100000] has 100,001 values, {_OVER_VALUES}",
         id="integer-range-over-the-values-limit",
     ),
     pytest.param(
         'cause = ["user", "parent"]',
         "cause = [" + ", ".join(f'"v{i}"' for i in range(2_000)) + "]",
-        f"specs/t.toml: type 'cause': 2,000 values, {_OVER_VALUES}",
+        f"specs/t.toml:16: type 'cause': 2,000 values, {_OVER_VALUES}",
         id="enumeration-over-the-values-limit",
     ),
     pytest.param(
         "[events.finish]\n",
         '[events.finish]\nparams = { a = "int[0..99]", b = "int[0..99]" }\n',
-        f"specs/t.toml: event 'finish': 10,000 argument tuples, {_OVER_VALUES}",
+        f"specs/t.toml:34: event 'finish': 10,000 argument tuples, {_OVER_VALUES}",
         id="event-arguments-over-the-values-limit",
     ),
     pytest.param(
         "[states]\n",
         "[constants]\nN = 10000000000\n\n[states]\n",
-        "specs/t.toml: constant 'N': 10000000000 is over the limit of 2,147,483,647",
+        "specs/t.toml:10: constant 'N': 10000000000 is over the limit of 2,147,483,647",
         id="constant-over-int32",
     ),
     pytest.param(
         'count = { type = "int[0..2]"',
         'count = { type = "int[0..' + "9" * 5_000 + ']"',
-        "specs/t.toml: var 'count': the range bound "
+        "specs/t.toml:21: var 'count': the range bound "
         "'9999999999999999999999999999999999999...99999999999999999999999999999999999999' "
         "is over the limit of 2,147,483,647",
         id="range-bound-of-5000-digits",
@@ -945,35 +1009,35 @@ LIMIT_FAULTS = [
     pytest.param(
         'guard = "holder == live"',
         'guard = "holder == live and count < 99999999999999999999"',
-        "specs/t.toml: row 'cancel.busy': the integer '99999999999999999999' is over the limit "
+        "specs/t.toml:81: row 'cancel.busy': the integer '99999999999999999999' is over the limit "
         "of 2,147,483,647 in 'holder == live and count < 99999999999999999999'",
         id="integer-literal-over-int32",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "holder == live and count < ' + "1 + " * 200 + '1"',
-        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "specs/t.toml:81: row 'cancel.busy': the expression nests deeper than 50 levels in "
         "'holder == live and count < 1 + 1 + 1 ... 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1'",
         id="a-chain-of-200-terms",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "' + "(" * 110 + "holder == live" + ")" * 110 + '"',
-        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "specs/t.toml:81: row 'cancel.busy': the expression nests deeper than 50 levels in "
         "'(((((((((((((((((((((((((((((((((((((...))))))))))))))))))))))))))))))))))))))'",
         id="110-parentheses",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "' + "not " * 60 + 'holder == live"',
-        "specs/t.toml: row 'cancel.busy': the expression nests deeper than 50 levels in "
+        "specs/t.toml:81: row 'cancel.busy': the expression nests deeper than 50 levels in "
         "'not not not not not not not not not n...not not not not not not holder == live'",
         id="60-nots",
     ),
     pytest.param(
         'guard = "holder == live"',
         'guard = "holder == live' + " " * 1_000 + '"',
-        "specs/t.toml: row 'cancel.busy': the text is 1,014 characters long; the limit is 1,000 "
+        "specs/t.toml:81: row 'cancel.busy': the text is 1,014 characters long; the limit is 1,000 "
         "in 'holder == live                       ...                                      '",
         id="expression-over-1000-characters",
     ),
@@ -981,8 +1045,8 @@ LIMIT_FAULTS = [
         "[defs]\n",
         '[defs]\nd0 = { expr = "phase == idle" }\n'
         + "".join(f'd{i} = {{ expr = "d{i - 1} and d{i - 1}" }}\n' for i in range(1, 10)),
-        "specs/t.toml: def 'd8': the expression has 1,023 terms with its definitions expanded; "
-        "the limit is 1,000 in 'd7 and d7'",
+        "specs/t.toml:32: def 'd8': the expression has 1,023 terms with its definitions "
+        "expanded; the limit is 1,000 in 'd7 and d7'",
         id="definitions-doubling-past-1000-terms",
     ),
 ]
@@ -1008,7 +1072,7 @@ def test_one_unused_variable_that_multiplies_the_domain_is_refused_at_once(
     with pytest.raises(
         SpecError,
         match=exactly(
-            "specs/agent.toml: var 'spare': int[0..100] has 101 values, so the loader would "
+            "specs/agent.toml:41: var 'spare': int[0..100] has 101 values, so the loader would "
             "check 91,840,512 cases, over the limit of 1,000,000 "
             "(a model may raise it: [model] limits = { domain = N })"
         ),
@@ -1023,7 +1087,7 @@ def test_a_constant_that_makes_a_range_too_wide_is_refused(tmp_path: Path) -> No
     with pytest.raises(
         SpecError,
         match=exactly(
-            "specs/t.toml: var 'count': int[0..1000000000] has 1,000,000,001 values, "
+            "specs/t.toml:24: var 'count': int[0..1000000000] has 1,000,000,001 values, "
             + _OVER_VALUES
         ),
     ):
@@ -1063,7 +1127,7 @@ def test_an_event_whose_arguments_multiply_the_domain_is_named(tmp_path: Path) -
     with pytest.raises(
         SpecError,
         match=exactly(
-            "specs/t.toml: event 'finish': 1,000 argument tuples, so the loader would check "
+            "specs/t.toml:35: event 'finish': 1,000 argument tuples, so the loader would check "
             "5,425,200 cases, over the limit of 1,000,000 "
             "(a model may raise it: [model] limits = { domain = N })"
         ),
@@ -1112,7 +1176,7 @@ def test_eighty_thousand_states_are_refused_at_once(
     with pytest.raises(
         SpecError,
         match=exactly(
-            "specs/t.toml: [states]: 80,003 states, over the limit of 1,000 "
+            "specs/t.toml:9: [states]: 80,003 states, over the limit of 1,000 "
             "(a model may raise it: [model] limits = { values = N })"
         ),
     ):
@@ -1148,7 +1212,7 @@ def test_a_wiring_needs_every_machine_it_connects(tmp_path: Path, table: str) ->
     with pytest.raises(
         SpecError,
         match=exactly(
-            f"specs/wiring.toml: [wiring]: the wiring connects a machine {table!r}; "
+            f"specs/wiring.toml:36: [wiring]: the wiring connects a machine {table!r}; "
             "no table names it"
         ),
     ):
@@ -1182,3 +1246,24 @@ def test_the_session_limit_table_in_specs_readme_is_the_sessions() -> None:
         "integers": "+-(2**53 - 1) (`SAFE_INTEGER`)",
         "nesting": f"{_session.MAX_DEPTH} (`MAX_DEPTH`)",
     }
+
+
+def test_lines_are_found_past_values_that_span_lines() -> None:
+    """A doc string holding a header and a key, and a list over several lines, move no
+    line a fault names."""
+    from fsm_core.table._lines import key_lines
+
+    text = (
+        '[machine]\ndoc = """\n[[rows]]\nid = "not a row"\n"""\n'  # 1-5
+        '[[rows]]\nid = "a"\ndo = [\n  "x := 1",  # ]\n  { when = "y", do = ["z()"] },\n]\n'  # 6-11
+        "[[rows]]\n'id' = \"b\"\nguard = 'c'\n"  # 12-14
+    )
+    lines = key_lines(text)
+    assert tomllib.loads(text)["rows"][1]["guard"] == "c"
+    assert (lines[("machine", "doc")], lines[("rows", 0)], lines[("rows", 0, "do")]) == (2, 6, 8)
+    assert (lines[("rows", 1)], lines[("rows", 1, "id")], lines[("rows", 1, "guard")]) == (
+        12,
+        13,
+        14,
+    )
+    assert ("rows", 2) not in lines

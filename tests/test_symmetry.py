@@ -159,7 +159,8 @@ def test_a_tree_model_takes_symmetry_as_a_boolean(tmp_path: Path) -> None:
     )
     path = write_model(tmp_path, "m", body)
     with pytest.raises(
-        SpecError, match=exactly("models/m.toml: [tree]: symmetry must be true or false, not 'yes'")
+        SpecError,
+        match=exactly("models/m.toml:10: [tree]: symmetry must be true or false, not 'yes'"),
     ):
         load_model(path)
     path.write_text(body.replace('"yes"', "true"), encoding="utf-8")

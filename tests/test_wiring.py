@@ -153,7 +153,7 @@ def test_a_wiring_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
         SpecError,
         match=exactly(
-            "specs/wiring.toml: calls[0]: unknown key 'when' (expected one of: args, clauses, "
+            "specs/wiring.toml:47: calls[0]: unknown key 'when' (expected one of: args, clauses, "
             "doc, effect, event, id, only, refused, target)"
         ),
     ):

@@ -48,12 +48,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fsm_core._errors import SpecError, echo, known
+from fsm_core._errors import ECHO_LIMIT, SpecError, did_you_mean, echo, known
+from fsm_core._paths import specs_dir
 from fsm_core.check._composed import _agent, _tree
 from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._needs import Needs
@@ -61,8 +62,9 @@ from fsm_core.check._property import Property
 from fsm_core.check._reentry import notification_points
 from fsm_core.check._system import declared
 from fsm_core.table._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, Limits
-from fsm_core.table._load import _exists, _File, load_clauses, load_table, read_toml
+from fsm_core.table._load import _exists, _File, load_clauses, load_table
 from fsm_core.table._machine import Machine
+from fsm_core.table._table import EventSpec
 from fsm_core.table._wiring import Wiring, load_wiring
 
 _KINDS: tuple[Kind, ...] = ("table", "agent", "activation-tree")
@@ -91,23 +93,35 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     else (the benchmark's own ``bench/turncancel.toml``) is read where the model says.
     """
     f = _File(display or f"{path.parent.name}/{path.name}")
-    data = f.keys("", read_toml(path, f.display), ["model"], ["environment", "tree", "expect"])
+    data = f.keys("", f.read(path), ["model"], ["environment", "tree", "expect"])
     m = f.keys(
         "[model]", data["model"], ["table", "kind"], ["doc", "name", "tier", "constants", "limits"]
     )
     name = f.text("[model]", m.get("name", path.stem), "name")
-    if not _MODEL_NAME.fullmatch(name):
-        f.fail(
-            "[model]",
-            f"name {echo(name)} is not a valid model name (letters, digits, _ and -; "
-            "a file name's stem unless [model] name says otherwise)",
-        )
+    with f.each():
+        if not _MODEL_NAME.fullmatch(name):
+            f.fail(
+                "[model]",
+                f"name {echo(name)} is not a valid model name (letters, digits, _ and -; "
+                "a file name's stem unless [model] name says otherwise)",
+                "name",
+            )
     kind = m["kind"]
     if kind not in _KINDS:
-        f.fail("[model]", f"kind must be one of {known(_KINDS)}, not {echo(kind)}")
+        f.fail(
+            "[model]",
+            f"kind must be one of {known(_KINDS)}, not {echo(kind)}{_meant(kind, _KINDS)}",
+            "kind",
+        )
     tier = m.get("tier", "default")
-    if tier not in ("default", "bench"):
-        f.fail("[model]", f"tier must be 'default' or 'bench', not {echo(tier)}")
+    with f.each():
+        if tier not in ("default", "bench"):
+            f.fail(
+                "[model]",
+                f"tier must be 'default' or 'bench', not {echo(tier)}"
+                f"{_meant(tier, ('default', 'bench'))}",
+                "tier",
+            )
     table_path = _table_path(f, "[model]", "table", m["table"], path, specs)
     constants = _ints(f, "[model] constants", m.get("constants", {}))
     raised = f.keys("[model] limits", m.get("limits", {}), [], ["domain", "values", "tree"])
@@ -148,7 +162,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         wiring = load_wiring(wiring_path, wired, catalogue, f"{beside.name}/{wiring_path.name}")
         agents = tree.get("agents", False)
         if not isinstance(agents, bool):
-            f.fail("[tree]", f"agents must be true or false, not {echo(agents)}")
+            f.fail("[tree]", f"agents must be true or false, not {echo(agents)}", "agents")
         agent = wired["agent"] if agents else None
 
     budgets: dict[str, int] = {}
@@ -176,34 +190,21 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
                 if spec.kind == "input" or call in ("halt", "remove"):
                     events[f"agent.{call}"] = spec
         for event in budgets:
-            if event == "agent.shut" and agent is not None:
-                f.fail(
-                    "[environment] budgets",
-                    "'agent.shut' is the wiring's call (an activation's close), not the user's",
-                )
-            if event not in events:
-                names = known(events)
-                f.fail("[environment] budgets", f"unknown event {echo(event)} (events: {names})")
-            user = _USER_INTERNAL.get(kind, frozenset()) | {"agent.halt", "agent.remove"}
-            if events[event].kind != "input" and event not in user:
-                calls = known(e for e, x in events.items() if x.kind == "input" or e in user)
-                f.fail(
-                    "[environment] budgets",
-                    f"{echo(event)} is an internal event the runtime fires itself; a budget "
-                    f"bounds what the user calls ({calls})",
-                )
+            with f.each():
+                _budget(f, kind, event, events, agent is not None)
         reactions = f.names("[environment]", env.get("reactions", ["-"]), "reactions")
         if reactions == ("-",):
             reactions = ()
         notifiers = agent.table if agent is not None else t
+        notifying = [n for n, e in notifiers.effects.items() if e.notifies]
         for effect in reactions:
-            notifier = notifiers.effects.get(effect)
-            if notifier is None or not notifier.notifies:
-                notifying = known(n for n, e in notifiers.effects.items() if e.notifies)
-                f.fail(
-                    "[environment] reactions",
-                    f"{echo(effect)} is not a notifying effect (notifying: {notifying})",
-                )
+            if effect not in notifying:
+                with f.each():
+                    f.fail(
+                        "[environment] reactions",
+                        f"{echo(effect)} is not a notifying effect "
+                        f"({did_you_mean(effect, notifying)}notifying: {known(notifying)})",
+                    )
         failures = _ints(f, "[environment]", {"failures": env.get("failures", 0)})["failures"]
     elif kind != "table":
         f.fail("[model]", f"a model of kind {echo(kind)} needs an [environment] section")
@@ -230,7 +231,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         depth, width = tree["depth"], tree["width"]
         symmetry = shape.get("symmetry", False)
         if not isinstance(symmetry, bool):
-            f.fail("[tree]", f"symmetry must be true or false, not {echo(symmetry)}")
+            f.fail("[tree]", f"symmetry must be true or false, not {echo(symmetry)}", "symmetry")
         if _tree.tree_size(depth, width, limits.tree) > limits.tree:
             f.fail(
                 "[tree]",
@@ -257,6 +258,8 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         agent=agent,
         symmetry=symmetry,
     )
+    # A model with faults so far is refused here: what follows reads the model they are in.
+    f.done()
     if "environment" in data and "unreacted" in data["environment"]:
         model = replace(model, unreacted=_unreacted(f, model, data["environment"]["unreacted"]))
     if "expect" not in data:
@@ -272,7 +275,13 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
     rows = {r.id for r in t.rows}
     for row in untaken:
         if row not in rows:
-            f.fail("[expect]", f"untaken names {echo(row)}, which is no row of {t.file}")
+            with f.each():
+                f.fail(
+                    "[expect]",
+                    f"untaken names {echo(row)}, which is no row of {t.file}{_meant(row, rows)}",
+                    "untaken",
+                )
+    f.done()
     nums = _ints(f, "[expect]", {k: e[k] for k in ("states", "transitions", "depth")})
     verdict = e["verdict"]
     if verdict not in ("ok", "violation"):
@@ -288,8 +297,10 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         if all(p.name != prop for p in records):
             f.fail(
                 "[expect]",
-                f"a model of kind {echo(kind)} has no property {echo(prop)} (it checks "
+                f"a model of kind {echo(kind)} has no property {echo(prop)} "
+                f"({did_you_mean(prop, [p.name for p in records])}it checks "
                 f"{_property_forms(kind, records)})",
+                "property",
             )
     expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop, untaken)
     return replace(model, expect=expect)
@@ -302,21 +313,25 @@ def _unreacted(f: _File, model: Model, value: object) -> dict[str, str]:
     points = notification_points(model)
     out: dict[str, str] = {}
     for name, why in entries.items():
-        if name not in points:
-            f.fail(
-                where,
-                f"{echo(name)} is no notifying effect of this model's tables (notifying: "
-                f"{known(points)})",
-            )
-        if points[name]:
-            f.fail(
-                where,
-                f"{echo(name)} is re-entered here (by {points[name]}): unreacted names only "
-                "effects neither reactions nor the wiring re-enter",
-            )
-        out[name] = f.text(where, why, name)
-        if not out[name].strip():
-            f.fail(where, f"{echo(name)}: say why nothing re-enters it, in words")
+        with f.each():
+            if name not in points:
+                f.fail(
+                    where,
+                    f"{echo(name)} is no notifying effect of this model's tables "
+                    f"({did_you_mean(name, points)}notifying: {known(points)})",
+                    name,
+                )
+            if points[name]:
+                f.fail(
+                    where,
+                    f"{echo(name)} is re-entered here (by {points[name]}): unreacted names only "
+                    "effects neither reactions nor the wiring re-enter",
+                    name,
+                )
+            out[name] = f.text(where, why, name)
+            if not out[name].strip():
+                f.fail(where, f"{echo(name)}: say why nothing re-enters it, in words", name)
+    f.done()
     return out
 
 
@@ -370,16 +385,58 @@ def _table_path(
     f: _File, where: str, key: str, value: object, path: Path, specs: Path | None
 ) -> Path:
     """The table file ``value`` names, relative to the model file at ``path``; a table in a
-    directory named ``specs`` is read from ``specs`` instead, when given."""
+    directory named ``specs`` is read from ``specs`` instead, when given.
+
+    A missing one is refused naming the path tried; a table of a directory named ``specs``
+    (a shipped model's ``../specs/agent.toml``, copied elsewhere) is one ``--specs DIR``
+    finds, so the refusal says so, and where the shipped tables are."""
     table = f.text(where, value, key)
     table_path = path.parent / table
     found = "relative to the model file"
     if specs is not None and table_path.parent.name == "specs":
-        table_path, found = specs / table_path.name, f"in --specs {specs}"
+        table_path, found = specs / table_path.name, "in --specs"
     # Before the catalogue beside it, which would otherwise be the file reported missing.
     if not _exists(table_path, Path.is_file):
-        f.fail(where, f"{key} {echo(table)} names no file ({found})")
+        hint = ""
+        if specs is None and table_path.parent.name == "specs":
+            hint = (
+                f"; fsm-core --specs DIR reads it as {echo(table_path.name)} in DIR (the "
+                f"shipped tables are in {specs_dir()})"
+            )
+        tried = str(table_path)
+        if not tried.isprintable() or len(tried) > 4 * ECHO_LIMIT:
+            tried = echo(tried)
+        f.fail(where, f"{key} {echo(table)} names no file: tried {tried} ({found}){hint}", key)
     return table_path
+
+
+def _budget(
+    f: _File, kind: Kind, event: str, events: Mapping[str, EventSpec], agents: bool
+) -> None:
+    """Refuse a budget on ``event`` unless the user may call it (``events``: what the
+    model's tables offer, a node's agent's as ``agent.EVENT`` when ``agents``)."""
+    where = "[environment] budgets"
+    if event == "agent.shut" and agents:
+        f.fail(where, "'agent.shut' is the wiring's call (an activation's close), not the user's")
+    if event not in events:
+        f.fail(
+            where,
+            f"unknown event {echo(event)} ({did_you_mean(event, events)}events: {known(events)})",
+        )
+    user = _USER_INTERNAL.get(kind, frozenset()) | {"agent.halt", "agent.remove"}
+    if events[event].kind != "input" and event not in user:
+        calls = known(e for e, x in events.items() if x.kind == "input" or e in user)
+        f.fail(
+            where,
+            f"{echo(event)} is an internal event the runtime fires itself; a budget "
+            f"bounds what the user calls ({calls})",
+        )
+
+
+def _meant(name: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when ``name`` is close to one of ``choices``, else ``""``."""
+    mean = did_you_mean(name, choices)
+    return f" ({mean.rstrip()})" if mean else ""
 
 
 def _property_forms(kind: Kind, records: tuple[Property, ...]) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from fsm_core._errors import echo, known
+from fsm_core._errors import did_you_mean, echo, known
 from fsm_core.table._limits import MAX_EXPR_DEPTH, MAX_EXPR_LENGTH, MAX_EXPR_NODES, MAX_INT
 
 Value: TypeAlias = bool | int | str
@@ -505,7 +505,9 @@ def _check(e: Expr, scope: Scope) -> tuple[Expr, Type]:
                 return Lit(value), int_type(value, value)
             if n in scope.symbols:
                 return Sym(n), enum_type(n, (n,))
-            raise ExprError(f"unknown name {echo(n)}")
+            names = [*scope.variables, *scope.params, *scope.defs, *scope.constants, *scope.symbols]
+            mean = did_you_mean(n, names)
+            raise ExprError(f"unknown name {echo(n)}" + (f" ({mean.rstrip()})" if mean else ""))
         case Not(operand=o):
             o2 = _expect_bool(o, scope, "not")
             return Not(o2), BOOL

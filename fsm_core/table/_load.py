@@ -6,6 +6,7 @@ event, ...) and what is wrong; a table with any fault is rejected whole.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import math
 import os
@@ -13,11 +14,13 @@ import re
 import stat
 import tomllib
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from fsm_core._errors import SpecError, echo, known
+from fsm_core._errors import SpecError, did_you_mean, echo, known
+from fsm_core.table import _lines
 from fsm_core.table._expr import (
     BOOL,
     KEYWORDS,
@@ -69,6 +72,21 @@ _INT = re.compile(r"int\[([^\]]*?)\.\.([^\]]*)\]\Z")
 _INTEGER = re.compile(r"-?[0-9]+\Z")
 _PATH_PART = re.compile(r"[A-Za-z0-9_.-]+")
 _CONSTANT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
+_INDEXED = re.compile(
+    r"(?P<kind>rows|invariants|ignored|rejected|calls|awaits)\[(?P<index>[0-9]+)\]"
+)
+_SECTION = re.compile(r"\[(?P<name>[\w.-]+)\]( (?P<key>\w+))?")
+_NAMED = re.compile(
+    r"(?P<kind>row|invariant|event|effect|var|def|type|state|constant|source|clause) "
+    r"(?P<name>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+)
+_SECTIONS = {
+    "row": "rows", "invariant": "invariants", "event": "events", "effect": "effects",
+    "var": "vars", "def": "defs", "type": "types", "state": "states", "constant": "constants",
+    "source": "sources", "clause": "clauses",
+}  # fmt: skip
+"""How faults name places (``row 'cancel.noop'``, ``rows[3]``, ``[environment] budgets``),
+read back to find their lines."""
 _TOP = {
     "machine", "constants", "states", "types", "vars", "defs", "events", "effects",
     "rows", "ignored", "rejected", "invariants",
@@ -76,13 +94,69 @@ _TOP = {
 
 
 class _File:
-    """Error reporting for one file."""
+    """Error reporting for one file: each fault names the file, the line and the place.
+
+    A loader may go on after a fault to find the others: each entry it reads inside
+    :meth:`each` that fails is recorded, and :meth:`done` raises one :class:`SpecError` for
+    every fault recorded (the file is still refused whole)."""
 
     def __init__(self, display: str) -> None:
         self.display = display
+        self.data: Mapping[str, Any] = {}
+        self.faults: list[SpecError] = []
+        self._lines: dict[_lines.Path, int] = {}
 
-    def fail(self, where: str, fault: str) -> NoReturn:
-        raise SpecError(self.display, where, fault)
+    def read(self, path: Path) -> dict[str, Any]:
+        """The TOML file at ``path`` (see :func:`read_toml`), its keys' lines kept for faults."""
+        text = read_text(path, self.display)
+        data = _parse_toml(text, self.display)
+        self.data, self._lines = data, _lines.key_lines(text)
+        return data
+
+    def line(self, where: str, key: str | None = None) -> int | None:
+        """The line of the place ``where`` names (as the faults name places), at ``key``."""
+        path = self._place(where)
+        if path is None:
+            return None
+        return _lines.line_of(self._lines, (*path, key) if key is not None else path)
+
+    def _place(self, where: str) -> _lines.Path | None:
+        if (m := _INDEXED.fullmatch(where)) is not None:
+            return (m["kind"], int(m["index"]))
+        if (m := _SECTION.fullmatch(where)) is not None:
+            return tuple(m["name"].split(".")) + ((m["key"],) if m["key"] else ())
+        if (m := _NAMED.match(where)) is None:
+            return None
+        try:
+            name = ast.literal_eval(m["name"])
+        except (ValueError, SyntaxError):  # shortened by echo(): no longer the name
+            return None
+        section = _SECTIONS[m["kind"]]
+        if section in ("rows", "invariants"):
+            entries = self.data.get(section)
+            found = [
+                i
+                for i, body in enumerate(entries if isinstance(entries, list) else [])
+                if isinstance(body, dict) and body.get("id") == name
+            ]
+            return (section, found[-1]) if found else None
+        return (section, name)
+
+    def fail(self, where: str, fault: str, key: str | None = None) -> NoReturn:
+        raise SpecError(self.display, where, fault, self.line(where, key))
+
+    @contextmanager
+    def each(self) -> Iterator[None]:
+        """Read one entry: a fault in it is recorded, and reading goes on after the block."""
+        try:
+            yield
+        except SpecError as e:
+            self.faults.extend(e.faults)
+
+    def done(self) -> None:
+        """Raise one :class:`SpecError` for every fault recorded so far, if any."""
+        if self.faults:
+            raise SpecError.of(self.faults)
 
     def keys(
         self, where: str, table: object, required: Iterable[str], optional: Iterable[str] = ()
@@ -93,7 +167,12 @@ class _File:
         for key in table:
             if key not in allowed:
                 expected = known(sorted(allowed))
-                self.fail(where, f"unknown key {echo(key)} (expected one of: {expected})")
+                self.fail(
+                    where,
+                    f"unknown key {echo(key)} ({did_you_mean(key, allowed)}expected one of: "
+                    f"{expected})",
+                    key,
+                )
         for key in required:
             if key not in table:
                 self.fail(where, f"missing key {echo(key)}")
@@ -109,7 +188,7 @@ class _File:
         """A string of plain text: no control or format character but newline and tab, so
         nothing read from a table can drive a terminal when ``fsm-core spec`` prints it."""
         if not isinstance(value, str):
-            self.fail(where, f"{key} must be a string, found {type(value).__name__}")
+            self.fail(where, f"{key} must be a string, found {type(value).__name__}", key)
         if not value.isprintable():
             for i, c in enumerate(value):
                 if c not in "\n\t" and unicodedata.category(c).startswith("C"):
@@ -117,6 +196,7 @@ class _File:
                         where,
                         f"{key} holds the non-printing character {echo(c)} at position {i} "
                         "(a table is plain text; newlines and tabs are allowed)",
+                        key,
                     )
         return value
 
@@ -124,11 +204,11 @@ class _File:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            self.fail(where, f"{key} must be a non-empty list of names")
+            self.fail(where, f"{key} must be a non-empty list of names", key)
         seen: set[str] = set()
         for name in value:
             if name in seen:
-                self.fail(where, f"{key} lists {echo(name)} twice")
+                self.fail(where, f"{key} lists {echo(name)} twice", key)
             seen.add(name)
         return tuple(value)
 
@@ -139,6 +219,7 @@ class _File:
                 where,
                 f"id {echo(value)} is not a valid id "
                 "(lower_snake_case words joined by dots, e.g. send.idle.wake)",
+                "id",
             )
         return value
 
@@ -201,7 +282,11 @@ def read_toml(path: Path, display: str) -> dict[str, Any]:
     Values may nest at most ``MAX_NESTING`` deep: deeper is not a table anyone writes, and
     it would overflow the parser's stack (or, as nested ``when`` blocks, generated code).
     """
-    text = read_text(path, display)
+    return _parse_toml(read_text(path, display), display)
+
+
+def _parse_toml(text: str, display: str) -> dict[str, Any]:
+    """``text`` read as TOML (see :func:`read_toml`)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -226,7 +311,7 @@ def read_toml(path: Path, display: str) -> dict[str, Any]:
 def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
     """Load the clause catalogue and check every quote against its source text."""
     f = _File(display or f"{path.parent.name}/{path.name}")
-    data = f.keys("", read_toml(path, f.display), ["sources", "clauses"])
+    data = f.keys("", f.read(path), ["sources", "clauses"])
     sources: dict[str, str] = {}
     for key, rel in f.keys("[sources]", data["sources"], [], data["sources"]).items():
         _clause_id(f, "[sources]", "source", key)
@@ -295,7 +380,7 @@ def load_table(
     ``limits`` (a model's ``[model] limits``) bounds both: see :mod:`fsm_core.table._limits`.
     """
     f = _File(display or f"{path.parent.name}/{path.name}")
-    data = read_toml(path, f.display)
+    data = f.read(path)
     declared = Machine(_parse(f, data, clauses, {}, limits))
     _validate(f, declared, limits, exhaustive=True)
     if not constants:
@@ -358,19 +443,32 @@ class _TableParser:
         if initial not in self.state_names:
             f.fail(
                 "[machine]",
-                f"unknown initial state {echo(initial)} (states: {known(self.state_names)})",
+                f"unknown initial state {echo(initial)} "
+                f"({did_you_mean(initial, self.state_names)}states: {known(self.state_names)})",
+                "initial",
             )
+        # Each section resolves names against the ones before it: a section with faults is
+        # the last read, so that no fault is only the echo of another.
         self._constants()
+        f.done()
         self._types()
+        f.done()
         variables = self._variables()
+        f.done()
         self._symbols()
+        f.done()
         self._defs()
+        f.done()
         self.base = Scope(self.var_types, {}, self._def_exprs(), self.symbols, self.consts)
         self._events()
+        f.done()
         self._effects()
+        f.done()
+        # Rows, pair rules and invariants name nothing of each other: all read, then refused.
         rows = self._rows()
         pair_rules = self._pair_rules()
         invariants, stable = self._invariants()
+        f.done()
         return Table(
             file=f.display, name=f.ident("[machine]", f.text("[machine]", m["name"], "name")),
             title=f.text("[machine]", m["title"], "title"),
@@ -387,9 +485,11 @@ class _TableParser:
         states: list[StateSpec] = []
         for name, body in f.keys("[states]", data["states"], [], data["states"]).items():
             where = f"state {echo(name)}"
-            f.ident(where, name)
-            state_body = f.keys(where, body, [], ["doc"])
-            states.append(StateSpec(name, f.text(where, state_body.get("doc", ""), "doc")))
+            with f.each():
+                f.ident(where, name)
+                state_body = f.keys(where, body, [], ["doc"])
+                states.append(StateSpec(name, f.text(where, state_body.get("doc", ""), "doc")))
+        f.done()
         if not states:
             f.fail("[states]", "a machine needs at least one state")
         if len(states) > self.limits.values:
@@ -399,40 +499,46 @@ class _TableParser:
     def _constants(self) -> None:
         f, consts = self.f, self.consts
         for name, value in f.table("[constants]", self.data.get("constants", {})).items():
-            if not _CONSTANT.match(name):
-                f.fail(f"constant {echo(name)}", f"{echo(name)} is not a valid name")
-            consts[name] = _constant(f, name, value)
+            with f.each():
+                if not _CONSTANT.match(name):
+                    f.fail(f"constant {echo(name)}", f"{echo(name)} is not a valid name")
+                consts[name] = _constant(f, name, value)
         for name, value in self.overrides.items():
-            if name not in consts:
-                f.fail(
-                    "[constants]",
-                    f"unknown constant {echo(name)} (constants: {known(consts) or 'none'})",
-                )
-            consts[name] = _constant(f, name, value)
+            with f.each():
+                if name not in consts:
+                    f.fail(
+                        "[constants]",
+                        f"unknown constant {echo(name)} ({did_you_mean(name, consts)}constants: "
+                        f"{known(consts) or 'none'})",
+                    )
+                consts[name] = _constant(f, name, value)
 
     def _types(self) -> None:
-        f, limits = self.f, self.limits
+        f = self.f
         for name, values in f.table("[types]", self.data.get("types", {})).items():
-            where = f"type {echo(name)}"
-            f.ident(where, name)
-            if name == self.state_var:
-                f.fail(
-                    where, f"{echo(name)} is the state variable's type; its values are the [states]"
-                )
-            if (
-                not isinstance(values, list)
-                or not values
-                or not all(isinstance(v, str) for v in values)
-            ):
-                f.fail(where, "an enumeration is a non-empty list of value names")
-            if len(values) > limits.values:
-                f.fail(where, _over(f"{len(values):,} values", "values", limits.values))
-            if len(set(values)) != len(values):
-                f.fail(where, "an enumeration lists a value twice")
-            for v in values:
-                f.ident(where, v)
-            self.types[name] = enum_type(name, values)
+            with f.each():
+                self._type(name, values)
         self.types[self.state_var] = enum_type(self.state_var, self.state_names)
+
+    def _type(self, name: str, values: object) -> None:
+        f, limits = self.f, self.limits
+        where = f"type {echo(name)}"
+        f.ident(where, name)
+        if name == self.state_var:
+            f.fail(where, f"{echo(name)} is the state variable's type; its values are the [states]")
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) for v in values)
+        ):
+            f.fail(where, "an enumeration is a non-empty list of value names")
+        if len(values) > limits.values:
+            f.fail(where, _over(f"{len(values):,} values", "values", limits.values))
+        if len(set(values)) != len(values):
+            f.fail(where, "an enumeration lists a value twice")
+        for v in values:
+            f.ident(where, v)
+        self.types[name] = enum_type(name, values)
 
     def _bound(self, where: str, text: str) -> int:
         if text in self.consts:
@@ -464,43 +570,56 @@ class _TableParser:
                 )
             return int_type(lo, hi)
         if text not in self.types:
-            f.fail(where, f"unknown type {echo(text)} (types: {known(self.types)}, int[lo..hi])")
+            f.fail(
+                where,
+                f"unknown type {echo(text)} ({did_you_mean(text, self.types)}types: "
+                f"{known(self.types)}, int[lo..hi])",
+                "type",
+            )
         return self.types[text]
 
     def _variables(self) -> tuple[Variable, ...]:
         f = self.f
         variables: list[Variable] = []
         for name, body in f.table("[vars]", self.data["vars"]).items():
-            where = f"var {echo(name)}"
-            f.ident(where, name)
-            if name == self.state_var:
-                f.fail(where, f"{echo(name)} is the state variable; [machine] declares it")
-            v = f.keys(where, body, ["type", "init"], ["doc"])
-            t = self._resolve_type(where, v["type"])
-            if isinstance(v["init"], str) and v["init"] in self.consts and t.kind == "int":
-                v = {**v, "init": self.consts[v["init"]]}
-            if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
-                f.fail(where, f"init {echo(v['init'])} is not a value of {t}")
-            variables.append(Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc")))
+            with f.each():
+                variables.append(self._variable(name, body))
         self.var_types = {
             self.state_var: self.types[self.state_var],
             **{v.name: v.type for v in variables},
         }
         return tuple(variables)
 
+    def _variable(self, name: str, body: object) -> Variable:
+        f = self.f
+        where = f"var {echo(name)}"
+        f.ident(where, name)
+        if name == self.state_var:
+            f.fail(where, f"{echo(name)} is the state variable; [machine] declares it")
+        v = f.keys(where, body, ["type", "init"], ["doc"])
+        t = self._resolve_type(where, v["type"])
+        if isinstance(v["init"], str) and v["init"] in self.consts and t.kind == "int":
+            v = {**v, "init": self.consts[v["init"]]}
+        if v["init"] not in t.values or type(v["init"]) is not type(t.values[0]):
+            f.fail(where, f"init {echo(v['init'])} is not a value of {t}", "init")
+        return Variable(name, t, v["init"], f.text(where, v.get("doc", ""), "doc"))
+
     def _symbols(self) -> None:
         f = self.f
         for name in self.consts:
-            if name in self.var_types:
-                f.fail(f"constant {echo(name)}", f"{echo(name)} is also a variable")
+            with f.each():
+                if name in self.var_types:
+                    f.fail(f"constant {echo(name)}", f"{echo(name)} is also a variable")
         self.symbols = frozenset(
             str(x) for t in self.types.values() if t.kind == "enum" for x in t.values
         )
         for name in self.var_types:
-            if name in self.symbols:
-                f.fail(
-                    f"var {echo(name)}", f"{echo(name)} is both a variable and an enumeration value"
-                )
+            with f.each():
+                if name in self.symbols:
+                    f.fail(
+                        f"var {echo(name)}",
+                        f"{echo(name)} is both a variable and an enumeration value",
+                    )
 
     def _def_exprs(self) -> dict[str, Expr]:
         return {k: v.expr for k, v in self.defs.items()}
@@ -508,17 +627,25 @@ class _TableParser:
     def _defs(self) -> None:
         f = self.f
         for name, body in f.table("[defs]", self.data.get("defs", {})).items():
-            where = f"def {echo(name)}"
-            f.ident(where, name)
-            if name in self.symbols or name in self.var_types:
-                f.fail(where, f"{echo(name)} is already a variable or enumeration value")
-            d = f.keys(where, body, ["expr"], ["doc"])
-            text = f.text(where, d["expr"], "expr")
-            # A definition sees only the definitions before it: no recursion, no cycle.
-            scope = Scope(self.var_types, {}, self._def_exprs(), self.symbols, self.consts)
-            expr = _bool_expr(f, where, text, scope)
-            self.defs[name] = Definition(name, expr, text, f.text(where, d.get("doc", ""), "doc"))
-        if "quiescent" not in self.defs:
+            found = len(f.faults)
+            with f.each():
+                where = f"def {echo(name)}"
+                f.ident(where, name)
+                if name in self.symbols or name in self.var_types:
+                    f.fail(where, f"{echo(name)} is already a variable or enumeration value")
+                d = f.keys(where, body, ["expr"], ["doc"])
+                text = f.text(where, d["expr"], "expr")
+                # A definition sees only the definitions before it: no recursion, no cycle.
+                scope = Scope(self.var_types, {}, self._def_exprs(), self.symbols, self.consts)
+                expr = _bool_expr(f, where, text, scope, "expr")
+                self.defs[name] = Definition(
+                    name, expr, text, f.text(where, d.get("doc", ""), "doc")
+                )
+            if len(f.faults) > found and isinstance(name, str) and NAME.fullmatch(name):
+                # A definition in fault stands in as true, so that a later one naming it is
+                # judged on its own rather than refused for the name (the table is refused).
+                self.defs.setdefault(name, Definition(name, Lit(True), "true", ""))
+        if "quiescent" not in f.table("[defs]", self.data.get("defs", {})):
             f.fail("[defs]", "missing definition 'quiescent' (the states where nothing runs)")
 
     def _params(self, where: str, spec: object, scoped: bool) -> tuple[tuple[str, Type], ...]:
@@ -537,35 +664,40 @@ class _TableParser:
     def _events(self) -> None:
         f, limits = self.f, self.limits
         for name, body in f.table("[events]", self.data["events"]).items():
-            where = f"event {echo(name)}"
-            f.ident(where, name)
-            ev = f.keys(where, body, ["kind"], ["params", "doc"])
-            if ev["kind"] not in ("input", "internal"):
-                f.fail(where, f"kind must be 'input' or 'internal', not {echo(ev['kind'])}")
-            params = self._params(where, ev.get("params", {}), scoped=True)
-            arguments = math.prod(len(t.values) for _, t in params)
-            if arguments > limits.values:
-                f.fail(where, _over(f"{arguments:,} argument tuples", "values", limits.values))
-            doc = f.text(where, ev.get("doc", ""), "doc")
-            self.events[name] = EventSpec(name, ev["kind"], params, doc)
+            with f.each():
+                where = f"event {echo(name)}"
+                f.ident(where, name)
+                ev = f.keys(where, body, ["kind"], ["params", "doc"])
+                if ev["kind"] not in ("input", "internal"):
+                    f.fail(where, f"kind must be 'input' or 'internal', not {echo(ev['kind'])}")
+                params = self._params(where, ev.get("params", {}), scoped=True)
+                arguments = math.prod(len(t.values) for _, t in params)
+                if arguments > limits.values:
+                    f.fail(where, _over(f"{arguments:,} argument tuples", "values", limits.values))
+                doc = f.text(where, ev.get("doc", ""), "doc")
+                self.events[name] = EventSpec(name, ev["kind"], params, doc)
 
     def _effects(self) -> None:
         f = self.f
         for name, body in f.table("[effects]", self.data.get("effects", {})).items():
-            where = f"effect {echo(name)}"
-            f.ident(where, name)
-            e = f.keys(where, body, [], ["params", "notifies", "doc", "requires"])
-            notifies = e.get("notifies", False)
-            if not isinstance(notifies, bool):
-                f.fail(where, "notifies must be true or false")
-            requires_text = e.get("requires")
-            params = self._params(where, e.get("params", {}), scoped=requires_text is not None)
-            requires = None
-            if requires_text is not None:
-                scope = self._scope(dict(params))
-                requires = _bool_expr(f, where, f.text(where, requires_text, "requires"), scope)
-            doc = f.text(where, e.get("doc", ""), "doc")
-            self.effects[name] = EffectSpec(name, params, notifies, doc, requires, requires_text)
+            with f.each():
+                where = f"effect {echo(name)}"
+                f.ident(where, name)
+                e = f.keys(where, body, [], ["params", "notifies", "doc", "requires"])
+                notifies = e.get("notifies", False)
+                if not isinstance(notifies, bool):
+                    f.fail(where, "notifies must be true or false")
+                requires_text = e.get("requires")
+                params = self._params(where, e.get("params", {}), scoped=requires_text is not None)
+                requires = None
+                if requires_text is not None:
+                    scope = self._scope(dict(params))
+                    text = f.text(where, requires_text, "requires")
+                    requires = _bool_expr(f, where, text, scope, "requires")
+                doc = f.text(where, e.get("doc", ""), "doc")
+                self.effects[name] = EffectSpec(
+                    name, params, notifies, doc, requires, requires_text
+                )
 
     def _scope(self, params: Mapping[str, Type]) -> Scope:
         return Scope(self.var_types, params, self.base.defs, self.symbols, self.consts)
@@ -576,17 +708,25 @@ class _TableParser:
         f = self.f
         if "clauses" not in body or not body["clauses"]:
             f.fail(
-                where, "missing clause tag (every row and invariant names the clause it implements)"
+                where,
+                "missing clause tag (every row and invariant names the clause it implements)",
+                "clauses",
             )
         out = f.names(where, body["clauses"], "clauses")
         for tag in out:
             if tag not in self.clauses:
-                f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
+                f.fail(
+                    where,
+                    f"unknown clause {echo(tag)} ({did_you_mean(tag, self.clauses)}see "
+                    "specs/clauses.toml)",
+                    "clauses",
+                )
             if self.clauses[tag].not_implemented is not None:
                 f.fail(
                     where,
                     f"clause {echo(tag)} says no row implements it (its not_implemented in "
                     "specs/clauses.toml): drop the tag, or the not_implemented",
+                    "clauses",
                 )
         return out
 
@@ -595,7 +735,10 @@ class _TableParser:
         for s in names:
             if s not in self.state_names:
                 self.f.fail(
-                    where, f"unknown state {echo(s)} in {key} (states: {known(self.state_names)})"
+                    where,
+                    f"unknown state {echo(s)} in {key} ({did_you_mean(s, self.state_names)}"
+                    f"states: {known(self.state_names)})",
+                    key,
                 )
         return names
 
@@ -604,45 +747,80 @@ class _TableParser:
         rows: list[Row] = []
         seen: dict[str, int] = {}
         for i, body in enumerate(_array(f, self.data, "rows")):
-            raw_id = body.get("id") if isinstance(body, dict) else None
-            where = f"row {echo(raw_id)}" if _is_id(raw_id) else f"rows[{i}]"
-            r = f.keys(
-                where, body, ["id", "on", "from"], ["clauses", "guard", "to", "reject", "do", "doc"]
-            )
-            rid = f.id(where, r["id"])
-            if rid in seen:
-                f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])")
-            seen[rid] = i
-            event = f.text(where, r["on"], "on")
+            with f.each():
+                raw_id = body.get("id") if isinstance(body, dict) else None
+                where = f"row {echo(raw_id)}" if _is_id(raw_id) else f"rows[{i}]"
+                r = f.keys(
+                    where,
+                    body,
+                    ["id", "on", "from"],
+                    ["clauses", "guard", "to", "reject", "do", "doc"],
+                )
+                rid = f.id(where, r["id"])
+                if rid in seen:
+                    f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])", "id")
+                seen[rid] = i
+                row = self._row(where, rid, r)
+                if row is not None:
+                    rows.append(row)
+        return tuple(rows)
+
+    def _row(self, where: str, rid: str, r: Mapping[str, Any]) -> Row | None:
+        """The row ``r``, or None after recording each of its keys' faults: its event, states,
+        guard, effects and tags are read apart, so that a row with two faults shows both."""
+        f = self.f
+        found = len(f.faults)
+        event = f.text(where, r["on"], "on")
+        with f.each():
             if event not in self.events:
-                f.fail(where, f"unknown event {echo(event)} (events: {known(self.events)})")
+                f.fail(
+                    where,
+                    f"unknown event {echo(event)} ({did_you_mean(event, self.events)}events: "
+                    f"{known(self.events)})",
+                    "on",
+                )
+        sources: tuple[str, ...] = ()
+        with f.each():
             sources = self._state_names(where, r["from"], "from")
-            target = r.get("to")
+        target = r.get("to")
+        with f.each():
             if target is not None and target not in self.state_names:
                 f.fail(
-                    where, f"unknown state {echo(target)} in to (states: {known(self.state_names)})"
+                    where,
+                    f"unknown state {echo(target)} in to "
+                    f"({did_you_mean(target, self.state_names)}states: "
+                    f"{known(self.state_names)})",
+                    "to",
                 )
-            reject = r.get("reject")
+        reject = r.get("reject")
+        with f.each():
             if reject is not None and ("to" in r or "do" in r):
-                f.fail(where, "a reject row has no 'to' and no 'do'")
-            scope = self._scope(dict(self.events[event].params))
-            guard_text = r.get("guard")
-            guard: Expr = Lit(True)
-            if guard_text is not None:
-                guard = _bool_expr(f, where, f.text(where, guard_text, "guard"), scope)
-            stmts = _stmts(
-                f, where, r.get("do", []), scope, self.var_types, self.state_var, self.effects
-            )
-            rows.append(
-                Row(
-                    id=rid, event=event, sources=sources, guard=guard, guard_text=guard_text,
-                    target=target,
-                    reject=reject if reject is None else f.text(where, reject, "reject"),
-                    effects=stmts, clauses=self._tags(where, r),
-                    doc=f.text(where, r.get("doc", ""), "doc"),
+                f.fail(where, "a reject row has no 'to' and no 'do'", "reject")
+            reject = reject if reject is None else f.text(where, reject, "reject")
+        params = self.events[event].params if event in self.events else ()
+        scope = self._scope(dict(params))
+        guard_text = r.get("guard")
+        guard: Expr = Lit(True)
+        stmts: tuple[Stmt, ...] = ()
+        if event in self.events:  # else its parameters are unknown: a guard may name them
+            with f.each():
+                if guard_text is not None:
+                    text = f.text(where, guard_text, "guard")
+                    guard = _bool_expr(f, where, text, scope, "guard")
+            with f.each():
+                stmts = _stmts(
+                    f, where, r.get("do", []), scope, self.var_types, self.state_var, self.effects
                 )
-            )  # fmt: skip
-        return tuple(rows)
+        tags: tuple[str, ...] = ()
+        with f.each():
+            tags = self._tags(where, r)
+        doc = f.text(where, r.get("doc", ""), "doc")
+        if len(f.faults) > found:
+            return None
+        return Row(
+            id=rid, event=event, sources=sources, guard=guard, guard_text=guard_text,
+            target=target, reject=reject, effects=stmts, clauses=tags, doc=doc,
+        )  # fmt: skip
 
     def _pair_rules(self) -> tuple[PairRule, ...]:
         f = self.f
@@ -650,18 +828,22 @@ class _TableParser:
         kinds: tuple[Literal["ignored"], Literal["rejected"]] = ("ignored", "rejected")
         for kind in kinds:
             for i, body in enumerate(_array(f, self.data, kind)):
-                where = f"{kind}[{i}]"
-                p = f.keys(where, body, ["on", "in", "why"], ["clauses"])
-                on = f.names(where, p["on"], "on")
-                for event_name in on:
-                    if event_name not in self.events:
-                        f.fail(
-                            where,
-                            f"unknown event {echo(event_name)} (events: {known(self.events)})",
-                        )
-                states_in = self._state_names(where, p["in"], "in")
-                why = f.text(where, p["why"], "why")
-                pair_rules.append(PairRule(kind, i, on, states_in, why, self._tags(where, p)))
+                with f.each():
+                    where = f"{kind}[{i}]"
+                    p = f.keys(where, body, ["on", "in", "why"], ["clauses"])
+                    on = f.names(where, p["on"], "on")
+                    for event_name in on:
+                        if event_name not in self.events:
+                            f.fail(
+                                where,
+                                f"unknown event {echo(event_name)} "
+                                f"({did_you_mean(event_name, self.events)}events: "
+                                f"{known(self.events)})",
+                                "on",
+                            )
+                    states_in = self._state_names(where, p["in"], "in")
+                    why = f.text(where, p["why"], "why")
+                    pair_rules.append(PairRule(kind, i, on, states_in, why, self._tags(where, p)))
         return tuple(pair_rules)
 
     def _invariants(self) -> tuple[tuple[Invariant, ...], tuple[Stability, ...]]:
@@ -670,30 +852,40 @@ class _TableParser:
         stable: list[Stability] = []
         seen: dict[str, int] = {}
         for i, body in enumerate(_array(f, self.data, "invariants")):
-            raw_id = body.get("id") if isinstance(body, dict) else None
-            where = f"invariant {echo(raw_id)}" if _is_id(raw_id) else f"invariants[{i}]"
-            step_form = isinstance(body, dict) and "unchanged" in body
-            required = ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
-            inv = f.keys(where, body, required, ["clauses"])
-            iid = f.id(where, inv["id"])
-            if iid in seen:
-                f.fail(
-                    where, f"duplicate invariant id (invariants[{seen[iid]}] and invariants[{i}])"
+            with f.each():
+                raw_id = body.get("id") if isinstance(body, dict) else None
+                where = f"invariant {echo(raw_id)}" if _is_id(raw_id) else f"invariants[{i}]"
+                step_form = isinstance(body, dict) and "unchanged" in body
+                required = (
+                    ["id", "unchanged", "while", "doc"] if step_form else ["id", "holds", "doc"]
                 )
-            seen[iid] = i
-            if step_form:
-                var = f.text(where, inv["unchanged"], "unchanged")
-                if var not in self.var_types or var == self.state_var:
-                    f.fail(where, f"unknown variable {echo(var)} in unchanged")
-                text = f.text(where, inv["while"], "while")
-                predicate = _bool_expr(f, where, text, base)
+                inv = f.keys(where, body, required, ["clauses"])
+                iid = f.id(where, inv["id"])
+                if iid in seen:
+                    f.fail(
+                        where,
+                        f"duplicate invariant id (invariants[{seen[iid]}] and invariants[{i}])",
+                    )
+                seen[iid] = i
+                if step_form:
+                    var = f.text(where, inv["unchanged"], "unchanged")
+                    if var not in self.var_types or var == self.state_var:
+                        names = [n for n in self.var_types if n != self.state_var]
+                        f.fail(
+                            where,
+                            f"unknown variable {echo(var)} in unchanged "
+                            f"({did_you_mean(var, names)}variables: {known(names)})",
+                            "unchanged",
+                        )
+                    text = f.text(where, inv["while"], "while")
+                    predicate = _bool_expr(f, where, text, base, "while")
+                    doc = f.text(where, inv["doc"], "doc")
+                    stable.append(Stability(iid, var, predicate, text, doc, self._tags(where, inv)))
+                    continue
+                text = f.text(where, inv["holds"], "holds")
+                predicate = _bool_expr(f, where, text, base, "holds")
                 doc = f.text(where, inv["doc"], "doc")
-                stable.append(Stability(iid, var, predicate, text, doc, self._tags(where, inv)))
-                continue
-            text = f.text(where, inv["holds"], "holds")
-            predicate = _bool_expr(f, where, text, base)
-            doc = f.text(where, inv["doc"], "doc")
-            invariants.append(Invariant(iid, predicate, text, doc, self._tags(where, inv)))
+                invariants.append(Invariant(iid, predicate, text, doc, self._tags(where, inv)))
         return tuple(invariants), tuple(stable)
 
 
@@ -724,13 +916,14 @@ def _array(f: _File, data: Mapping[str, Any], key: str) -> list[Any]:
     return value
 
 
-def _bool_expr(f: _File, where: str, text: str, scope: Scope) -> Expr:
+def _bool_expr(f: _File, where: str, text: str, scope: Scope, key: str | None = None) -> Expr:
+    """``text``, a boolean expression over ``scope``; a fault names ``where`` at ``key``."""
     try:
         expr, t = check(parse_expr(text), scope)
     except ExprError as e:
-        f.fail(where, f"{e} in {echo(text)}")
+        f.fail(where, f"{e} in {echo(text)}", key)
     if t.kind != "bool":
-        f.fail(where, f"type mismatch: expected a boolean, found {t} in {echo(text)}")
+        f.fail(where, f"type mismatch: expected a boolean, found {t} in {echo(text)}", key)
     return expr
 
 
@@ -744,12 +937,12 @@ def _stmts(
     effects: Mapping[str, EffectSpec],
 ) -> tuple[Stmt, ...]:
     if not isinstance(items, list):
-        f.fail(where, "do must be a list of effects")
+        f.fail(where, "do must be a list of effects", "do")
     out: list[Stmt] = []
     for item in items:
         if isinstance(item, dict):
             b = f.keys(where, item, ["when", "do"])
-            when = _bool_expr(f, where, f.text(where, b["when"], "when"), scope)
+            when = _bool_expr(f, where, f.text(where, b["when"], "when"), scope, "do")
             out.append(Block(when, _stmts(f, where, b["do"], scope, var_types, state_var, effects)))
             continue
         text = f.text(where, item, "an effect")
@@ -760,12 +953,18 @@ def _stmts(
                     if v == state_var:
                         raise ExprError(f"{state_var} changes only through 'to'")
                     if v not in var_types:
-                        names = known(n for n in var_types if n != state_var)
-                        raise ExprError(f"unknown variable {echo(v)} (variables: {names})")
+                        names = [n for n in var_types if n != state_var]
+                        raise ExprError(
+                            f"unknown variable {echo(v)} ({did_you_mean(v, names)}variables: "
+                            f"{known(names)})"
+                        )
                     out.append(Assign(v, check_stmt_value(value, var_types[v], scope, v)))
                 case Call(effect=name, args=args):
                     if name not in effects:
-                        raise ExprError(f"unknown effect {echo(name)} (effects: {known(effects)})")
+                        raise ExprError(
+                            f"unknown effect {echo(name)} ({did_you_mean(name, effects)}effects: "
+                            f"{known(effects)})"
+                        )
                     params = effects[name].params
                     if len(args) != len(params):
                         raise ExprError(f"{name} takes {len(params)} argument(s), got {len(args)}")
@@ -779,7 +978,7 @@ def _stmts(
                         )
                     )
         except ExprError as e:
-            f.fail(where, f"{e} in {echo(text)}")
+            f.fail(where, f"{e} in {echo(text)}", "do")
     return tuple(out)
 
 
@@ -791,19 +990,21 @@ def _validate(f: _File, m: Machine, limits: Limits, *, exhaustive: bool) -> None
     used = {name for row in t.rows for name in _calls(row.effects)}
     for name in t.effects:
         if name not in used:
-            f.fail(f"effect {echo(name)}", "declared but no row performs it")
+            with f.each():
+                f.fail(f"effect {echo(name)}", "declared but no row performs it")
 
     referenced = {name for expr in _expressions(t) for name in _defs_in(expr)}
     for name in t.defs:
         if name != "quiescent" and name not in referenced:
-            f.fail(f"def {echo(name)}", "defined but no row, definition or invariant uses it")
+            with f.each():
+                f.fail(f"def {echo(name)}", "defined but no row, definition or invariant uses it")
 
-    bad = m.violated(m.initial)
-    if bad:
-        f.fail(
-            f"invariant {echo(bad[0])}",
-            f"does not hold in the initial state {m.format_state(m.initial)}",
-        )
+    for bad in m.violated(m.initial):
+        with f.each():
+            f.fail(
+                f"invariant {echo(bad)}",
+                f"does not hold in the initial state {m.format_state(m.initial)}",
+            )
 
     handled = {(s, r.event): r.id for r in t.rows for s in r.sources}
     listed: dict[tuple[str, str], str] = {}
@@ -811,10 +1012,12 @@ def _validate(f: _File, m: Machine, limits: Limits, *, exhaustive: bool) -> None
         for s in rule.states:
             for e in rule.events:
                 where = f"{rule.kind}[{rule.index}]"
-                if (s, e) in handled:
-                    f.fail(where, f"({s}, {e}) is also handled by row {echo(handled[(s, e)])}")
-                if (s, e) in listed:
-                    f.fail(where, f"({s}, {e}) is already listed by {listed[(s, e)]}")
+                with f.each():
+                    if (s, e) in handled:
+                        pair = f"({s}, {e}) is also handled by row {echo(handled[(s, e)])}"
+                        f.fail(where, pair, "in")
+                    if (s, e) in listed:
+                        f.fail(where, f"({s}, {e}) is already listed by {listed[(s, e)]}", "in")
                 listed[(s, e)] = where
     for s in t.state_names:
         for e in t.events:
@@ -822,7 +1025,11 @@ def _validate(f: _File, m: Machine, limits: Limits, *, exhaustive: bool) -> None
                 fault = (
                     f"unhandled pair ({s}, {e}): add a row, or list it [[ignored]] or [[rejected]]"
                 )
-                f.fail(f"event {echo(e)}", fault)
+                with f.each():
+                    f.fail(f"event {echo(e)}", fault)
+    # The search over the domain below stops at its first fault: one wrong guard can make
+    # thousands of cases fail.
+    f.done()
 
     if not exhaustive:
         return

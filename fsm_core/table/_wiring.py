@@ -33,7 +33,7 @@ from fsm_core.table._expr import (
     compile_expr,
     parse_expr,
 )
-from fsm_core.table._load import _File, read_toml
+from fsm_core.table._load import _File
 from fsm_core.table._machine import Machine
 from fsm_core.table._table import Clause
 
@@ -173,7 +173,7 @@ def load_wiring(
 ) -> Wiring:
     """Load and validate the wiring at ``path`` against ``machines`` (by table name)."""
     f = _File(display)
-    data = f.keys("", read_toml(path, display), ["wiring"], ["calls", "awaits"])
+    data = f.keys("", f.read(path), ["wiring"], ["calls", "awaits"])
     head = f.keys("[wiring]", data["wiring"], [], ["doc"])
     for role in TARGETS:
         if role not in machines:

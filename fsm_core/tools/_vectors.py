@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, echo, shown
-from fsm_core._paths import models_dir
+from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, load_model
 from fsm_core.check._composed._compose import Composition, Engine
 from fsm_core.check._moves import Move
@@ -1091,6 +1091,12 @@ def default_out_dir() -> Path:
     return Path.cwd() / "vectors"
 
 
+def shipped_vectors_dir() -> Path:
+    """Where the shipped vectors are, which ``--replay`` reads without ``--out``: the
+    checkout's ``specs/vectors``, or the copy inside an installed wheel."""
+    return specs_dir() / "vectors"
+
+
 def _generated(path: Path) -> bool:
     """True iff ``path`` is a file this command wrote (its first line is a vectors header)."""
     try:
@@ -1170,7 +1176,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--replay",
         default=None,
         metavar="CMD",
-        help="run CMD TABLES once per vector file in DIR, the file on its standard input; it "
+        help="run CMD TABLES once per vector file in --out DIR (default: the shipped vectors), the "
+        "file on its standard input; it "
         "prints one verdict per line (see specs/SEMANTICS.md); exit 1 naming each failure",
     )
     parser.add_argument(
@@ -1220,6 +1227,8 @@ def run(args: argparse.Namespace) -> int:
             "tables' vectors"
         )
     out: Path = args.out if args.out is not None else default_out_dir()
+    if args.replay is not None and args.out is None:
+        out = shipped_vectors_dir()  # what a port replays: the shipped vectors, wheel or checkout
     if args.replay is not None:
         command = _command(args.replay)
         if args.check:
