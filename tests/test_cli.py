@@ -97,7 +97,7 @@ def test_specs_after_check_reads_the_agent_table_from_dir(
     specs = last_wins_specs(tmp_path)
     r = run(capsys, "check", "--specs", str(specs), "agent_races")
     assert r.code == 1
-    assert r.out.splitlines()[1].split()[:3] == ["agent_races", "agent", "violation"]
+    assert r.out.splitlines()[1].split()[:2] == ["agent_races", "violation"]
     same = run(capsys, "--specs", str(specs), "check", "--specs", str(specs), "agent_races")
     assert same.code == 1
 

@@ -8,6 +8,7 @@ import contextlib
 import io
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +17,10 @@ import pytest
 from fsm_core import cli
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
-from fsm_core.check._report import format_trace
 from fsm_core.tools._mutants import MUTANTS as SPEC_MUTANTS
-from tests.helpers import head, interrupt, write_model
+from tests.helpers import FSM_CORE, head, interrupt, write_model
 from tests.race.runtime_mutants import MUTANTS as RUNTIME_MUTANTS
 from tests.race.teardown_mutants import TEARDOWN_MUTANTS
-from tests.test_traces import LAST_WINS_CAUSE, mutant_report
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -224,13 +223,19 @@ def test_the_done_line_adds_up_the_default_models_expectations() -> None:
     ]
 
 
-def test_the_counterexample_shown_is_the_checkers(tmp_path: Path) -> None:
-    """The README's trace is what ``fsm-core check`` prints for the ``last_wins_cause`` mutant,
+def test_the_counterexample_shown_is_the_checkers() -> None:
+    """The README's trace is what ``fsm-core mutants --spec --show last_wins_cause`` prints,
     each line as printed up to where the README cuts it with an ellipsis."""
     text = README.read_text(encoding="utf-8")
     after = text.split("disposes, and the outer cancel then rewrites the reason")[1]
     shown = after.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
-    printed = format_trace(mutant_report(tmp_path, LAST_WINS_CAUSE)).splitlines()
+    done = subprocess.run(
+        [*FSM_CORE, "mutants", "--spec", "--show", "last_wins_cause"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    printed = printed[next(i for i, line in enumerate(printed) if line.startswith("0. ")) :]
     assert len(shown) == len(printed)
     for mine, real in zip(shown, printed, strict=True):
         assert real.startswith(mine.removesuffix("…").rstrip(" ,")), (mine, real)
