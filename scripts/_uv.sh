@@ -19,7 +19,7 @@ _fsm_core_uv_dir() {
 }
 
 if command -v uv >/dev/null 2>&1; then
-    FSM_CORE_UV=(uv)
+    FSM_CORE_UV=("$(command -v uv)")  # its path: a bare `uv` would call the function below
 elif python3 -m uv --version >/dev/null 2>&1; then
     FSM_CORE_UV=(python3 -m uv)
 else

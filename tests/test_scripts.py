@@ -163,3 +163,19 @@ def test_free_and_absent_locks_are_not_waited_for(tmp_path: Path) -> None:
         check=True,
     )
     assert (done.stdout, done.stderr) == ("", "")
+
+
+def test_the_uv_on_path_is_used_as_it_is(tmp_path: Path) -> None:
+    """(A bare ``uv`` inside the ``uv`` function recursed until bash crashed.)"""
+    fake = tmp_path / "uv"
+    fake.write_text('#!/bin/sh\necho "fake uv $*"\n')
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", f"source {SCRIPTS / '_uv.sh'} && uv run --locked x"],
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "fake uv run --locked x\n", "")
