@@ -9,9 +9,11 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, TypeVar, cast
+
+import pytest
 
 from fsm_core import Agent
 from fsm_core._paths import specs_dir
@@ -141,3 +143,18 @@ def exits(pid: int) -> bool:
         return bool(select.select([fd], [], [], 60)[0])
     finally:
         os.close(fd)
+
+
+T = TypeVar("T")
+
+
+def sweep(values: Iterable[T], ids: Callable[[T], str], fast: Collection[str]) -> list[Any]:
+    """``values`` as the parameters of a differential sweep: the representatives whose id is in
+    ``fast`` run at every change, every other is marked ``slow`` and runs in CI's slow stage
+    (tests/README.md), so a change is tested at once and the whole sweep still guards CI."""
+    values = list(values)
+    named = {ids(v) for v in values}
+    assert set(fast) <= named, f"no parameter {sorted(set(fast) - named)}"
+    return [
+        pytest.param(v, id=ids(v), marks=() if ids(v) in fast else pytest.mark.slow) for v in values
+    ]

@@ -24,6 +24,7 @@ from fsm_core.check import Model, Report, _partition, check, load_model, load_mo
 from fsm_core.check._parallel import Source, partitions
 from fsm_core.check._partition import check_partitioned
 from fsm_core.tools._mutants import MUTANTS, _copy_tables
+from tests.helpers import sweep
 from tests.test_check_cli import run
 from tests.test_check_workers import descendants, linux_only, under_way, untimed
 
@@ -64,7 +65,14 @@ def _path(model: Model) -> Path:
     return models_dir() / Path(model.file).name
 
 
-@pytest.mark.parametrize("model", DEFAULT_MODELS, ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "model",
+    sweep(
+        DEFAULT_MODELS,
+        lambda m: m.name,
+        fast={m.name for m in DEFAULT_MODELS if m.kind == "table"} | {"activation_chain"},
+    ),
+)
 def test_every_default_model_partitioned_finds_what_one_process_finds(model: Model) -> None:
     report = assert_partitioned_alike(model, _path(model))
     assert report.verdict == "ok"
@@ -106,7 +114,10 @@ def planted() -> Iterator[Path]:
         yield root
 
 
-@pytest.mark.parametrize("mutant", SAMPLE, ids=[m.name for m in SAMPLE])
+@pytest.mark.parametrize(
+    "mutant",
+    sweep(SAMPLE, lambda m: m.name, fast={"root_notice_refused", "last_wins_cause"}),
+)
 def test_a_spec_mutant_partitioned_breaks_the_same_property_alike(
     mutant: Any, planted: Path
 ) -> None:

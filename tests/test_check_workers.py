@@ -72,12 +72,14 @@ def test_two_workers_print_what_one_prints_but_the_timings() -> None:
     assert untimed(two.out) == untimed(one.out)
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_same_json_but_the_timings() -> None:
     one, two = run("--json", "--workers", "1", *SMALL), run("--json", "--workers", "2", *SMALL)
     assert (two.code, unprogressed(two.err)) == (one.code, unprogressed(one.err)) == (0, [])
     assert untimed_json(two.out) == untimed_json(one.out)
 
 
+@pytest.mark.slow
 def test_a_violation_found_by_a_worker_prints_the_same_trace(tmp_path: Path) -> None:
     """The trace crosses from the worker's process whole: the same steps, listeners' calls
     and broken property, in the same place among the other models' output."""
@@ -208,6 +210,7 @@ def test_one_model_is_checked_in_this_process_whatever_workers_says(
     assert r.code == 0, r.out
 
 
+@pytest.mark.slow
 def test_the_costliest_model_is_handed_out_first_and_reports_keep_their_order() -> None:
     """The model whose ``[expect]`` records the most transitions starts first, so it does not
     start last while the other workers idle; the reports still come in the order asked."""

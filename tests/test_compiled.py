@@ -37,6 +37,7 @@ from fsm_core.check._explore import Result, System, explore
 from fsm_core.check._moves import Move
 from fsm_core.check._system import compose
 from fsm_core.tools._mutants import MUTANTS, Mutant
+from tests.helpers import sweep
 
 COMPOSED = [m for m in load_models(models_dir()) if m.kind != "table" and m.tier == "default"]
 
@@ -111,7 +112,9 @@ def agree(model: Model, sample: int | None = None) -> int:
     return len(chosen)
 
 
-@pytest.mark.parametrize("model", COMPOSED, ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "model", sweep(COMPOSED, lambda m: m.name, fast={"activation_three_levels"})
+)
 def test_compiled_steps_equal_interpreted_steps_in_every_reachable_state(model: Model) -> None:
     assert model.expect is not None
     sample = DEEP.get(model.name)
@@ -119,7 +122,14 @@ def test_compiled_steps_equal_interpreted_steps_in_every_reachable_state(model: 
     assert compared == model.expect.states if sample is None else compared >= sample
 
 
-@pytest.mark.parametrize("mutant", [m for m in MUTANTS if not m.load_killed], ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "mutant",
+    sweep(
+        [m for m in MUTANTS if not m.load_killed],
+        lambda m: m.name,
+        fast={"last_wins_cause", "close_never_cancels_agent"},
+    ),
+)
 def test_compiled_steps_equal_interpreted_steps_on_a_spec_mutant(
     mutant: Mutant, tmp_path: Path
 ) -> None:

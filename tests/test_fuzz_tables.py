@@ -238,9 +238,13 @@ TABLES = [
         (specs_dir() / "activation.toml").read_text(encoding="utf-8"),
         _shipped_specs,
         id="activation",
+        marks=pytest.mark.slow,
     ),
     pytest.param(
-        (specs_dir() / "agent.toml").read_text(encoding="utf-8"), _shipped_specs, id="agent"
+        (specs_dir() / "agent.toml").read_text(encoding="utf-8"),
+        _shipped_specs,
+        id="agent",
+        marks=pytest.mark.slow,
     ),
 ]
 

@@ -126,6 +126,7 @@ def _catalogue() -> list[object]:
     ]
 
 
+@pytest.mark.slow  # a model check per mutant: the kill table, in CI's slow stage
 @pytest.mark.parametrize("mutant", _catalogue())
 def test_mutant_is_killed_by_a_property_with_a_counterexample(mutant: Mutant) -> None:
     kill = run_mutant(mutant)
@@ -309,6 +310,7 @@ def _args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@pytest.mark.slow
 def test_command_prints_the_kill_table_and_a_done_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

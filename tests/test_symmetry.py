@@ -28,7 +28,7 @@ from fsm_core.check._parallel import Source
 from fsm_core.check._partition import check_partitioned
 from fsm_core.check._system import build, compose
 from fsm_core.tools._mutants import MUTANTS, Mutant, _copy_tables
-from tests.helpers import exactly, write_model
+from tests.helpers import exactly, sweep, write_model
 
 TREES = ("activation_tree", "activation_three_levels", "activation_chain", "agent_tree")
 """The default tree models."""
@@ -45,7 +45,10 @@ def _shown(report: Report) -> tuple[object, ...]:
     return report.verdict, report.result.depth, v and v.name, trace, report.dead_rows
 
 
-@pytest.mark.parametrize("name", ["activation_tree", "activation_three_levels"])
+@pytest.mark.parametrize(
+    "name",
+    sweep(["activation_tree", "activation_three_levels"], str, fast={"activation_three_levels"}),
+)
 def test_every_sibling_permutation_of_a_reachable_state_is_a_symmetry(name: str) -> None:
     engine: Any = compose(_model(name, symmetry=False))
     system = System(
@@ -69,7 +72,7 @@ def test_every_sibling_permutation_of_a_reachable_state_is_a_symmetry(name: str)
     assert any(siblings.canonical(s) != s for s in states)
 
 
-@pytest.mark.parametrize("name", TREES)
+@pytest.mark.parametrize("name", sweep(TREES, str, fast={"activation_chain"}))
 def test_the_reduced_search_finds_what_the_unreduced_one_finds(name: str) -> None:
     whole = check(_model(name, symmetry=False))
     reduced = check(_model(name, symmetry=True))
@@ -130,7 +133,14 @@ TREE_MUTANTS = [
 ]
 
 
-@pytest.mark.parametrize("mutant", TREE_MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "mutant",
+    sweep(
+        TREE_MUTANTS,
+        lambda m: m.name,
+        fast={"teardown_clears_inbox", "door_swallows_admit_refusal"},
+    ),
+)
 def test_a_mutant_breaks_the_same_property_as_soon_in_the_reduced_search(
     tmp_path: Path, mutant: Mutant
 ) -> None:

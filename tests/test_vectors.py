@@ -68,6 +68,8 @@ def run(*argv: str) -> tuple[int, str, str]:
 # --- generated, current and complete -------------------------------------------------------------
 
 
+@pytest.mark.slow  # regenerates every vector (46,852): CI's slow stage
+@pytest.mark.timeout(900)
 def test_the_committed_vectors_are_current_and_cover_everything() -> None:
     """What ``fsm-core vectors`` writes now: the committed files, and 100% coverage. One test,
     so the models are explored once however the tests are spread over workers."""

@@ -1,14 +1,15 @@
 """The race machines under HypoFuzz (``hypothesis fuzz``), briefly: CI's smoke run of the
-documented fuzzing command (README "Race search").
+documented fuzzing command (README "Race search"). Slow (about 45 s): the ``slow`` stage.
 
-Each race machine, and :mod:`tests.race.fuzz_canary`, is fuzzed by its own ``hypothesis fuzz``
-process, all three sharing one example database (a directory), as fuzzers on several machines
-share one. HypoFuzz runs until stopped and takes no example count, so the run is bounded by
-what the database shows: it stops once every race machine has run ``EXAMPLES`` examples and the
-canary's failure is saved (``BOUND`` seconds at most, a watchdog and never the expected time).
-Then it fails if the fuzzer saved a failure of a race machine, naming its program; and it
-proves that a saved failure is seen, by finding the canary's, and that plain pytest replays it
-from the database (the ``fuzz-replay`` profile, which generates nothing).
+One ``hypothesis fuzz -n 2`` process fuzzes both race machines and :mod:`tests.race.fuzz_canary`
+into one example database (a directory, as fuzzers on several machines share one). HypoFuzz runs
+until stopped and takes no example count, so the run is bounded by what the database shows: it
+stops once every race machine has run ``EXAMPLES`` examples and the canary's failure is saved
+(``BOUND`` seconds at most, a watchdog and never the expected time). Then it fails if the fuzzer
+saved a failure of a race machine, naming its program; and it proves that a saved failure is
+seen, by finding the canary's, and that plain pytest replays it from the database (the
+``fuzz-replay`` profile, which generates nothing). The fuzzer's output goes to a file whose tail
+every failure message carries (a fuzzer that never started says why).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sysconfig
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,31 +53,37 @@ then after 40 s), so asking for more would mostly wait for a report."""
 BOUND = 240.0
 """Seconds the run may take at most (a watchdog: it takes about 15 s on 2 idle cores)."""
 
-pytestmark = pytest.mark.timeout(BOUND + 60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BOUND + 60)]
+
+
+TAIL = 4000
+"""Characters of the fuzzer's output each failure message quotes, from its end."""
 
 
 @contextmanager
-def fuzzing(target: str, db: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``hypothesis fuzz`` on one process fuzzing ``target`` into the database at ``db``,
-    terminated (its whole process group: hub, manager and worker) when the block ends.
+def fuzzing(targets: tuple[str, ...], db: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """One ``hypothesis fuzz -n 2`` process fuzzing ``targets`` into the database at ``db``, its
+    output (stdout and stderr) written to ``log``, terminated (its whole process group: hub and
+    workers) when the block ends.
 
     SIGTERM, not SIGINT: an interrupt lands inside an example, where HypoFuzz saves it as the
-    test's failure (or fatal error); SIGTERM ends the processes between two instructions, and
-    the database's writes are atomic renames."""
+    test's failure (or fatal error), and prints a ``KeyboardInterrupt`` traceback; SIGTERM ends
+    the processes between two instructions, and the database's writes are atomic renames."""
     env = {**os.environ, "HYPOTHESIS_PROFILE": "fuzz", "FSM_CORE_FUZZ_DB": str(db)}
     command = [
         str(Path(sysconfig.get_path("scripts")) / "hypothesis"),
-        *("fuzz", "-n", "1", "--no-dashboard", "--", target),
+        *("fuzz", "-n", "2", "--no-dashboard", "--", *targets),
     ]
-    proc = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield proc
     finally:
@@ -88,6 +95,14 @@ def fuzzing(target: str, db: Path) -> Iterator[subprocess.Popen[bytes]]:
                 break
             except subprocess.TimeoutExpired:
                 continue
+
+
+def tail(log: Path, ended: int | None) -> str:
+    """What a failure message adds: how the fuzzer ended (None: it ran until stopped), and the
+    end of its output."""
+    status = "stopped by the test" if ended is None else f"exited by itself, status {ended}"
+    text = log.read_text(encoding="utf-8", errors="replace")
+    return f"\n--- hypothesis fuzz ({status}), {log}, last {TAIL} characters:\n{text[-TAIL:]}"
 
 
 def runs(db: HypofuzzDatabase) -> dict[str, tuple[bytes, int]]:
@@ -142,30 +157,32 @@ def test_the_race_machines_fuzz_clean_and_a_found_failure_replays_in_pytest(
             for m in MACHINES
         )
 
+    log = tmp_path / "hypothesis-fuzz.log"
     deadline = time.monotonic() + BOUND
-    with ExitStack() as stack:
-        racers = [stack.enter_context(fuzzing(m, path)) for m in MACHINES]
-        stack.enter_context(fuzzing(CANARY, path))  # which ends by itself once its failure is in
+    with fuzzing((*MACHINES, CANARY), path, log) as fuzzer:
         while not done():
-            if any(p.poll() is not None for p in racers):
+            if fuzzer.poll() is not None:
                 break  # it collected nothing, or crashed
             changed.clear()
             if not changed.wait(max(0.0, deadline - time.monotonic())):
                 break
+        ended = fuzzer.poll()
     directory.clear_listeners()
+    why = tail(log, ended)
 
     seen = runs(db)
     for machine in MACHINES:
-        assert node(machine) in seen, f"HypoFuzz never started {machine}: {sorted(seen)}"
+        assert node(machine) in seen, f"HypoFuzz never started {machine}: {sorted(seen)}{why}"
         key, examples = seen[node(machine)]
         found = failures(db, key)
-        assert not found, f"HypoFuzz found a failure of {machine}:\n" + "\n\n".join(found)
-        assert examples >= EXAMPLES, f"{machine} ran {examples} examples in {BOUND:.0f} s"
-    assert set(seen) == {node(t) for t in (*MACHINES, CANARY)}
+        assert not found, f"HypoFuzz found a failure of {machine}:\n" + "\n\n".join(found) + why
+        assert examples >= EXAMPLES, f"{machine} ran {examples} examples in {BOUND:.0f} s{why}"
+    assert set(seen) == {node(t) for t in (*MACHINES, CANARY)}, why
 
     # The canary's failure was seen, shrunk, and plain pytest replays it from the database.
-    (program,) = failures(db, seen[node(CANARY)][0], (FailureState.SHRUNK,))
-    assert "state.step(n=128)" in program
+    programs = failures(db, seen[node(CANARY)][0], (FailureState.SHRUNK,))
+    assert len(programs) == 1, f"{programs}{why}"
+    assert "state.step(n=128)" in programs[0], f"{programs[0]}{why}"
     replay = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", CANARY],
         cwd=ROOT,

@@ -48,6 +48,7 @@ from tests.race.runtime_mutants import (
 PROJECT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a race search per mutant: the kill table, in CI's slow stage
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_the_race_machine_kills_the_mutant_within_the_ci_budget(mutant: RuntimeMutant) -> None:
     budget = ci_settings()
@@ -385,6 +386,7 @@ def test_spec_and_runtime_are_exclusive(capsys: pytest.CaptureFixture[str]) -> N
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_command_runs_end_to_end_in_worker_processes() -> None:
     """``fsm-core mutants --runtime NAME`` from the checkout, as a developer runs it (not
     shrinking, which takes tens of seconds per mutant)."""

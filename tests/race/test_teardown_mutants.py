@@ -26,6 +26,7 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.CRITICAL, logger="fsm_core.runtime")
 
 
+@pytest.mark.slow  # the subagent tests once per mutant: the kill table, in CI's slow stage
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mutant", TEARDOWN_MUTANTS, ids=[m.name for m in TEARDOWN_MUTANTS])
 def test_the_subagent_tests_kill_the_teardown_mutant(mutant: RuntimeMutant) -> None:
@@ -43,6 +44,7 @@ def test_the_catalogue_has_a_dozen_distinct_mutants_whose_edits_apply() -> None:
         mutant.compiled()  # every old text occurs exactly once
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", RACE_KILLED)
 def test_the_activation_race_machine_kills_the_mutant_its_moves_were_added_for(name: str) -> None:
