@@ -377,7 +377,7 @@ def test_bench_exits_1_naming_the_model_when_two_searches_disagree(
     assert " problems=1 " in out.splitlines()[-1]
 
 
-def test_bench_refuses_a_partitioned_search_of_a_model_it_does_not_have(
+def test_bench_refuses_a_partitioned_search_it_cannot_run(
     tiny_models: Path,
 ) -> None:
     with pytest.raises(
@@ -385,6 +385,8 @@ def test_bench_refuses_a_partitioned_search_of_a_model_it_does_not_have(
         r"are bench_S, tiny$",
     ):  # fmt: skip
         run(_bench_args(*SMALL, "--workers-speedup", "nope"))
+    with pytest.raises(FsmError, match=r"^--workers 1: a partitioned search needs 2 or more$"):
+        run(_bench_args(*SMALL, "--workers-speedup", "tiny", "--workers", "1"))
 
 
 def test_the_engines_timed_unasked_are_those_a_model_can_afford() -> None:

@@ -506,6 +506,8 @@ def _speedup_models(
     cannot be partitioned."""
     if args.no_workers_speedup:
         return []
+    if args.workers < 2:
+        raise FsmError(f"--workers {args.workers}: a partitioned search needs 2 or more")
     names = args.workers_speedup or [f"bench_{scales[0]}", SPEEDUP_MODEL]
     chosen: list[Model] = []
     for name in dict.fromkeys(names):
