@@ -628,8 +628,9 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="check up to N models at once in N worker processes (default: the cores this "
-        "process may use); 1 checks them one after another in this process. A large bench "
-        "model checked alone has its search partitioned across N processes instead. The "
+        "process may use); 1 checks them one after another in this process. A large bench-tier "
+        "agent or tree model checked alone has its search partitioned across N processes "
+        "instead. The "
         "output is the same but for the timings",
     )
     p.add_argument(

@@ -8,7 +8,9 @@ ours must give the same numbers, so any difference is a fault in our table or ou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -18,11 +20,23 @@ from pathlib import Path
 
 import pytest
 
+from fsm_core import FsmError
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
-from fsm_core.tools._bench import BASELINE, PEERS, REFERENCE, Reference, _ours, configure, run
+from fsm_core.tools import _bench
+from fsm_core.tools._bench import (
+    BASELINE,
+    PEERS,
+    REFERENCE,
+    Reference,
+    Run,
+    _engines,
+    _ours,
+    configure,
+    run,
+)
 from fsm_core.tools._mutants import BY_NAME
-from tests.helpers import FSM_CORE, copy_specs
+from tests.helpers import FSM_CORE, copy_specs, write_model
 
 
 def test_bench_model_reproduces_the_reference_counts() -> None:
@@ -92,9 +106,13 @@ def test_the_baseline_is_a_verbatim_copy_of_the_shared_script() -> None:
 
 
 def _bench_args(*argv: str) -> argparse.Namespace:
+    """``fsm-core bench ARGV``'s arguments; the agents and trees and the partitioned searches
+    only when ``argv`` asks for them."""
     parser = argparse.ArgumentParser(prog="fsm-core bench")
     configure(parser)
-    return parser.parse_args(argv)
+    quiet = ["--composed", "none"] if "--composed" not in argv else []
+    quiet += [] if "--workers-speedup" in argv else ["--no-workers-speedup"]
+    return parser.parse_args([*argv, *quiet])
 
 
 DONE_AT_S = re.compile(
@@ -103,7 +121,8 @@ DONE_AT_S = re.compile(
     r"vector_x_spin=(?P<x_spin>[-0-9.]+) vector_x_baseline=\d+\.\d\d "
     r"vector_x_spin_cpu=[-0-9.]+ python_x_spin=[-0-9.]+ python_x_baseline=\d+\.\d\d "
     r"python_x_spin_cpu=[-0-9.]+ spin_mib=[-0-9]+ rumur_mib=[-0-9]+ "
-    r"vector_mib=\d+ python_mib=\d+ baseline_mib=\d+ models=0 problems=0 sec=\d+\.\d"
+    r"vector_mib=\d+ python_mib=\d+ baseline_mib=\d+ models=0 composed=0 speedup=- "
+    r"problems=0 sec=\d+\.\d"
 )
 
 
@@ -239,3 +258,169 @@ def test_sigint_during_bench_exits_130_with_one_line_of_its_own() -> None:
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
     assert (p.returncode, out, err) == (130, "", "\nfsm-core: interrupted\n")
+
+
+# --- the agents and trees, and the partitioned search ---------------------------------------
+
+
+@pytest.fixture
+def tiny_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A models directory of bench_S and ``tiny``, activation_tree with smaller budgets (357
+    states; 233 over sibling orbits) and no [expect], which the bench reads instead of models/."""
+    shutil.copy(models_dir() / "bench_S.toml", tmp_path / "bench_S.toml")
+    body = (models_dir() / "activation_tree.toml").read_text(encoding="utf-8")
+    body = re.sub(
+        r"(?m)^budgets = .*$",
+        "budgets = { admit = 2, dispose = 1, drain = 0, drain_below = 0, drain_child = 0 }",
+        body[: body.index("[expect]")],
+    ).replace("\nfailures = 1\n", "\nfailures = 0\n")
+    root = write_model(tmp_path, "tiny", body).parent
+    shutil.copy(models_dir() / "bench_S.toml", root / "bench_S.toml")
+    shutil.copytree(models_dir() / "bench", root / "bench")
+    monkeypatch.setattr(_bench, "models_dir", lambda: root)
+    return root
+
+
+SMALL = ("--scale", "S", "--no-peers", "--no-baseline", "--backend", "vector", "--no-models")
+
+
+def _rows(out: str, *head: str) -> list[list[str]]:
+    """The rows of the table whose head starts with the columns ``head``, each row split into
+    its columns (at runs of spaces)."""
+    lines = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
+    start = next(i for i, line in enumerate(lines) if tuple(line[: len(head)]) == head)
+    return list(itertools.takewhile(lambda row: len(row) >= len(head), lines[start + 1 :]))
+
+
+def test_bench_times_a_tree_engine_against_engine_and_one_process_against_two(
+    tiny_models: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _bench_args(
+        *SMALL, "--composed", "default", "--engine", "interpreted", "symmetry",
+        "--workers-speedup", "tiny",
+    )  # fmt: skip
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out
+    engines = _rows(out, "model", "tier", "engine")
+    assert [row[:7] for row in engines] == [
+        ["tiny", "default", "compiled", "357", "-", "10,230", "15"],
+        ["tiny", "default", "interpreted", "357", "-", "10,230", "15"],
+        ["tiny", "default", "symmetry", "233", "357", "6,424", "15"],
+    ]
+    assert engines[0][9] == "1.00"  # x compiled
+    split = _rows(out, "model", "kind", "backend")
+    assert [row[:5] for row in split] == [["tiny", "activation-tree", "python", "357", "10,230"]]
+    last = out.splitlines()[-1]
+    assert re.search(r" models=0 composed=1 speedup=\d+\.\d\d problems=0 ", last), last
+
+
+def _corrupt(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the runs of ``which`` (an engine, or ``split``: the partitioned search) find
+    one state more (``symmetry``: stand for one more) than they do."""
+    ours = _bench._ours
+
+    def corrupted(*args: object, **options: object) -> Run:
+        found: Run = ours(*args, **options)  # type: ignore[arg-type]
+        engine = args[4] if len(args) > 4 else "compiled"
+        workers = args[5] if len(args) > 5 else 1
+        if which == "split" and workers != 1:
+            return dataclasses.replace(found, states=found.states + 1)
+        if which == engine == "interpreted":
+            return dataclasses.replace(found, states=found.states + 1)
+        if which == engine == "symmetry":
+            assert found.unreduced is not None
+            return dataclasses.replace(found, unreduced=found.unreduced + 1)
+        return found
+
+    monkeypatch.setattr(_bench, "_ours", corrupted)
+
+
+@pytest.mark.parametrize(
+    ("which", "argv", "failed"),
+    [
+        (
+            "interpreted",
+            ("--composed", "default", "--engine", "interpreted"),
+            "composed tiny: the interpreted composition found states=358 transitions=10230 "
+            "depth=15 verdict=ok, the compiled one states=357 transitions=10230 depth=15 "
+            "verdict=ok",
+        ),
+        (
+            "symmetry",
+            ("--composed", "default", "--engine", "symmetry"),
+            "composed tiny: the search over sibling orbits found states=233 transitions=6424 "
+            "depth=15 verdict=ok unreduced=358, the search of every state states=357 "
+            "transitions=10230 depth=15 verdict=ok",
+        ),
+        (
+            "split",
+            ("--composed", "none", "--workers-speedup", "tiny"),
+            "workers tiny: the search partitioned across 2 processes found states=358 "
+            "transitions=10230 depth=15 verdict=ok, the search in one process states=357 "
+            "transitions=10230 depth=15 verdict=ok",
+        ),
+    ],
+)
+def test_bench_exits_1_naming_the_model_when_two_searches_disagree(
+    which: str,
+    argv: tuple[str, ...],
+    failed: str,
+    tiny_models: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _corrupt(which, monkeypatch)
+    assert run(_bench_args(*SMALL, *argv)) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED: {failed}\n" in out
+    assert " problems=1 " in out.splitlines()[-1]
+
+
+def test_bench_refuses_a_partitioned_search_it_cannot_run(
+    tiny_models: Path,
+) -> None:
+    with pytest.raises(
+        FsmError, match=r"^--workers-speedup nope: there is no models/nope\.toml; the models "
+        r"are bench_S, tiny$",
+    ):  # fmt: skip
+        run(_bench_args(*SMALL, "--workers-speedup", "nope"))
+    with pytest.raises(FsmError, match=r"^--workers 1: a partitioned search needs 2 or more$"):
+        run(_bench_args(*SMALL, "--workers-speedup", "tiny", "--workers", "1"))
+
+
+def test_the_engines_timed_unasked_are_those_a_model_can_afford() -> None:
+    by_name = {n: load_model(models_dir() / f"{n}.toml") for n in _AFFORD}
+    assert {n: _engines(m, None) for n, m in by_name.items()} == _AFFORD
+    # Asked for, an engine runs wherever it applies: symmetry only on a tree of width 2 or more.
+    asked = ["symmetry", "interpreted"]
+    assert _engines(by_name["agent_deep"], asked) == ["compiled", "interpreted"]
+    assert _engines(by_name["agent_tree_three"], asked) == ["compiled", "symmetry", "interpreted"]
+
+
+_AFFORD = {
+    "agent_races": ["compiled", "interpreted"],  # 320,600 transitions
+    "agent_deep": ["compiled"],  # 5,963,472
+    "activation_tree": ["compiled", "symmetry"],  # 946,701 transitions, 30,489 states
+    "agent_tree_three": ["compiled"],  # 989,758 states
+}
+
+
+def test_outside_a_checkout_the_peers_need_a_directory_and_the_bench_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed package has no ../shared/bench: no default, and the message says why."""
+    monkeypatch.setattr(_bench, "BASELINE", tmp_path / "site-packages" / "ref_bfs.py")
+    monkeypatch.setenv("PATH", f"{_fake_tools(tmp_path, 797)}{os.pathsep}{os.environ['PATH']}")
+    parser = argparse.ArgumentParser(prog="fsm-core bench")
+    configure(parser)
+    assert "(default: none outside a checkout: give it to run SPIN and rumur)" in " ".join(
+        parser.format_help().split()
+    )
+    assert run(_bench_args("--scale", "S", "--no-models", "--no-baseline")) == 0
+    out = capsys.readouterr().out
+    assert (
+        "SPIN DFS -DSAFETY is missing: no --peers DIR names where turncancel.pml is, and an "
+        "installed fsm-core has no default (a checkout reads ../shared/bench beside it); no "
+        "figures or ratios for it.\n"
+    ) in out

@@ -24,7 +24,7 @@ from fsm_core.check import Model, Report, _partition, check, load_model, load_mo
 from fsm_core.check._parallel import Source, partitions
 from fsm_core.check._partition import check_partitioned
 from fsm_core.tools._mutants import MUTANTS, _copy_tables
-from tests.helpers import sweep
+from tests.helpers import sweep, write_model
 from tests.test_check_cli import run
 from tests.test_check_workers import descendants, linux_only, under_way, untimed
 
@@ -127,23 +127,41 @@ def test_a_spec_mutant_partitioned_breaks_the_same_property_alike(
     assert report.verdict == "violation"
 
 
-def test_a_large_bench_model_alone_is_partitioned_and_nothing_else_is() -> None:
+def test_a_large_bench_tree_alone_is_partitioned_and_nothing_else_is() -> None:
     by_name = {m.name: m for m in load_models(models_dir())}
-    assert partitions(by_name["bench_L"], workers=2, models=1)
-    assert not partitions(by_name["bench_L"], workers=1, models=1)
-    assert not partitions(by_name["bench_L"], workers=2, models=2)
-    assert not partitions(by_name["bench_S"], workers=2, models=1)  # over before it would gain
+    assert partitions(by_name["agent_tree_wide"], workers=2, models=1)
+    assert not partitions(by_name["agent_tree_wide"], workers=1, models=1)
+    assert not partitions(by_name["agent_tree_wide"], workers=2, models=2)
+    # over before it would gain
+    assert not partitions(by_name["agent_tree_outside_dispose"], workers=2, models=1)
     assert not partitions(by_name["agent_deep"], workers=2, models=1)  # its liveness pass
+    # a table's search costs less than sending its states between processes
+    assert not partitions(by_name["bench_XL"], workers=2, models=1)
+    assert not partitions(by_name["bench_L"], workers=2, models=1)
     # searched over sibling orbits: its traces are rebuilt on the unreduced engine in one place
     assert by_name["agent_tree_three"].symmetry
     assert not partitions(by_name["agent_tree_three"], workers=2, models=1)
 
 
-def test_two_workers_print_what_one_prints_for_a_partitioned_model() -> None:
-    one, two = run("--workers", "1", "bench_L"), run("--workers", "2", "bench_L")
+def test_two_workers_print_what_one_prints_for_a_partitioned_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """agent_races in the bench tier, with no [expect]: a model partitions as the largest."""
+    body = (models_dir() / "agent_races.toml").read_text(encoding="utf-8")
+    body = body.replace('kind = "agent"\n', 'kind = "agent"\ntier = "bench"\n', 1)
+    path = write_model(tmp_path, "races", body[: body.index("[expect]")])
+    partitioned: list[int] = []
+
+    def counted(model: Model, source: Source, workers: int, **options: Any) -> Report:
+        partitioned.append(workers)
+        return check_partitioned(model, source, workers, **options)
+
+    monkeypatch.setattr(_partition, "check_partitioned", counted)
+    one, two = run("--workers", "1", str(path)), run("--workers", "2", str(path))
+    assert partitioned == [2]
     assert two.code == one.code == 0
     assert untimed(two.out) == untimed(one.out)
-    assert only_progress(one.err + two.err, "bench_L")
+    assert only_progress(one.err + two.err, "races")
 
 
 def only_progress(err: str, name: str) -> bool:
@@ -154,9 +172,7 @@ def only_progress(err: str, name: str) -> bool:
 
 @linux_only
 def test_a_partition_worker_killed_is_an_error_naming_its_part() -> None:
-    p, _, _ = under_way(
-        ["check", "--workers", "2", "--backend", "python", "bench_L"], "bench_L: states="
-    )
+    p, _, _ = under_way(["check", "--workers", "2", "agent_tree_wide"], "agent_tree_wide: states=")
     workers = [pid for pid, generation in descendants(p.pid) if generation == 1]
     with p:
         assert len(workers) == 1, workers  # forked by the command itself
@@ -164,7 +180,8 @@ def test_a_partition_worker_killed_is_an_error_naming_its_part() -> None:
         out, err = p.communicate(timeout=60)
     assert (p.returncode, out) == (2, "")
     assert err.splitlines()[-1] == (
-        "fsm-core: the worker searching part 1 of 2 of bench_L (models/bench_L.toml) died "
+        "fsm-core: the worker searching part 1 of 2 of agent_tree_wide "
+        "(models/agent_tree_wide.toml) died "
         "(killed by SIGKILL); nothing is reported: --workers 1 checks it in one process"
     )
 

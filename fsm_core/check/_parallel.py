@@ -252,12 +252,19 @@ def unpartitioned(model: Model) -> str | None:
 
 def partitions(model: Model, workers: int, models: int) -> bool:
     """Whether ``fsm-core check`` partitions ``model``'s search across ``workers`` processes:
-    when it is the run's only model, there is more than one worker, nothing keeps it in one
-    process (:func:`unpartitioned`: the liveness pass of every tier but bench, a search over
-    sibling orbits), and its ``[expect]`` records :data:`PARTITION_AFTER` transitions or more
-    (or none)."""
+    when it is the run's only model, there is more than one worker, it is an agent or a tree,
+    nothing keeps it in one process (:func:`unpartitioned`: the liveness pass of every tier
+    but bench, a search over sibling orbits), and its ``[expect]`` records
+    :data:`PARTITION_AFTER` transitions or more (or none).
+
+    A table model stays in one process: its search costs less than sending its states between
+    processes. On 2 cores, two processes took 1.06 times one's wall time on bench_L and 1.52
+    times on bench_XL with the vector backend, 2.5 times on bench_L with the python backend
+    (``benchmarks/README.md``); ``fsm-core bench --workers-speedup`` measures it again.
+    """
     big = model.expect is None or model.expect.transitions >= PARTITION_AFTER
-    return workers > 1 and models == 1 and unpartitioned(model) is None and big
+    composed = model.kind != "table"
+    return workers > 1 and models == 1 and composed and unpartitioned(model) is None and big
 
 
 def _cost(model: Model) -> float:

@@ -6,11 +6,16 @@ reference state counts that five independent checkers agree on (``FIGURES.md``).
 checks it at each scale point with each of our backends, with the hand-written Python BFS those
 figures call the baseline (``benchmarks/ref_bfs.py``, a verbatim copy), and with SPIN and rumur
 built from the same model's Promela and Murphi versions (``turncancel.pml``, ``turncancel.m``
-in ``../shared/bench/`` beside the repository, or ``--peers DIR``), when ``spin``, ``rumur``
-and a C compiler are installed; then it times every default model::
+in ``../shared/bench/`` beside the checkout, or ``--peers DIR``), when ``spin``, ``rumur``
+and a C compiler are installed. Then it times the agent and tree models engine against engine
+(the compiled composition, the interpreted one it is tested against, and the search with the
+other ``[tree] symmetry`` setting), one model's search in one process against the same search
+partitioned across ``--workers`` processes, and every default model as ``fsm-core check``
+checks it::
 
-    fsm-core bench                         # bench L: every checker, then the default models
-    fsm-core bench --scale L XL --repeat 3 --no-models
+    fsm-core bench                         # bench L, the default tier's agents and trees, ...
+    fsm-core bench --scale L XL --repeat 3 --no-models --composed none --no-workers-speedup
+    fsm-core bench --scale S --composed bench --workers-speedup bench_XL agent_tree_wide
 
 Every run is a whole fresh process, timed from start until it is reaped, with its own peak
 RSS, as ``FIGURES.md`` measured its peers: wall times include start-up, and for us the loading
@@ -23,14 +28,17 @@ the same run. On a bench scale our checker checks what the others check (four in
 deadlock freedom): the liveness check ``fsm-core check`` adds to default-tier models is off.
 
 The benchmark is also a check: it exits 1 when a count disagrees with the reference (ours,
-the baseline's, and SPIN's and rumur's states), when a model misses its ``[expect]``, or when a
-run fails; never on a time. A missing peer is said so, with what would bring it, and leaves
+the baseline's, and SPIN's and rumur's states), when two engines or the one-process and the
+partitioned search of a model disagree (a search over sibling orbits must stand for as many
+states as the unreduced search finds), when a model misses its ``[expect]``, or when a run
+fails; never on a time. A missing peer is said so, with what would bring it, and leaves
 its figures and the ratios to it empty.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -51,7 +59,8 @@ import fsm_core
 from fsm_core._errors import FsmError, SpecError
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
-from fsm_core.check import Backend, check, load_model, load_models
+from fsm_core.check import Backend, Model, check, load_model, load_models
+from fsm_core.check._parallel import Source
 from fsm_core.check._report import aligned
 from fsm_core.table._load import read_toml
 
@@ -59,7 +68,13 @@ _REPO = Path(fsm_core.__file__).resolve().parent.parent
 BASELINE: Final = _REPO / "benchmarks" / "ref_bfs.py"
 """The baseline script. It ships with the repository, not with the wheel."""
 PEERS: Final = _REPO.parent / "shared" / "bench"
-"""Where the native checkers' models are, by default: ``shared/bench`` beside the repository."""
+"""Where the native checkers' models are, by default, in a checkout: ``shared/bench`` beside it."""
+
+
+def default_peers() -> Path | None:
+    """:data:`PEERS` when this runs from a checkout (the baseline is there), else None: an
+    installed package has no repository for a directory to be beside."""
+    return PEERS if BASELINE.is_file() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +96,21 @@ REFERENCE: Final[dict[str, Reference]] = {
 
 BACKENDS: Final = ("vector", "python")
 """Our backends, each a checker of its own here."""
+
+COMPOSED_ENGINES: Final = ("compiled", "interpreted", "symmetry")
+"""What explores an agent or tree model here: the compiled composition (``fsm-core check``'s),
+the interpreted one it is tested against, and the compiled one with the other ``[tree]
+symmetry`` setting (a tree of width 2 or more): over sibling orbits if the model searches every
+state, every state if it searches orbits."""
+INTERPRETED_UP_TO: Final = 360_000
+"""The transitions a model's ``[expect]`` may record for the bench to run its interpreted
+composition unasked: it runs 3 to 20 times slower than the compiled one."""
+SYMMETRY_UP_TO: Final = 100_000
+"""The states a tree's ``[expect]`` may record for the bench to search it with the other
+symmetry setting unasked: searched without its orbits, a width-3 tree has four times the states."""
+SPEEDUP_MODEL: Final = "agent_deep"
+"""The composed model whose search ``fsm-core bench`` partitions by default: the default tier's
+with the most transitions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +134,10 @@ class Run:
     peak_mib: float
     load_s: float | None = None
     mismatches: tuple[str, ...] = ()
+    unreduced: int | None = None
+    """With ``[tree] symmetry``: the states the search's orbits stand for."""
+    backend: str | None = None
+    """Ours: the backend that explored (``vector``, ``python``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +179,17 @@ class Peer:
     clean: re.Pattern[str]
     """Matches its output iff it found no error."""
 
-    def missing(self, peers: Path) -> str | None:
-        """Why this peer cannot run here, or None."""
+    def missing(self, peers: Path | None) -> str | None:
+        """Why this peer cannot run here, or None (``peers`` None: no directory was given and
+        there is no default)."""
         for command, package in self.tools:
             if shutil.which(command) is None:
                 return f"{command} is not installed (apt-get install {package})"
+        if peers is None:
+            return (
+                f"no --peers DIR names where {self.source} is, and an installed fsm-core has "
+                "no default (a checkout reads ../shared/bench beside it)"
+            )
         if not (peers / self.source).is_file():
             return f"there is no {self.source} in {peers} (--peers DIR names another)"
         return None
@@ -217,8 +257,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``fsm-core bench``'s options to ``parser``."""
     parser.description = (
         "Time the model checker's backends against SPIN, rumur and the hand-written baseline "
-        "BFS on the shared bench model, interleaved, then time every default model. Exits 1 "
-        "if counts disagree."
+        "BFS on the shared bench model, the agent and tree models engine against engine, "
+        "searches in one process against the same partitioned, interleaved, then time every "
+        "default model. Exits 1 if counts disagree."
     )
     parser.add_argument(
         "--scale",
@@ -244,14 +285,51 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-baseline", action="store_true", help="do not run the baseline")
     parser.add_argument("--no-peers", action="store_true", help="do not run SPIN and rumur")
+    peers = default_peers()
     parser.add_argument(
         "--peers",
         type=Path,
         default=None,
         metavar="DIR",
-        help=f"where turncancel.pml and turncancel.m are (default: {PEERS})",
+        help="where turncancel.pml and turncancel.m are (default: "
+        + (f"{peers})" if peers else "none outside a checkout: give it to run SPIN and rumur)"),
     )
     parser.add_argument("--no-models", action="store_true", help="do not time the default models")
+    parser.add_argument(
+        "--composed",
+        choices=("default", "bench", "none"),
+        default="default",
+        help="the agent and tree models to time engine against engine: the default tier's "
+        "(default), those and the bench tier's (minutes), or none",
+    )
+    parser.add_argument(
+        "--engine",
+        nargs="+",
+        action="extend",
+        choices=COMPOSED_ENGINES,
+        help="the engines to time on those models: the compiled composition always; by "
+        "default the interpreted one and the other symmetry setting too where a model's "
+        f"[expect] is small (up to {INTERPRETED_UP_TO:,} transitions, {SYMMETRY_UP_TO:,} "
+        "states); naming one runs it on every model it applies to",
+    )
+    parser.add_argument(
+        "--workers-speedup",
+        nargs="+",
+        action="extend",
+        metavar="MODEL",
+        help="models whose search is timed in one process and partitioned across --workers "
+        f"processes (default: bench_<scale> and {SPEEDUP_MODEL})",
+    )
+    parser.add_argument(
+        "--no-workers-speedup", action="store_true", help="time no partitioned search"
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="the processes a partitioned search runs in (default: 2)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
             f"the baseline {BASELINE} is missing: it ships with the repository, not the wheel. "
             "Run from a checkout, or pass --no-baseline"
         )
-    peers_dir: Path = args.peers or PEERS
+    peers_dir: Path | None = args.peers or default_peers()
     # --specs is the top-level parser's; a caller that built only this parser has none.
     specs: Path | None = getattr(args, "specs", None)
     root = models_dir()
@@ -279,9 +357,16 @@ def run(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise FsmError(f"{path} is missing: bench scale {scale} needs its model file")
         params[scale] = _params(path)
-    models = (
-        [] if args.no_models else [m for m in load_models(root, specs=specs) if m.tier == "default"]
-    )
+    every = {m.name: m for m in load_models(root, specs=specs)}
+    models = [] if args.no_models else [m for m in every.values() if m.tier == "default"]
+    tiers = {"default": ("default",), "bench": ("default", "bench"), "none": ()}[args.composed]
+    composed = [
+        (m, _engines(m, args.engine))
+        for m in every.values()
+        if m.kind != "table" and m.tier in tiers
+    ]
+    workers: int = args.workers
+    speedup = _speedup_models(args, scales, every)
     missing: dict[str, str] = {}
     if not args.no_peers:
         missing = {p.key: why for p in PEER_LIST if (why := p.missing(peers_dir)) is not None}
@@ -294,6 +379,7 @@ def run(args: argparse.Namespace) -> int:
         builds: dict[tuple[str, str], float] = {}
         for scale in scales:
             for peer in peers:
+                assert peers_dir is not None  # a peer with no directory is missing
                 out = Path(scratch) / f"{peer.key}-{scale}"
                 out.mkdir()
                 tag = f"bench {scale}: building {peer.name}"
@@ -317,6 +403,23 @@ def run(args: argparse.Namespace) -> int:
                     tag = f"bench {scale} run {i + 1}/{repeat}: {key}"
                     _attempt(problems, runs[(key, scale)], tag, one)
 
+    # The engines of a model run back to back, round after round, as the checkers do.
+    engine_runs: dict[tuple[str, str], list[Run]] = {}
+    for i in range(repeat):
+        for model, asked in composed:
+            for engine in asked:
+                tag = f"composed {model.name} run {i + 1}/{repeat}: {engine}"
+                timer = partial(_ours, root / Path(model.file).name, False, "auto", specs, engine)
+                _attempt(problems, engine_runs.setdefault((model.name, engine), []), tag, timer)
+    split_runs: dict[tuple[str, int], list[Run]] = {}
+    for i in range(repeat):
+        for model in speedup:
+            for n in (1, workers):
+                tag = f"workers {model.name} run {i + 1}/{repeat}: {n}"
+                path = root / Path(model.file).name
+                timer = partial(_ours, path, False, "auto", specs, "compiled", n)
+                _attempt(problems, split_runs.setdefault((model.name, n), []), tag, timer)
+
     bench: dict[str, dict[str, _Median]] = {}
     for scale in scales:
         bench[scale] = {}
@@ -325,6 +428,25 @@ def run(args: argparse.Namespace) -> int:
             if median is not None:
                 bench[scale][key] = median
         _compare(problems, scale, params[scale], bench[scale])
+
+    engines: list[tuple[Model, dict[str, _Median]]] = []
+    for model, asked in composed:
+        found: dict[str, _Median] = {}
+        for engine in asked:
+            what = f"composed {model.name} ({engine})"
+            median = _median(problems, what, engine_runs.get((model.name, engine), []))
+            if median is not None:
+                found[engine] = median
+        _agree_engines(problems, model, found)
+        engines.append((model, found))
+    splits: list[tuple[Model, _Median | None, _Median | None]] = []
+    for model in speedup:
+        alone, split = (
+            _median(problems, f"workers {model.name} ({n})", split_runs.get((model.name, n), []))
+            for n in (1, workers)
+        )
+        _agree_split(problems, model, alone, split, workers)
+        splits.append((model, alone, split))
 
     timed: list[tuple[str, str, _Median | None]] = []
     for model in models:
@@ -338,12 +460,18 @@ def run(args: argparse.Namespace) -> int:
             problems += [f"model {model.name}: {m}" for m in median.first.mismatches]
         timed.append((model.name, model.kind, median))
 
-    _print_bench(bench, params, builds, missing, peers_dir, repeat)
+    _print_bench(bench, params, builds, missing, repeat)
+    if engines:
+        _print_engines(engines, repeat)
+    if splits:
+        _print_splits(splits, workers, repeat)
     if models:
         _print_models(timed)
     for problem in problems:
         print(f"FAILED: {problem}")
-    print(_done(bench, len(models), problems, time.perf_counter() - started))
+    speedups = [(one, split) for _, one, split in splits]
+    seconds = time.perf_counter() - started
+    print(_done(bench, len(models), len(engines), speedups, problems, seconds))
     return 1 if problems else 0
 
 
@@ -356,6 +484,46 @@ def _params(path: Path) -> tuple[int, int, int, int]:
     except (KeyError, TypeError):
         raise SpecError(display, "[model] constants", "a bench model sets K, T, S and C") from None
     return k, t, s, c
+
+
+def _engines(model: Model, asked: Sequence[str] | None) -> list[str]:
+    """The engines to time on the composed ``model``: the compiled one, then those ``asked``
+    that apply to it, or unasked those its ``[expect]`` says are affordable."""
+    tree = model.kind == "activation-tree" and model.width >= 2
+    applies = {"compiled": True, "interpreted": True, "symmetry": tree}
+    if asked is None:
+        e = model.expect
+        applies["interpreted"] = e is not None and e.transitions <= INTERPRETED_UP_TO
+        applies["symmetry"] = tree and e is not None and e.states <= SYMMETRY_UP_TO
+        asked = COMPOSED_ENGINES
+    return ["compiled", *(e for e in dict.fromkeys(asked) if e != "compiled" and applies[e])]
+
+
+def _speedup_models(
+    args: argparse.Namespace, scales: Sequence[str], every: dict[str, Model]
+) -> list[Model]:
+    """The models of ``--workers-speedup``; refused, naming it, when one is not in models/ or
+    cannot be partitioned."""
+    if args.no_workers_speedup:
+        return []
+    if args.workers < 2:
+        raise FsmError(f"--workers {args.workers}: a partitioned search needs 2 or more")
+    names = args.workers_speedup or [f"bench_{scales[0]}", SPEEDUP_MODEL]
+    chosen: list[Model] = []
+    for name in dict.fromkeys(names):
+        model = every.get(name)
+        if model is None:
+            raise FsmError(
+                f"--workers-speedup {name}: there is no models/{name}.toml; the models are "
+                + ", ".join(sorted(every))
+            )
+        if model.symmetry:
+            raise FsmError(
+                f"--workers-speedup {name}: a search over sibling orbits ([tree] symmetry) is "
+                "not partitioned"
+            )
+        chosen.append(model)
+    return chosen
 
 
 def _runner(
@@ -390,7 +558,7 @@ def _attempt(problems: list[str], runs: list[Run], tag: str, one: Callable[[], R
 def _median(problems: list[str], what: str, runs: Sequence[Run]) -> _Median | None:
     if not runs:
         return None
-    counts = {(r.states, r.transitions, r.depth, r.verdict) for r in runs}
+    counts = {(r.states, r.transitions, r.depth, r.verdict, r.unreduced) for r in runs}
     if len(counts) > 1:
         problems.append(f"{what}: repeated runs found different counts: {sorted(counts)}")
     return _Median(
@@ -434,6 +602,53 @@ def _compare(
         problems += [f"bench {scale}: {key}: {mismatch}" for mismatch in r.mismatches]
 
 
+def _counts(r: Run) -> str:
+    shown = f"states={r.states} transitions={r.transitions} depth={r.depth} verdict={r.verdict}"
+    return shown + ("" if r.unreduced is None else f" unreduced={r.unreduced}")
+
+
+def _agree_engines(problems: list[str], model: Model, found: dict[str, _Median]) -> None:
+    """Every engine finds what the compiled one finds, which must be the model's ``[expect]``;
+    a search with the other symmetry setting finds as many states as the orbits stand for."""
+    compiled = found.get("compiled")
+    if compiled is None:
+        return
+    ref = compiled.first
+    problems += [f"composed {model.name}: {mismatch}" for mismatch in ref.mismatches]
+    for engine, m in found.items():
+        r = m.first
+        if engine == "interpreted" and _counts(r) != _counts(ref):
+            problems.append(
+                f"composed {model.name}: the interpreted composition found {_counts(r)}, the "
+                f"compiled one {_counts(ref)}"
+            )
+        if engine == "symmetry":
+            orbits, whole = (ref, r) if model.symmetry else (r, ref)
+            if (orbits.unreduced, orbits.depth, orbits.verdict) != (
+                whole.states,
+                whole.depth,
+                whole.verdict,
+            ):
+                problems.append(
+                    f"composed {model.name}: the search over sibling orbits found "
+                    f"{_counts(orbits)}, the search of every state {_counts(whole)}"
+                )
+
+
+def _agree_split(
+    problems: list[str], model: Model, one: _Median | None, split: _Median | None, workers: int
+) -> None:
+    """The partitioned search finds what the one-process search finds, and that ``[expect]``."""
+    if one is None:
+        return
+    problems += [f"workers {model.name}: {mismatch}" for mismatch in one.first.mismatches]
+    if split is not None and _counts(split.first) != _counts(one.first):
+        problems.append(
+            f"workers {model.name}: the search partitioned across {workers} processes found "
+            f"{_counts(split.first)}, the search in one process {_counts(one.first)}"
+        )
+
+
 # -- each checker in a fresh process ---------------------------------------------------------------
 
 _PEAK = "fsm-core bench: peak_kib="
@@ -456,11 +671,20 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def _ours(path: Path, liveness: bool | None, backend: str, specs: Path | None) -> Run:
+def _ours(
+    path: Path,
+    liveness: bool | None,
+    backend: str,
+    specs: Path | None,
+    engine: str = "compiled",
+    workers: int = 1,
+) -> Run:
     """Check ``path`` in a fresh process (``liveness`` None: as ``fsm-core check`` would) with
-    ``backend``, with its tables from ``specs`` as ``--specs`` reads them."""
+    ``backend``, with its tables from ``specs`` as ``--specs`` reads them; a composed model's
+    steps by ``engine`` (one of :data:`COMPOSED_ENGINES`); its search partitioned across
+    ``workers`` processes when more than one (without the liveness pass)."""
     flag = {None: "default", False: "off", True: "on"}[liveness]
-    cmd = [sys.executable, "-m", __name__, str(path), flag, backend]
+    cmd = [sys.executable, "-m", __name__, str(path), flag, backend, engine, str(workers)]
     cmd += [str(specs)] if specs else []
     out, code, wall, cpu, peak = _measure(cmd)
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
@@ -471,7 +695,7 @@ def _ours(path: Path, liveness: bool | None, backend: str, specs: Path | None) -
         raise _Failed(f"`{' '.join(cmd)}` fell back to the {d['backend']} backend: {d['fallback']}")
     return Run(
         d["states"], d["transitions"], d["depth"], d["verdict"], wall, cpu, d["seconds"], peak,
-        d["load_seconds"], tuple(d["mismatches"]),
+        d["load_seconds"], tuple(d["mismatches"]), d["unreduced"], d["backend"],
     )  # fmt: skip
 
 
@@ -555,18 +779,29 @@ def _measure(cmd: list[str], cwd: Path | None = None) -> tuple[str, int, float, 
 def _child(argv: Sequence[str]) -> int:
     """The process ``_ours`` starts: check one model file, print one JSON line and the peak.
 
-    ``argv`` is the model file, the liveness flag, the backend and, optionally, the
-    ``--specs`` directory.
+    ``argv`` is the model file, the liveness flag, the backend, the engine, the workers and,
+    optionally, the ``--specs`` directory. The ``symmetry`` engine searches the model with the
+    other ``[tree] symmetry`` setting, which its ``[expect]`` does not describe.
     """
-    path, flag, name, *specs = argv
+    path, flag, name, engine, workers, *specs = argv
     liveness = {"default": None, "off": False, "on": True}[flag]
     backend = _BACKEND[name]
+    tables = Path(specs[0]) if specs else None
     start = time.perf_counter()
     # Parse, and prove the table at its declared constants.
-    model = load_model(Path(path), specs=Path(specs[0]) if specs else None)
+    model = load_model(Path(path), specs=tables)
+    if engine == "symmetry":
+        model = dataclasses.replace(model, symmetry=not model.symmetry, expect=None)
     loaded = time.perf_counter()
     # Compile, search, and liveness when it is on.
-    report = check(model, liveness=liveness, backend=backend)
+    if int(workers) > 1:
+        from fsm_core.check._partition import check_partitioned  # noqa: PLC0415
+
+        source = Source(Path(path), specs=tables)
+        report = check_partitioned(model, source, int(workers), backend=backend)
+    else:
+        interpreted = engine == "interpreted"
+        report = check(model, liveness=liveness, backend=backend, interpreted=interpreted)
     seconds = time.perf_counter() - loaded
     result = report.result
     line = {
@@ -579,6 +814,7 @@ def _child(argv: Sequence[str]) -> int:
         "seconds": seconds,
         "load_seconds": loaded - start,
         "mismatches": report.mismatches(),
+        "unreduced": report.unreduced_states,
     }
     print(json.dumps(line))
     peak = _vmhwm_kib()
@@ -610,7 +846,6 @@ def _print_bench(
     params: dict[str, tuple[int, int, int, int]],
     builds: dict[tuple[str, str], float],
     missing: dict[str, str],
-    peers: Path,
     repeat: int,
 ) -> None:
     if not bench:
@@ -660,6 +895,94 @@ def _print_bench(
                 print(f"  {scale} {key}: {m.search_s:.2f} s search + {_num(m.load_s, 2)} s load")
 
 
+def _rounds(repeat: int) -> str:
+    return "one round" if repeat == 1 else f"the median of {repeat} interleaved rounds"
+
+
+def _print_engines(engines: list[tuple[Model, dict[str, _Median]]], repeat: int) -> None:
+    print()
+    _say(
+        "Agent and tree models, engine against engine, each run a process of its own without "
+        f"the liveness pass ({_rounds(repeat)}): compiled is the composition `fsm-core check` "
+        "runs, interpreted the one it is tested against; with symmetry and unreduced, the "
+        "compiled one searches over sibling orbits or every state, the other way from the "
+        "model file. unreduced is the states the orbits stand for. check s is the check "
+        "inside the process (compiling included; states/s is states / check s), x compiled "
+        "its ratio to the compiled engine's in the same run, wall s and cpu s the whole process."
+    )
+    head = (
+        "model", "tier", "engine", "states", "unreduced", "transitions", "depth", "check s",
+        "states/s", "x compiled", "wall s", "cpu s", "MiB",
+    )  # fmt: skip
+    rows: list[tuple[str, ...]] = []
+    for model, found in engines:
+        compiled = found.get("compiled")
+        for key, m in found.items():
+            r = m.first
+            engine = ("unreduced" if model.symmetry else "symmetry") if key == "symmetry" else key
+            ratio = compiled and compiled.search_s > 0 and m.search_s / compiled.search_s
+            rows.append(
+                (
+                    model.name,
+                    model.tier,
+                    engine,
+                    f"{r.states:,}",
+                    "-" if r.unreduced is None else f"{r.unreduced:,}",
+                    f"{r.transitions:,}",
+                    str(r.depth),
+                    _num(m.search_s, 2),
+                    _rate(r.states / m.search_s) if m.search_s > 0 else "-",
+                    _num(ratio or None, 2),
+                    _num(m.wall_s, 2),
+                    _num(m.cpu_s, 2),
+                    _num(m.peak_mib, 0),
+                )
+            )
+    _table(head, rows, left=3)
+
+
+def _print_splits(
+    splits: list[tuple[Model, _Median | None, _Median | None]], workers: int, repeat: int
+) -> None:
+    print()
+    _say(
+        f"One search in one process against the same search partitioned across {workers} "
+        f"processes (`--workers {workers}` on a lone model), without the liveness pass, "
+        f"alternating ({_rounds(repeat)}); whole processes. speed-up is wall 1 over wall "
+        f"{workers}; cpu {workers}/1 is the processor time of the {workers} processes over the "
+        "one's: what partitioning costs in all."
+    )
+    n = str(workers)
+    head = (
+        "model", "kind", "backend", "states", "transitions", "wall 1 s", f"wall {n} s",
+        "speed-up", "cpu 1 s", f"cpu {n} s", f"cpu {n}/1", "MiB 1", f"MiB {n}",
+    )  # fmt: skip
+    rows: list[tuple[str, ...]] = []
+    for model, one, split in splits:
+        if one is None or split is None:
+            rows.append((model.name, model.kind, *["-"] * (len(head) - 2)))
+            continue
+        r = one.first
+        rows.append(
+            (
+                model.name,
+                model.kind,
+                r.backend or "-",
+                f"{r.states:,}",
+                f"{r.transitions:,}",
+                _num(one.wall_s, 2),
+                _num(split.wall_s, 2),
+                _num(one.wall_s / split.wall_s, 2),
+                _num(one.cpu_s, 2),
+                _num(split.cpu_s, 2),
+                _num(split.cpu_s / one.cpu_s if one.cpu_s > 0 else None, 2),
+                _num(one.peak_mib, 0),
+                _num(split.peak_mib, 0),
+            )
+        )
+    _table(head, rows, left=3)
+
+
 def _print_models(timed: list[tuple[str, str, _Median | None]]) -> None:
     print()
     _say(
@@ -695,9 +1018,15 @@ def _print_models(timed: list[tuple[str, str, _Median | None]]) -> None:
 
 
 def _done(
-    bench: dict[str, dict[str, _Median]], models: int, problems: list[str], seconds: float
+    bench: dict[str, dict[str, _Median]],
+    models: int,
+    composed: int,
+    speedups: Sequence[tuple[_Median | None, _Median | None]],
+    problems: list[str],
+    seconds: float,
 ) -> str:
-    """The last line, for scripts: ``key=value`` pairs, one comma-separated item per scale."""
+    """The last line, for scripts: ``key=value`` pairs, one comma-separated item per scale
+    (``speedup``: per ``--workers-speedup`` model, wall time in one process over partitioned)."""
 
     def each(show: Callable[[dict[str, _Median]], str | None]) -> str:
         return ",".join(show(found) or "-" for found in bench.values()) or "-"
@@ -732,6 +1061,10 @@ def _done(
     for key in CHECKERS:
         fields[f"{key}_mib"] = each(peak(key))
     fields["models"] = str(models)
+    fields["composed"] = str(composed)
+    fields["speedup"] = (
+        ",".join(f"{a.wall_s / b.wall_s:.2f}" if a and b else "-" for a, b in speedups) or "-"
+    )
     fields["problems"] = str(len(problems))
     fields["sec"] = f"{seconds:.1f}"
     return "Done. " + " ".join(f"{k}={v}" for k, v in fields.items())
