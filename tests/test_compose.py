@@ -234,6 +234,42 @@ def test_the_host_parent_disposes_the_root_and_hears_its_settlement(
         ("notify_parent(false)", "door.root_settled(parent=host)", "root_settled"),
         ("notify_parent(true)", "door.root_settled(parent=host)", "root_settled"),
         ("release_ownership()", "door.release(parent=host)", "release.remember"),
+        # The root's subagent/settled listeners may drain the registry (no parent in the tree).
+        ("settle(false)", "door.drain()", "drain"),
+        ("settle(true)", "door.drain()", "drain"),
+        ("settle(false)", "door.drain_below(parent=host)", "drain_below.host"),
+        ("settle(true)", "door.drain_below(parent=host)", "drain_below.host"),
+    }
+
+
+def test_a_settled_childs_listeners_reach_its_parent_and_the_door_never_the_child(
+    tree_moves: list[Move],
+) -> None:
+    """Step 5's listeners (``settle``, the runtime's ``subagent/settled``) call other
+    instances: a child's dispose its parent, admit a sibling and drain below the parent through
+    the door, and drain the registry or below the host parent; the root's, whose parent is the
+    host's, only drain.
+    Nothing a listener calls lands on the node that settled (a.2 is the second admission: no
+    admission is left to make inside its settlement)."""
+    calls = {
+        (move.instance, m.call(), m.row)
+        for move in nested(tree_moves)
+        for effect, m in move.inside
+        if effect.startswith("settle(")
+    }
+    below = {
+        ("a.dispose(final_state_flushed=false, drain=false)", "dispose.begin"),
+        ("a.dispose(final_state_flushed=false, drain=false)", "dispose.memoized"),
+        ("door.drain()", "drain"),
+        ("door.drain_below(parent=activation) for a", "drain_below.activation"),
+        ("door.drain_below(parent=host)", "drain_below.host"),
+    }
+    assert calls == {
+        ("a", "door.drain()", "drain"),
+        ("a", "door.drain_below(parent=host)", "drain_below.host"),
+        ("a.1", "door.admit(parent=activation) for a", "admit.below"),
+        *(("a.1", *call) for call in below),
+        *(("a.2", *call) for call in below),
     }
 
 

@@ -135,6 +135,29 @@ MODEL_FAULTS = [
         id="unreacted-names-a-reaction-point",
     ),
     pytest.param(
+        _model(
+            "activation.toml",
+            "activation-tree",
+            TREE
+            + 'reactions = ["activation.settle"]\n'
+            + 'unreacted = { "activation.settle" = "a gap" }\n',
+        ),
+        "models/m.toml: [environment] unreacted: 'activation.settle' is re-entered here (by "
+        "listeners): unreacted names only effects neither reactions nor the wiring re-enter",
+        id="unreacted-excuses-settle-its-listeners-re-enter",
+    ),
+    pytest.param(
+        _model(
+            "activation.toml",
+            "activation-tree",
+            TREE + 'reactions = ["activation.notify_parent"]\n',
+        ),
+        "models/m.toml: [environment] reactions: 'activation.notify_parent': a tree lets "
+        "listeners of a node's effect in only where it declares what they call "
+        "(activation.settle)",
+        id="reactions-name-a-node-effect-without-declared-listeners",
+    ),
+    pytest.param(
         _model("agent.toml", "agent", AGENT_ENV + 'unreacted = { enqueue = " " }\n'),
         "models/m.toml:7: [environment] unreacted: 'enqueue': say why nothing re-enters "
         "it, in words",

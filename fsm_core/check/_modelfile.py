@@ -39,8 +39,9 @@ search takes one state per orbit of sibling orders (``symmetry``, :mod:`~._compo
 Its budgets name the input events of either table the environment calls (``admit``, ``drain``
 and ``drain_below`` are the door's), and with agents ``agent.EVENT`` for a node's agent
 (``agent.send``: a followup straight to it); ``reactions`` then name the agent's notifying
-effects inside which listeners call it. A tree model written before the door or the wiring
-existed is refused, naming the key to add.
+effects inside which listeners call it, and ``activation.settle`` lets a settled node's
+listeners call the parent, its agent and the door (``_tree.NODE_LISTENERS``; no agents needed).
+A tree model written before the door or the wiring existed is refused, naming the key to add.
 """
 
 from __future__ import annotations
@@ -198,6 +199,17 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         notifiers = agent.table if agent is not None else t
         notifying = [n for n, e in notifiers.effects.items() if e.notifies]
         for effect in reactions:
+            table, dot, own = effect.partition(".")
+            if dot and kind == "activation-tree" and table == t.name:
+                if own not in _tree.NODE_LISTENERS:
+                    with f.each():
+                        f.fail(
+                            "[environment] reactions",
+                            f"{echo(effect)}: a tree lets listeners of a node's effect in only "
+                            f"where it declares what they call "
+                            f"({known(f'{t.name}.{e}' for e in _tree.NODE_LISTENERS)})",
+                        )
+                continue
             if effect not in notifying:
                 with f.each():
                     f.fail(
@@ -213,7 +225,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         f.fail(
             "[environment]", "failures budgets failing child teardown, in activation-tree models"
         )
-    if reactions and kind == "activation-tree" and agent is None:
+    if any("." not in r for r in reactions) and kind == "activation-tree" and agent is None:
         f.fail(
             "[environment] reactions",
             "an activation-tree model takes reactions only with agents = true (listeners "

@@ -51,7 +51,12 @@ def notification_points(model: Model) -> dict[str, str]:
     points: dict[str, str] = {}
     for m in _machines(model):
         machine = m.table.name
-        listened = model.reactions if m is (model.agent or model.machine) else ()
+        # Bare names are the agent's (or the one table's); a tree's node names its own
+        # ``activation.EFFECT`` (listeners calling other instances, _tree.NODE_LISTENERS).
+        own = model.reactions if m is (model.agent or model.machine) else ()
+        listened = {r for r in own if "." not in r} | {
+            r.partition(".")[2] for r in model.reactions if r.partition(".")[0] == machine
+        }
         wired = model.wiring.effects(machine) if model.wiring is not None else frozenset()
         for effect, spec in m.table.effects.items():
             if not spec.notifies:

@@ -225,10 +225,14 @@ class _Scene:
         multi: bool = False,
         listen: Sequence[Listen] = (),
         observe: bool = False,
+        listened: frozenset[str] = frozenset(),
     ) -> None:
         self.m = machine
         self.instances = instances
         self.multi = multi
+        self.listened = listened
+        """A tree's effects whose checker moves are listeners' (``activation.settle``'s calls
+        on other nodes), not the wiring's."""
         self.listen = list(listen)
         self.observe = observe
         """Record the state each notifying effect shows its listeners (``observed``)."""
@@ -268,8 +272,9 @@ class _Scene:
         self.ordinal += 1
         if self.observe and name in self.notifying:
             node.setdefault("observed", []).append({"at": index, "state": _state(self.m, store)})
-        # A tree's checker moves are the wiring's calls; a single machine's, its listeners'.
-        by = "wiring" if self.multi else "listener"
+        # A tree's checker moves are the wiring's calls, but inside an effect whose listeners
+        # the model lets in (the wiring fires nothing there); a single machine's, listeners'.
+        by = "wiring" if self.multi and name not in self.listened else "listener"
         calls: list[tuple[str, str, str, tuple[Value, ...], Move | None]] = []
         while frame.plan and frame.plan[0][0] == str(effect):
             _, move = frame.plan.popleft()
@@ -862,7 +867,11 @@ class _Builder:
             instances = {
                 k: None if v is None else list(v) for k, v in zip(slots, source, strict=True)
             }
-            scene = _Scene(m, instances, multi=multi)
+            prefix = f"{m.table.name}."
+            listened = frozenset(
+                r[len(prefix) :] for r in model.reactions if multi and r.startswith(prefix)
+            )
+            scene = _Scene(m, instances, multi=multi, listened=listened)
             node = scene.fire(move.instance, move.event, tuple(v for _, v in move.args), move)
             after: tuple[State | None, ...] = tuple(
                 None if v is None else tuple(v) for v in scene.instances.values()

@@ -40,7 +40,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from fsm_core.check._composed._compiled import CompiledEngine
-from fsm_core.check._composed._compose import BROKEN, Args, Engine, Layout, Offer, Reaction
+from fsm_core.check._composed._compose import (
+    BROKEN,
+    Aimed,
+    Args,
+    Engine,
+    Layout,
+    Offer,
+    Reaction,
+)
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Notice, Property
@@ -95,6 +103,12 @@ class AgentWiring:
     hooked_events = frozenset({"send", "cancel", "halt", "start", "dispose", "shut"})
     hooked_effects = frozenset({"clear_inbox", *_CLAIMS})
     binding: frozenset[str] = frozenset()
+    aimed_calls: tuple[Aimed, ...] = ()
+    """One agent: a listener calls nothing but the agent."""
+
+    def aim(self, instance: int, effect: str, aim: str) -> tuple[int, int | None] | None:
+        """A listener's every call is on the agent."""
+        return (instance, None) if not aim else None
 
     def __init__(self, model: Model, max_reactions: int = 2) -> None:
         self.model = model

@@ -115,11 +115,27 @@ class _Frame:
     """
 
     __slots__ = (
-        "args", "effect", "event", "i", "inside", "pending", "point", "resume", "row", "via"
+        "aimed", "args", "effect", "event", "i", "inside", "pending", "point", "resume", "row",
+        "target", "via",
     )  # fmt: skip
 
-    def __init__(self, i: int, event: str, args: Args, row: RowCode, via: Notice | None) -> None:
+    def __init__(
+        self,
+        i: int,
+        event: str,
+        args: Args,
+        row: RowCode,
+        via: Notice | None,
+        aimed: int | None,
+        target: int | None,
+    ) -> None:
         self.i = i
+        self.aimed = aimed
+        """The instance the call names when routed (the step's, or a listener's), as its move
+        shows it."""
+        self.target = target
+        """The instance the wiring's targets read as the one named: :attr:`aimed`, or the
+        calling frame's."""
         self.event = event
         self.args = args
         self.row = row
@@ -137,6 +153,7 @@ class _Frame:
     def copy(self) -> _Frame:
         f = _Frame.__new__(_Frame)
         f.i, f.event, f.args, f.row, f.via = self.i, self.event, self.args, self.row, self.via
+        f.aimed, f.target = self.aimed, self.target
         f.resume, f.inside, f.pending = self.resume, self.inside, self.pending
         f.effect, f.point = self.effect, self.point
         return f
@@ -249,9 +266,14 @@ class _Call:
         return self.groups
 
 
-_Option = tuple[int, int, str, Args, tuple[int, ...]]
+_Option = tuple[int, int, str, Args, tuple[int, ...], int, int | None]
 """A listener call a reaction point may make: (its index in the calls, its row or
-:data:`IGNORED`, event, arguments, what the path has spent with it)."""
+:data:`IGNORED`, event, arguments, what the path has spent with it, the instance it is fired
+on, the instance it names when routed)."""
+
+_Aim = tuple[int, int, int | None, str, Args, tuple[int, ...]]
+"""A listener call resolved at a reaction point: (its index in the calls, the instance it is
+fired on, the instance it names when routed, event, arguments, what it spends)."""
 
 _Branch = tuple["_Path", list[_Option]]
 """A path as it was at a reaction point, and listener calls to branch on there."""
@@ -351,9 +373,13 @@ class CompiledEngine(Engine):
                 self._offers.append((tuple(dict.fromkeys(on for _, on, _ in calls)), calls))
             self._group.append(groups[calls])
         # A reaction point tries the listener calls last one first (the plan stack's order).
-        self._options = tuple(
-            (event, args, spending(event, args, None)) for event, args in reversed(w.listener_calls)
-        )
+        self._options = tuple(reversed(self.options))
+        self._spending = spending
+        self._aiming = frozenset(q for q, (aim, _, _) in enumerate(self._options) if aim)
+        """The listener calls aimed at another instance, by their index in the calls."""
+        self._aims: dict[tuple[int, str], tuple[tuple[_Aim, ...], tuple[int, ...]]] = {}
+        """Per instance and reaction effect, the listener calls a reaction point there may
+        make, resolved (:meth:`Wiring.aim`), and the instances they are fired on."""
         self._branching = bool(self._options) and w.max_reactions > 0
         self._hooked_events = w.hooked_events
         self._binding = w.binding
@@ -367,8 +393,10 @@ class CompiledEngine(Engine):
         each time)."""
         self._width = len(w.machines[0].names)
         self._taken: dict[tuple[Any, ...], tuple[list[_Option], list[_Option]]] = {}
-        """The listener calls taken at a reaction point, by the instance's variables there,
-        what the path has spent and the bound of the search."""
+        """The listener calls taken at a reaction point, by the instance and the effect, the
+        variables there of every instance a listener's call there is fired on (the notifying
+        instance's, and those of the instances its aimed calls reach), what the path has spent
+        and the bound of the search."""
         self._label_of: dict[MoveKey, int] = {}
         self._moves: dict[MoveKey, Move] = {}
         """The move of each move key met, a listener's nested in a step's included."""
@@ -850,52 +878,98 @@ class CompiledEngine(Engine):
             last = j + 1 == len(options)
             if not last:
                 work.append((snap, options, j + 1, kept))
-            q, found, event, args, spent = options[j]
+            q, found, event, args, spent, on, aimed = options[j]
             p = snap if last and not kept else snap.fork()
             p.spent = spent
             p.used += 1
             p.order += (q + 1,)
-            self._enter(p, found, p.frames[-1].i, event, args, p.frames[-1].effect)
+            self._enter(p, found, on, event, args, p.frames[-1].effect, aimed)
             self._run(p, out, work)
 
     def _branches(self, path: _Path, f: _Frame) -> tuple[list[_Option], list[_Option]]:
         """The listener calls ``path`` may make at ``f``'s reaction point, of those the table
         takes there (the others make the plan invalid): the ones whose spending fits the
         bound, and the ones it does not."""
-        node = path.store if self._flat else path.live(f.i)
-        where = (f.i, tuple(node[: self._width]), path.spent, self._bound)
+        name = f.effect[0]
+        aims, reached = self._aimed(f.i, name)
+        if self._flat:
+            nodes: tuple[Any, ...] = (tuple(path.store[: self._width]),)
+        else:
+            nodes = tuple(tuple(path.live(k)) for k in reached)
+        where = (f.i, name, nodes, path.spent, self._bound)
         found = self._taken.get(where)
         if found is None:
-            found = self._taken[where] = self._takes(node, path.spent, f.i)
+            found = self._taken[where] = self._takes(path, aims)
+        if not self._aiming:
+            return found
+        # Whether an aimed call is offered reads more of the state than the key (a free slot
+        # below the parent): decided here, never memoized.
+        fits, beyond = found
+        return self._offered_now(path, fits), self._offered_now(path, beyond)
+
+    def _offered_now(self, path: _Path, options: list[_Option]) -> list[_Option]:
+        offers, aimed = self.wiring.offers, self._aiming
+        return [
+            o
+            for o in options
+            if o[0] not in aimed or offers(path.store, o[5] if o[6] is None else o[6], o[2], o[3])
+        ]
+
+    def _aimed(self, i: int, name: str) -> tuple[tuple[_Aim, ...], tuple[int, ...]]:
+        """The listener calls a reaction point at the effect ``name`` of ``i`` may make, as
+        the wiring resolves them, and the instances they are fired on (``i`` first)."""
+        found = self._aims.get((i, name))
+        if found is None:
+            aims: list[_Aim] = []
+            for q, (aim, event, args) in enumerate(self._options):
+                where = self.wiring.aim(i, name, aim)
+                if where is not None:
+                    on, named = where
+                    cost = self._spending(event, args, on if aim else None)
+                    aims.append((q, on, named, event, args, cost))
+            reached = tuple(dict.fromkeys((i, *(a[1] for a in aims))))
+            found = self._aims[i, name] = (tuple(aims), reached)
         return found
 
-    def _takes(
-        self, node: Sequence[Value], spent: tuple[int, ...], i: int
-    ) -> tuple[list[_Option], list[_Option]]:
-        lookups, bound = self._tables[i].lookups, self._bound
+    def _takes(self, path: _Path, aims: tuple[_Aim, ...]) -> tuple[list[_Option], list[_Option]]:
+        bound, spent = self._bound, path.spent
         fits: list[_Option] = []
         beyond: list[_Option] = []
-        for q, (event, args, cost) in enumerate(self._options):
-            found = lookups[event](node, args)
+        for q, on, named, event, args, cost in aims:
+            node = path.store if self._flat else path.live(on)
+            found = self._tables[on].lookups[event](node, args)
             if found != REFUSED:
                 total = tuple(map(add, spent, cost))
                 (fits if _left(bound, total) is not None else beyond).append(
-                    (q, found, event, args, total)
+                    (q, found, event, args, total, on, named)
                 )
         return fits, beyond
 
     def _enter(
-        self, path: _Path, found: int, i: int, event: str, args: Args, via: Notice | None
+        self,
+        path: _Path,
+        found: int,
+        i: int,
+        event: str,
+        args: Args,
+        via: Notice | None,
+        aimed: int | None = None,
     ) -> None:
-        """Begin firing ``event`` on ``i``, whose lookup ``found`` a row or :data:`IGNORED`."""
+        """Begin firing ``event`` on ``i``, whose lookup ``found`` a row or :data:`IGNORED`;
+        ``aimed``: the instance a listener's routed call names (the step's call names the
+        step's target)."""
+        frames = path.frames
+        if not frames:
+            aimed = path.target
         if found == IGNORED:
-            if path.frames:
+            if frames:
                 assert via is not None
-                path.frames[-1].inside += ((via, (i, event, args, None, (), None, None)),)
+                frames[-1].inside += ((via, (i, event, args, None, (), None, aimed)),)
             else:
-                path.done = (i, event, args, None, (), None, path.target)
+                path.done = (i, event, args, None, (), None, aimed)
             return
-        path.frames.append(_Frame(i, event, args, self._tables[i].rows[found], via))
+        target = aimed if aimed is not None or not frames else frames[-1].target
+        frames.append(_Frame(i, event, args, self._tables[i].rows[found], via, aimed, target))
         if event in self._hooked_events:
             self.wiring.before(path.store, i, event, args)
 
@@ -939,10 +1013,7 @@ class CompiledEngine(Engine):
                 frames.pop()
                 if f.event in self._hooked_events:
                     w.after(path.store, f.i, f.event, f.args)
-                move = (
-                    f.i, f.event, f.args, f.row.id, f.inside, None,
-                    None if frames else path.target,
-                )  # fmt: skip
+                move = (f.i, f.event, f.args, f.row.id, f.inside, None, f.aimed)
                 if frames:
                     assert f.via is not None
                     frames[-1].inside += ((f.via, move),)
@@ -991,7 +1062,7 @@ class CompiledEngine(Engine):
                 self._stop(path, verdict[0], f.effect, out)
                 return False
         if hooked:
-            f.pending = w.wire(store, i, name, values, path.target)
+            f.pending = w.wire(store, i, name, values, f.target)
         f.point = reacts
         return True
 
@@ -1038,8 +1109,7 @@ class CompiledEngine(Engine):
                 assert via is not None  # only the step's own event has none
                 inside = (*inside, (via, nested))
             nested = (
-                f.i, f.event, f.args, f.row.id, inside, at if nested is None else None,
-                path.target if d == 0 else None,
+                f.i, f.event, f.args, f.row.id, inside, at if nested is None else None, f.aimed
             )  # fmt: skip
         assert nested is not None
         out.append((nested, tuple(path.store), path.spent, path.order))

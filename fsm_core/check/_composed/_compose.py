@@ -23,8 +23,11 @@ runs every step of every such kind the same way:
   properties, the invariants and the ``always`` properties.
 - After the checks, the effect's *reactions* run inside it, re-entrantly: first the wiring's
   deterministic ones (a tree's ``dispose_children()`` disposes each child), then, at an effect
-  the model lists in ``reactions``, the listener call the current *plan* chooses. The engine
-  explores every plan up to ``max_reactions`` listener calls per step.
+  the model lists in ``reactions``, the listener call the current *plan* chooses: on the
+  instance whose notification it is (:attr:`Wiring.listener_calls`), or on another instance
+  the wiring resolves from it (:attr:`Wiring.aimed_calls`: a tree's settled child's listener
+  disposes its parent). The engine explores every plan up to ``max_reactions`` listener calls
+  per step.
 - A broken contract, step invariant or ``notified``/``delivered`` property is recorded in the
   ghost ``ghost.broken``; any broken property ends the step where it broke, and the move keeps
   the calls in progress and the effect it stopped at, so the trace shows (and replays) it.
@@ -57,6 +60,10 @@ Args = tuple[Value, ...]
 
 Reaction = tuple[int, str, Args]
 """An event fired inside an effect: (instance, event, arguments)."""
+
+Aimed = tuple[str, str, Args]
+"""A listener's call on another instance: (the aim :meth:`Wiring.aim` resolves, event,
+arguments)."""
 
 Offer = tuple[str, tuple[Args, ...], int]
 """A call the environment or the driver may begin a step with, naming an instance: (event,
@@ -144,7 +151,11 @@ class Wiring(Protocol):
     """Per instance, the calls naming it that begin a step on their own (the environment and
     the runtime's driver), in the order steps are tried."""
     listener_calls: tuple[tuple[str, Args], ...]
-    """What a listener may call inside a ``reactions`` effect, in the order plans try them."""
+    """What a listener may call inside a ``reactions`` effect on the instance whose
+    notification it is, in the order plans try them."""
+    aimed_calls: tuple[Aimed, ...]
+    """What a listener may call on another instance, which :meth:`aim` resolves: tried after
+    :attr:`listener_calls`, in this order."""
     reactions: frozenset[str]
     """The notifying effects inside which listeners may call."""
     binding: frozenset[str]
@@ -166,12 +177,21 @@ class Wiring(Protocol):
 
     def charges(self, event: str, args: Args, on: int | None) -> tuple[int, ...]:
         """The budget slots one call of ``event(args)`` fired on instance ``on`` spends (None:
-        a listener's call, on the instance whose notification it is in); a call needs each
-        above 0."""
+        a listener's call on the instance whose notification it is in; a listener's aimed
+        call names the instance it is fired on); a call needs each above 0."""
         ...
 
     def offers(self, state: Sequence[Any], instance: int, event: str, args: Args) -> bool:
         """True iff ``event(args)`` may be offered naming ``instance`` here (budgets aside)."""
+        ...
+
+    def aim(self, instance: int, effect: str, aim: str) -> tuple[int, int | None] | None:
+        """Where a listener's call aimed ``aim`` (``""``: the notifying instance itself) goes
+        from the effect ``effect`` of ``instance``: (the instance it is fired on, the instance
+        it names when the wiring routes it there, else None), or None when no listener there
+        can make it. Decided by the composition's shape alone, never by a state (the
+        compiled engine resolves it once per instance and effect); an aimed call is then
+        made only where :meth:`offers` offers it naming the same instance."""
         ...
 
     def table_violated(self, state: Sequence[Any]) -> str | None:
@@ -194,8 +214,9 @@ class Wiring(Protocol):
         ...
 
 
-Choice = tuple[str, Args] | None
-"""What a listener does at one reaction point of a plan: nothing, or one call."""
+Choice = Aimed | None
+"""What a listener does at one reaction point of a plan: nothing, or one call (aimed ``""``:
+on the notifying instance)."""
 
 
 @final
@@ -257,6 +278,11 @@ class Engine:
         self.delivered = predicates(w.own, "delivered")
         self._labels = Labels()
         self.moves = self._labels.moves
+        self.options: tuple[Aimed, ...] = (
+            *(("", event, args) for event, args in w.listener_calls),
+            *w.aimed_calls,
+        )
+        """Every call a listener may make, in the order plans try them."""
 
     def initial(self) -> Any:
         return self.wiring.initial()
@@ -329,7 +355,7 @@ class Engine:
         """Each run of the step that its plan allows, with its move; raises :class:`_Refused`
         (after the runs before) when the table rejects the event."""
         plans: list[tuple[Choice, ...]] = [()]
-        options = self.wiring.listener_calls
+        options = self.options
         while plans:
             plan = plans.pop()
             run = _Run(self, state, plan, target)
@@ -397,11 +423,14 @@ class _Run:
         """The last state of each instance a listener observed (the step's start until then)."""
         # The calls in progress, the moves each one's reactions made, and the effects they
         # re-entered through, so that a stopped step still shows (and replays) what led there.
-        self.calls: list[tuple[int, str, Args, str | None]] = []
+        self.calls: list[tuple[int, str, Args, str | None, int | None]] = []
         self.frames: list[list[tuple[str, Move]]] = [[]]
         self.entered: list[str] = []
         self.unstable: Unstable | None = None
         """Where a step invariant broke, once one has."""
+        self.aims: list[int | None] = []
+        """Per call in progress, the instance the wiring's targets read as the one named:
+        the step's target, or a listener's routed call's, inherited by the calls inside."""
 
     def step(self, instance: int, event: str, args: Args) -> Move:
         """Run ``event`` and everything inside it; raises :class:`_Refused` if not enabled."""
@@ -409,7 +438,7 @@ class _Run:
         for slot in self.w.charges(event, args, instance):
             store[slot] -= 1
         try:
-            move = self.fire(instance, event, args)
+            move = self.fire(instance, event, args, self.target)
         except _Stop as stop:
             self.flush()
             return self.fold(stop.at)
@@ -452,7 +481,9 @@ class _Run:
 
     # --- firing ----------------------------------------------------------------------------------
 
-    def fire(self, i: int, event: str, args: Args) -> Move:
+    def fire(self, i: int, event: str, args: Args, aimed: int | None = None) -> Move:
+        """Fire ``event`` on ``i``; ``aimed``: the instance the call names, when routed (the
+        step's call, or a listener's), which the move shows and the calls inside inherit."""
         m = self.e.machines[i]
         values = self.live(i)
         row = m.lookup(values, event, args)
@@ -460,14 +491,15 @@ class _Run:
             raise _Refused
         row_id = row.row.id if row is not None else None
         self.frames.append([])
-        self.calls.append((i, event, args, row_id))
+        self.calls.append((i, event, args, row_id, aimed))
+        self.aims.append(aimed if aimed is not None or not self.aims else self.aims[-1])
         if row is not None:
             self.w.before(self.store, i, event, args)
             m.execute(row, values, args, partial(self.perform, i))
             self.w.after(self.store, i, event, args)
         self.calls.pop()
-        top = self.target if not self.calls else None
-        return self.e.move(i, event, args, row_id, tuple(self.frames.pop()), target=top)
+        self.aims.pop()
+        return self.e.move(i, event, args, row_id, tuple(self.frames.pop()), target=aimed)
 
     def perform(self, i: int, name: str, values: Args) -> None:
         e, w, store = self.e, self.w, self.store
@@ -488,7 +520,7 @@ class _Run:
                     self.stop(prop, name, values)
             if e.first_violated(store, between=False) is not None:
                 raise _Stop(_notice(name, values))
-        for target, event, args in w.wire(store, i, name, values, self.target):
+        for target, event, args in w.wire(store, i, name, values, self.aims[-1]):
             try:
                 self.react(name, values, target, event, args)
             except _Refused:
@@ -503,22 +535,31 @@ class _Run:
         self.points += 1
         if choice is None:
             return
-        event, args = choice
-        for slot in w.charges(event, args, None):
+        aim, event, args = choice
+        where = w.aim(i, name, aim)
+        if where is None:
+            raise _Invalid
+        on, named = where
+        if aim and not w.offers(store, on if named is None else named, event, args):
+            raise _Invalid
+        for slot in w.charges(event, args, on if aim else None):
             if store[slot] == 0:
                 raise _Invalid
             store[slot] -= 1
         try:
-            self.react(name, values, i, event, args)
+            self.react(name, values, on, event, args, named)
         except _Refused:
             raise _Invalid from None
 
-    def react(self, name: str, values: Args, target: int, event: str, args: Args) -> None:
-        """Fire ``event`` on ``target`` inside the effect ``name(values)``."""
+    def react(
+        self, name: str, values: Args, target: int, event: str, args: Args, aimed: int | None = None
+    ) -> None:
+        """Fire ``event`` on ``target`` inside the effect ``name(values)`` (``aimed``: the
+        instance a listener's routed call names)."""
         effect = _notice(name, values)
         self.entered.append(effect)
         try:
-            nested = self.fire(target, event, args)
+            nested = self.fire(target, event, args, aimed)
         except _Refused:
             self.entered.pop()
             raise
@@ -535,9 +576,8 @@ class _Run:
         """The calls in progress as one move, innermost first: the innermost stopped ``at``."""
         nested: Move | None = None
         for depth in range(len(self.calls) - 1, -1, -1):
-            i, event, args, row = self.calls[depth]
+            i, event, args, row, aimed = self.calls[depth]
             inside = self.frames[depth + 1] + ([(self.entered[depth], nested)] if nested else [])
-            top = self.target if depth == 0 else None
-            nested = self.e.move(i, event, args, row, tuple(inside), "" if nested else at, top)
+            nested = self.e.move(i, event, args, row, tuple(inside), "" if nested else at, aimed)
         assert nested is not None
         return nested
