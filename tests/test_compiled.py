@@ -159,16 +159,16 @@ def test_a_report_keeps_no_engine_alive(monkeypatch: pytest.MonkeyPatch) -> None
     assert engines[0]() is None
 
 
-def test_an_agent_check_reports_progress_every_4096_states(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_agent_check_reports_progress_every_1024_states(monkeypatch: pytest.MonkeyPatch) -> None:
     """Progress is reported per state searched, however many steps each has: with a clock
-    that moves two seconds a reading, every 4,096th state reports."""
+    that moves two seconds a reading, every 1,024th state reports."""
     ticks = itertools.count(step=2.0)
     monkeypatch.setattr(explore_module, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
     seen: list[int] = []
     model = next(m for m in COMPOSED if m.name == "agent_deep")
     report = check(model, progress=lambda states, *_: seen.append(states))
     assert report.result.states == 22_134
-    assert len(seen) == 22_134 // 4096
+    assert len(seen) == 22_134 // 1024
 
 
 def test_a_bounded_notice_cache_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
