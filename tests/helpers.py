@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import select
@@ -9,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -158,3 +161,27 @@ def sweep(values: Iterable[T], ids: Callable[[T], str], fast: Collection[str]) -
     return [
         pytest.param(v, id=ids(v), marks=() if ids(v) in fast else pytest.mark.slow) for v in values
     ]
+
+
+def npm_install(request: pytest.FixtureRequest, name: str, package: str, version: str) -> Path:
+    """Where npm installed ``package@version``: once per checkout, under pytest's cache entry
+    ``name`` (or the temporary directory, without the cache plugin), xdist's workers sharing
+    the one install; the test fails with npm's message when it cannot install it."""
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        prefix = Path(cache.mkdir(name))
+    else:  # -p no:cacheprovider: one install per user, still not one per run
+        prefix = Path(tempfile.gettempdir()) / f"fsm-core-{name}-{os.getuid()}"
+        prefix.mkdir(exist_ok=True)
+    installed = prefix / "node_modules" / package / "package.json"
+    with open(prefix / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed.exists() or json.loads(installed.read_text())["version"] != version:
+            done = subprocess.run(
+                ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
+                 f"{package}@{version}"],
+                capture_output=True, text=True, timeout=180, check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                pytest.fail(f"npm could not install {package}@{version}:\n{done.stderr[-2000:]}")
+    return prefix

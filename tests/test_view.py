@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,7 @@ from fsm_core.table import Spec, load_spec
 from fsm_core.table._expr import unparse, unparse_stmt
 from fsm_core.tools._mutants import BY_NAME
 from fsm_core.tools._view import render_view
-from tests.helpers import copy_specs, edit
+from tests.helpers import copy_specs, edit, npm_install
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -167,36 +164,7 @@ def playwright_core(request: pytest.FixtureRequest) -> Path:
             f"{' and '.join(missing)} not on PATH: the viewer's browser tests drive Debian's "
             "chromium with playwright-core from npm (`apt-get install chromium nodejs npm`)"
         )
-    cache = getattr(request.config, "cache", None)
-    if cache is not None:
-        prefix = Path(cache.mkdir("view-npm"))
-    else:  # -p no:cacheprovider: one install per user, still not one per run
-        prefix = Path(tempfile.gettempdir()) / f"fsm-core-view-npm-{os.getuid()}"
-        prefix.mkdir(exist_ok=True)
-    installed = prefix / "node_modules" / PLAYWRIGHT / "package.json"
-    with open(prefix / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist's workers share the one install
-        if (
-            not installed.exists()
-            or json.loads(installed.read_text())["version"] != PLAYWRIGHT_VERSION
-        ):
-            done = subprocess.run(
-                [
-                    "npm",
-                    "install",
-                    "--prefix",
-                    str(prefix),
-                    "--no-audit",
-                    "--no-fund",
-                    f"{PLAYWRIGHT}@{PLAYWRIGHT_VERSION}",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=180,
-                check=False,
-            )
-            if done.returncode != 0:
-                pytest.fail(f"npm could not install {PLAYWRIGHT}:\n{done.stderr[-2000:]}")
+    prefix = npm_install(request, "view-npm", PLAYWRIGHT, PLAYWRIGHT_VERSION)
     return prefix / "node_modules"
 
 

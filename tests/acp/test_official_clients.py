@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import pytest
 
 from tests.acp.scenarios import MCP_SERVERS, main_suite, tools_suite
 from tests.acp.wire import Wire
+from tests.helpers import npm_install
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -49,29 +49,7 @@ def npm_prefix(request: pytest.FixtureRequest) -> Path | None:
     if shutil.which("node") is None or shutil.which("npm") is None:
         print("node or npm is absent: the TypeScript SDK tests are skipped")
         return None
-    assert request.config.cache is not None
-    prefix = Path(request.config.cache.mkdir("acp-npm"))
-    installed = prefix / "node_modules" / SDK / "package.json"
-    with open(prefix / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist's workers share the one install
-        if not installed.exists() or json.loads(installed.read_text())["version"] != SDK_VERSION:
-            done = subprocess.run(
-                [
-                    "npm",
-                    "install",
-                    "--prefix",
-                    str(prefix),
-                    "--no-audit",
-                    "--no-fund",
-                    f"{SDK}@{SDK_VERSION}",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=180,
-                check=False,
-            )
-            if done.returncode != 0:
-                pytest.fail(f"npm could not install {SDK}@{SDK_VERSION}:\n{done.stderr[-2000:]}")
+    prefix = npm_install(request, "acp-npm", SDK, SDK_VERSION)
     return prefix
 
 
