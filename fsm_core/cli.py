@@ -43,6 +43,7 @@ from fsm_core._errors import (
     known,
     named,
 )
+from fsm_core._files import write_whole
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, check, load_model, load_models
@@ -832,23 +833,6 @@ def _trace_paths(out: Path, models: Sequence[Model], force: bool) -> dict[str, P
     return paths
 
 
-def _write_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all.
-
-    It goes to a temporary file beside ``path`` that is then renamed over it, so neither an
-    interrupt nor a full disk leaves half a trace where a replay would read it.
-    """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    f = temporary.open("x", encoding="utf-8")
-    try:
-        with f:
-            f.write(text)
-        temporary.replace(path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
 def _surprises(report: Report) -> tuple[str, ...]:
     """The rows ``report``'s model never took that its ``[expect] untaken`` does not name."""
     known = report.model.expect.untaken if report.model.expect is not None else ()
@@ -950,7 +934,7 @@ def _check(args: argparse.Namespace) -> int:
             else:
                 text = format_trace(r)
             try:
-                _write_whole(path, text)
+                write_whole(path, text)
             except OSError as e:
                 raise _Refused(
                     f"cannot write the trace of {r.model.name} to {_shown_path(path)}: "

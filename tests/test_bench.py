@@ -304,13 +304,13 @@ def test_bench_times_a_tree_engine_against_engine_and_one_process_against_two(
     assert "FAILED" not in out
     engines = _rows(out, "model", "tier", "engine")
     assert [row[:7] for row in engines] == [
-        ["tiny", "default", "compiled", "357", "-", "10,230", "15"],
-        ["tiny", "default", "interpreted", "357", "-", "10,230", "15"],
-        ["tiny", "default", "symmetry", "233", "357", "6,424", "15"],
+        ["tiny", "default", "compiled", "357", "-", "10,244", "15"],
+        ["tiny", "default", "interpreted", "357", "-", "10,244", "15"],
+        ["tiny", "default", "symmetry", "233", "357", "6,434", "15"],
     ]
     assert engines[0][9] == "1.00"  # x compiled
     split = _rows(out, "model", "kind", "backend")
-    assert [row[:5] for row in split] == [["tiny", "activation-tree", "python", "357", "10,230"]]
+    assert [row[:5] for row in split] == [["tiny", "activation-tree", "python", "357", "10,244"]]
     last = out.splitlines()[-1]
     assert re.search(r" models=0 composed=1 speedup=\d+\.\d\d problems=0 ", last), last
 
@@ -342,23 +342,23 @@ def _corrupt(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
         (
             "interpreted",
             ("--composed", "default", "--engine", "interpreted"),
-            "composed tiny: the interpreted composition found states=358 transitions=10230 "
-            "depth=15 verdict=ok, the compiled one states=357 transitions=10230 depth=15 "
+            "composed tiny: the interpreted composition found states=358 transitions=10244 "
+            "depth=15 verdict=ok, the compiled one states=357 transitions=10244 depth=15 "
             "verdict=ok",
         ),
         (
             "symmetry",
             ("--composed", "default", "--engine", "symmetry"),
-            "composed tiny: the search over sibling orbits found states=233 transitions=6424 "
+            "composed tiny: the search over sibling orbits found states=233 transitions=6434 "
             "depth=15 verdict=ok unreduced=358, the search of every state states=357 "
-            "transitions=10230 depth=15 verdict=ok",
+            "transitions=10244 depth=15 verdict=ok",
         ),
         (
             "split",
             ("--composed", "none", "--workers-speedup", "tiny"),
             "workers tiny: the search partitioned across 2 processes found states=358 "
-            "transitions=10230 depth=15 verdict=ok, the search in one process states=357 "
-            "transitions=10230 depth=15 verdict=ok",
+            "transitions=10244 depth=15 verdict=ok, the search in one process states=357 "
+            "transitions=10244 depth=15 verdict=ok",
         ),
     ],
 )

@@ -581,6 +581,32 @@ def test_accept_refuses_a_model_with_a_violation_and_writes_nothing(tmp_path: Pa
     assert path.read_bytes() == before
 
 
+def test_accept_through_a_symlink_rewrites_its_target_and_keeps_the_link(tmp_path: Path) -> None:
+    """It replaced the link with a file of its own: the target kept the old numbers and the
+    new file lost the target's permissions."""
+    path = _own_window(tmp_path, "target.toml", states=20)
+    path.chmod(0o600)
+    link = tmp_path / "my_agent.toml"
+    link.symlink_to(path.name)
+    r = run("--accept", str(link))
+    assert r.code == 0, r.out + r.err
+    assert link.is_symlink() and "states = 24" in path.read_text()
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_accept_refuses_a_property_spanning_lines_and_writes_nothing(tmp_path: Path) -> None:
+    """A ``property = \"\"\"...\"\"\"`` over two lines was half dropped, and the text that
+    was no TOML escaped as a traceback."""
+    window = _own_window(tmp_path, states=20)
+    text = window.read_text().replace('verdict = "ok"', 'verdict = "violation"')
+    window.write_text(text + 'property = """\ndeadlock"""\n')
+    before = window.read_bytes()
+    r = run("--accept", str(window))
+    assert r.code == 1, r.out + r.err
+    assert "[expect] is not written as a [expect] table with one key per line" in r.out
+    assert window.read_bytes() == before
+
+
 def test_accept_refuses_an_expect_written_inline_and_writes_nothing(tmp_path: Path) -> None:
     path = _own_window(tmp_path, states=20)
     text = path.read_text()

@@ -142,7 +142,7 @@ MODEL_FAULTS = [
             + 'reactions = ["activation.settle"]\n'
             + 'unreacted = { "activation.settle" = "a gap" }\n',
         ),
-        "models/m.toml: [environment] unreacted: 'activation.settle' is re-entered here (by "
+        "models/m.toml:14: [environment] unreacted: 'activation.settle' is re-entered here (by "
         "listeners): unreacted names only effects neither reactions nor the wiring re-enter",
         id="unreacted-excuses-settle-its-listeners-re-enter",
     ),
@@ -152,7 +152,7 @@ MODEL_FAULTS = [
             "activation-tree",
             TREE + 'reactions = ["activation.notify_parent"]\n',
         ),
-        "models/m.toml: [environment] reactions: 'activation.notify_parent': a tree lets "
+        "models/m.toml:13: [environment] reactions: 'activation.notify_parent': a tree lets "
         "listeners of a node's effect in only where it declares what they call "
         "(activation.settle)",
         id="reactions-name-a-node-effect-without-declared-listeners",

@@ -1248,6 +1248,15 @@ def test_the_session_limit_table_in_specs_readme_is_the_sessions() -> None:
     }
 
 
+def test_lines_end_at_newlines_alone() -> None:
+    """U+2028 in a comment or a string ended a line too (``str.splitlines``), moving every
+    line a fault named after it by one."""
+    from fsm_core.table._lines import key_lines
+
+    text = 'a = 1  # one\u2028two\nb = "\u0085"\r\n[c]\nd = 2\n'
+    assert key_lines(text) == {("a",): 1, ("b",): 2, ("c",): 3, ("c", "d"): 4}
+
+
 def test_lines_are_found_past_values_that_span_lines() -> None:
     """A doc string holding a header and a key, and a list over several lines, move no
     line a fault names."""

@@ -130,7 +130,10 @@ def test_view_without_dot_lists_states_and_says_why(
             'not an ITF trace (it needs a list of states under "states"; '
             "`fsm-core check --trace-format itf --trace-out FILE` writes one)",
         ),
+        # Python reads NaN, the page's JSON.parse does not: one in a trace blanked the page.
+        ('{"states": [{"x": NaN}]}', "not JSON (NaN is no JSON value)"),
     ],
+    ids=["not-json", "not-itf", "nan"],
 )
 def test_a_trace_that_is_not_itf_is_refused_naming_the_file(
     tmp_path: Path, content: str, why: str

@@ -28,6 +28,7 @@ import logging
 import os
 import selectors
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -1095,9 +1096,13 @@ async def _stdio() -> tuple[asyncio.StreamReader, Callable[[bytes], Awaitable[No
 
 
 def _watchable(fd: int, events: int) -> bool:
-    """Whether the event loop can wait on ``fd``. A regular file or ``/dev/null`` cannot be
-    (epoll refuses it), and the loop finds that out only in a callback, after the transport
+    """Whether the event loop can wait on ``fd``: a pipe, a socket or a character device (what
+    asyncio's pipe transports take) that the selector accepts. ``/dev/null`` is a character
+    device epoll refuses, and the loop finds that out only in a callback, after the transport
     is made, leaving a reader that never sees end-of-file: ask a selector of our own first."""
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        return False  # a regular file: kqueue (macOS) would take it, the transports do not
     with selectors.DefaultSelector() as selector:
         try:
             selector.register(fd, events)

@@ -18,12 +18,12 @@ nothing worth recording.
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from pathlib import Path
 
 from fsm_core._errors import FsmError
+from fsm_core._files import write_whole
 from fsm_core.check._check import Report
 
 __all__ = ["AcceptRefused", "accept"]
@@ -66,7 +66,10 @@ def accept(report: Report, path: Path) -> str:
     old = tomllib.loads(text)
     before = old.get("expect")
     new_text = _rewritten(text, found, where) if before is not None else _appended(text, found)
-    new = tomllib.loads(new_text)
+    try:
+        new = tomllib.loads(new_text)
+    except tomllib.TOMLDecodeError:  # a value spanning lines, say: not rewritten in place
+        raise AcceptRefused(f"{where}: {_BY_HAND}") from None
     expected = {**(before or {}), **found}
     expected.pop("property", None)
     if new.get("expect") != expected or {k: v for k, v in new.items() if k != "expect"} != {
@@ -75,7 +78,7 @@ def accept(report: Report, path: Path) -> str:
         raise AcceptRefused(f"{where}: {_BY_HAND}")
     if new_text == text:
         return f"{where}: [expect] unchanged"
-    _write_whole(path, new_text)
+    write_whole(path, new_text)
     if before is None:
         shown = ", ".join(f"{k} = {_toml(v)}" for k, v in found.items())
         return f"{where}: [expect] added: {shown}"
@@ -95,7 +98,9 @@ _BY_HAND = (
 
 def _rewritten(text: str, found: dict[str, int | str], where: str) -> str:
     """``text`` with the values of ``found``'s keys replaced inside its ``[expect]`` table."""
-    lines = text.splitlines(keepends=True)
+    # Lines end at "\n" alone: splitlines() also breaks at U+2028 and the like, which a TOML
+    # string or comment may hold.
+    lines = [line for line in re.split(r"(?<=\n)", text) if line]
     start = next(
         (i for i, line in enumerate(lines) if (m := _HEADER.match(line)) and m["name"] == "expect"),
         None,
@@ -137,15 +142,3 @@ def _appended(text: str, found: dict[str, int | str]) -> str:
 
 def _toml(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Write ``text`` over ``path`` through a temporary file renamed over it: never half."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("x", encoding="utf-8", newline="") as f:
-            f.write(text)
-        temporary.replace(path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise

@@ -34,7 +34,9 @@ def key_lines(text: str) -> dict[Path, int]:
     table: Path = ()
     depth = 0  # open brackets and braces of a value spanning lines
     string = ""  # the delimiter of a multi-line string left open at a line's end
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" (a "\r" before it is stripped) and nowhere else: splitlines() also
+    # breaks at U+2028, U+0085 and the like, which a TOML string or comment may hold.
+    for number, line in enumerate((x.removesuffix("\r") for x in text.split("\n")), start=1):
         rest = line
         if not string and depth == 0:
             stripped = line.strip()

@@ -23,7 +23,6 @@ import argparse
 import base64
 import hashlib
 import json
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm_core._errors import FsmError
+from fsm_core._files import write_whole
 from fsm_core.diagrams import overview_dot, render_svg, wiring_overview_dot
 from fsm_core.table import Machine, Spec, load_spec
 from fsm_core.table._expr import unparse, unparse_stmt
@@ -84,12 +84,9 @@ def run(args: argparse.Namespace) -> int:
     traces = [_read_trace(path) for path in args.trace]
     page = render_view(spec, traces)
     out: Path = args.out
-    temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:  # whole or not at all: a browser never opens half a page
-        temporary.write_text(page, encoding="utf-8")
-        temporary.replace(out)
+        write_whole(out, page)
     except OSError as e:
-        temporary.unlink(missing_ok=True)
         raise _ViewError(f"--out {out}: {e.strerror or e}") from None
     print(f"wrote {args.out}")
     if shutil.which("dot") is None:
@@ -177,11 +174,13 @@ def _read_trace(path: Path) -> tuple[str, Any]:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise _ViewError(f"--trace {path}: {why}") from None
     try:
-        itf = json.loads(text)
+        itf = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise _ViewError(
             f"--trace {path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})"
         ) from None
+    except ValueError as e:  # NaN or Infinity: Python reads them, a browser's JSON does not
+        raise _ViewError(f"--trace {path}: not JSON ({e})") from None
     states = itf.get("states") if isinstance(itf, dict) else None
     if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
         raise _ViewError(
@@ -189,3 +188,7 @@ def _read_trace(path: Path) -> tuple[str, Any]:
             '"states"; `fsm-core check --trace-format itf --trace-out FILE` writes one)'
         )
     return path.name, itf
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON value")

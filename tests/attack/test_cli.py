@@ -240,7 +240,7 @@ def test_an_argument_of_100_000_characters_is_echoed_in_at_most_80(argv: list[st
     assert (done.returncode, done.stdout) == (2, b"")
     assert done.stderr.startswith((b"usage: ", b"fsm-core: ")), done.stderr[:200]
     assert len(done.stderr) < 2_000
-    assert len(done.stderr.splitlines()) <= 8
+    assert len(done.stderr.splitlines()) <= 12  # bench's usage is nine lines
     for run in (b"A" * ECHO_LIMIT, b"1" * ECHO_LIMIT):
         assert run not in done.stderr
 
