@@ -187,7 +187,7 @@ def check_in_workers(
     """
     context = _context()
     # Handed out costliest first (popped from the end), so the longest model does not start
-    # last while the other workers idle; the reports still come in the order of ``jobs``.
+    # last while the other workers idle; the returned list is still in the order of ``jobs``.
     waiting = sorted(enumerate(jobs), key=lambda job: _cost(job[1][0]))
     reports: dict[int, Report] = {}
     pool: list[_Worker] = []
