@@ -47,10 +47,15 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("dev", max_examples=200, deadline=None)
-settings.register_profile("deep", max_examples=5000, deadline=None, print_blob=True)
+# The random profiles say derandomize=False: where CI is set, Hypothesis's own defaults are
+# derandomized, and a profile inherits them (HypoFuzz then refuses every test).
+settings.register_profile("dev", derandomize=False, max_examples=200, deadline=None)
+settings.register_profile(
+    "deep", derandomize=False, max_examples=5000, deadline=None, print_blob=True
+)
 settings.register_profile(
     "fuzz",
+    derandomize=False,
     # Neither opens anything yet: a directory is made at the first save, Redis connects then.
     database=fuzz_database(os.environ.get(FUZZ_DB, ".hypothesis/fuzz")),
     deadline=None,
