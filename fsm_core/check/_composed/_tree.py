@@ -391,7 +391,7 @@ class TreeWiring:
             (aim, event, args)
             for effect in sorted(self._listened)
             for aim, event, named, budget in NODE_LISTENERS[effect]
-            if budget in model.budgets or (budget == "drain_below" and "drain" in model.budgets)
+            if budget in self._budget  # drain_below falls back to drain there
             if aim != "parent_agent" or a is not None
             for args in self._listener_arguments(aim, event, named)
         )
