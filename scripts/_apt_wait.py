@@ -3,20 +3,21 @@ for a fresh VM's unattended-upgrades (which runs at boot) instead of failing on 
 
     python3 scripts/_apt_wait.py [LOCK ...]      # default: dpkg's and apt's lock files
 
-apt and dpkg hold these with ``fcntl`` locks: each is taken here, blocking, and released at once.
-apt-get's own ``DPkg::Lock::Timeout`` covers the window between that release and apt-get's
-take. Exits 0 once every lock was free (or its file is absent or unreadable: not ours to wait
-for), 1 naming the lock still held after ``FSM_CORE_APT_WAIT`` seconds (default 300).
+apt and dpkg hold these with ``fcntl`` locks: each is tried here without blocking, every
+``POLL`` seconds until it is taken or the budget is spent, and released at once. No signal
+bounds the wait (an alarm could go off between taking a lock and disarming it), only a deadline
+checked between tries. apt-get's own ``DPkg::Lock::Timeout`` covers the window between that
+release and apt-get's take. Exits 0 once every lock was free (or its file is absent or
+unreadable: not ours to wait for), 1 naming the lock still held after ``FSM_CORE_APT_WAIT``
+seconds (default 300).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import signal
 import sys
 import time
-from types import FrameType
 
 LOCKS = (
     "/var/lib/dpkg/lock-frontend",
@@ -24,39 +25,35 @@ LOCKS = (
     "/var/lib/apt/lists/lock",
     "/var/cache/apt/archives/lock",
 )
+POLL = 0.5
 
 
-class TimedOut(Exception):
-    pass
-
-
-def alarm(_signum: int, _frame: FrameType | None) -> None:
-    raise TimedOut
+def take(fd: int) -> bool:
+    """True iff this process took the lock on ``fd`` (it then holds it); False if another does."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def main(locks: list[str]) -> int:
     budget = float(os.environ.get("FSM_CORE_APT_WAIT", "300"))
     deadline = time.monotonic() + budget
-    signal.signal(signal.SIGALRM, alarm)
     for path in locks:
         try:
             fd = os.open(path, os.O_RDWR)
         except OSError:
             continue
         try:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            if not take(fd):
                 print(f"waiting for {path}: another process holds it", flush=True)
-                left = deadline - time.monotonic()
-                signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
-                try:
-                    fcntl.lockf(fd, fcntl.LOCK_EX)
-                except TimedOut:
-                    print(f"{path} still held after {budget:.0f} s", file=sys.stderr)
-                    return 1
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
+                while not take(fd):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        print(f"{path} still held after {budget:.0f} s", file=sys.stderr)
+                        return 1
+                    time.sleep(min(POLL, left))
                 print(f"{path} is free", flush=True)
             fcntl.lockf(fd, fcntl.LOCK_UN)
         finally:

@@ -3,10 +3,16 @@
 # 668's "externally-managed-environment", will do). The first of:
 #   1. `uv` on PATH;
 #   2. `python3 -m uv`, where uv is installed into that python3;
-#   3. the uv binary of the latest release on PyPI, fetched once by scripts/_uv_fetch.py (stdlib
-#      only, SHA-256 checked against PyPI's digest) into $XDG_CACHE_HOME/fsm-core/uv/ (by
-#      default ~/.cache/fsm-core/uv/; .cache/fsm-core/uv/ in the checkout when there is no HOME).
-# Nothing is installed into python3 or anywhere outside that directory.
+#   3. the uv binary of the release scripts/uv-pins.txt names, fetched once from PyPI by
+#      scripts/_uv_fetch.py (stdlib only, https only, SHA-256 checked against that file's pins)
+#      into $XDG_CACHE_HOME/fsm-core/uv/ (by default ~/.cache/fsm-core/uv/; .cache/fsm-core/uv/
+#      in the checkout when there is no HOME).
+# Nothing is installed into python3 or anywhere outside that directory. Sourcing it again (a
+# script that sources it, sourced by another that did) keeps the uv found the first time.
+
+if [ "$(type -t uv)" = function ] && [ -n "${FSM_CORE_UV+set}" ]; then
+    return 0
+fi
 
 _fsm_core_uv_dir() {
     if [ -n "${XDG_CACHE_HOME:-}" ]; then
@@ -18,8 +24,8 @@ _fsm_core_uv_dir() {
     fi
 }
 
-if command -v uv >/dev/null 2>&1; then
-    FSM_CORE_UV=("$(command -v uv)")  # its path: a bare `uv` would call the function below
+if type -P uv >/dev/null 2>&1; then
+    FSM_CORE_UV=("$(type -P uv)")  # a file on PATH: a bare `uv` would call the function below
 elif python3 -m uv --version >/dev/null 2>&1; then
     FSM_CORE_UV=(python3 -m uv)
 else

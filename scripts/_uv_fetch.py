@@ -5,14 +5,18 @@ into a directory of its own.
 
     python3 scripts/_uv_fetch.py DIR     # prints DIR/uv once it is there and verified
 
-The wheel is the latest release's for this platform, as ``pip install uv`` would pick, and its
-SHA-256 must match the digest PyPI's JSON API lists for it (a truncated or altered download is
-refused). ``FSM_CORE_PYPI`` replaces ``https://pypi.org`` (a mirror serving the same JSON API).
+The release is the one ``uv-pins.txt`` beside this script names, and the wheel is its wheel for
+this platform, as ``pip install uv==VERSION`` would pick. That file also holds each wheel's
+SHA-256, and the download must match it: the index is trusted for where the wheel lies, never
+for what it is (a wheel the index swapped, or its JSON listing with it, is refused). A platform
+with no pinned wheel is refused by name. Only https is spoken, redirects included.
+``FSM_CORE_PYPI`` replaces ``https://pypi.org`` (a mirror serving the same JSON API).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import platform
@@ -20,17 +24,55 @@ import re
 import stat
 import sys
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
 
 PYPI = os.environ.get("FSM_CORE_PYPI", "https://pypi.org").rstrip("/")
+PINS = Path(__file__).resolve().with_name("uv-pins.txt")
+HELP = "install uv (https://docs.astral.sh/uv/)"
 
 
 def fail(message: str) -> NoReturn:
     sys.exit(f"scripts/_uv_fetch.py: {message}")
+
+
+def read_pins(path: Path) -> tuple[str, dict[str, str]]:
+    """The pinned release and its wheels' SHA-256 digests by file name, from ``uv-pins.txt``."""
+    version = ""
+    digests: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition(" ")
+        value = value.strip()
+        if key == "version" and not version and re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", value):
+            version = value
+        elif (
+            version
+            and key.startswith(f"uv-{version}-")
+            and key.endswith(".whl")
+            and re.fullmatch(r"[0-9a-f]{64}", value)
+        ):
+            digests[key] = value
+        else:
+            fail(
+                f"{path}:{number}: expected 'version X.Y.Z', then 'uv-X.Y.Z-....whl SHA256' "
+                f"lines, got {line!r}"
+            )
+    if not digests:
+        fail(f"{path}: pins no uv wheel")
+    return version, digests
+
+
+def this_platform() -> str:
+    """This machine as the error messages name it: ``linux x86_64 glibc 2.36``."""
+    libc, libc_version = platform.libc_ver()
+    return " ".join(p for p in (sys.platform, platform.machine(), libc, libc_version) if p)
 
 
 def tag_fits(tag: str) -> bool:
@@ -50,45 +92,76 @@ def tag_fits(tag: str) -> bool:
     return tag.startswith("musllinux_")
 
 
-def pick(files: list[dict[str, object]]) -> dict[str, object]:
-    """The release file to fetch: a wheel one of whose platform tags fits, the lowest first."""
-    fitting = []
-    for f in files:
-        name = str(f["filename"])
-        if name.endswith(".whl"):
-            tags = name[: -len(".whl")].rsplit("-", maxsplit=1)[-1].split(".")
-            if any(tag_fits(t) for t in tags):
-                fitting.append(f)
-    if not fitting:
-        fail(f"no uv wheel on {PYPI} for {sys.platform} {platform.machine()}")
-    return sorted(fitting, key=lambda f: str(f["filename"]))[0]
+def pick(names: list[str]) -> str:
+    """The wheel to fetch: a pinned one one of whose platform tags fits, the lowest first."""
+    fitting = [
+        name
+        for name in names
+        if any(tag_fits(t) for t in name[: -len(".whl")].rsplit("-", maxsplit=1)[-1].split("."))
+    ]
+    return sorted(fitting)[0] if fitting else ""
+
+
+class HttpsRedirectsOnly(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to an https URL (urllib's own would follow one to http)."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme != "https":
+            raise urllib.error.HTTPError(
+                req.full_url, code, f"redirect to {newurl} refused: not https", headers, fp
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+OPENER = urllib.request.build_opener(HttpsRedirectsOnly)
+
+
+def open_https(url: str, timeout: float) -> IO[bytes]:
+    if urllib.parse.urlsplit(url).scheme != "https":
+        fail(f"{url}: not an https URL; uv is fetched over https only")
+    return OPENER.open(url, timeout=timeout)  # type: ignore[no-any-return]
 
 
 def main(target: Path) -> None:
+    version, digests = read_pins(PINS)
+    name = pick(list(digests))
+    if not name:
+        fail(f"no uv {version} wheel is pinned for {this_platform()} in {PINS}; {HELP}")
     index = f"{PYPI}/pypi/uv/json"
     try:
-        fetch(index, target)
+        fetch(index, version, name, digests[name], target)
     except (OSError, ValueError) as e:  # urllib's errors are OSErrors; bad JSON a ValueError
-        fail(f"could not fetch uv from {PYPI} ({e}); install uv (https://docs.astral.sh/uv/)")
+        fail(f"could not fetch uv from {PYPI} ({e}); {HELP}")
 
 
-def fetch(index: str, target: Path) -> None:
-    with urllib.request.urlopen(index, timeout=60) as r:
-        release = json.load(r)
-    wheel = pick(release["urls"])
-    digests = wheel["digests"]
-    assert isinstance(digests, dict)
-    expected = digests["sha256"]
+def fetch(index: str, version: str, name: str, pinned: str, target: Path) -> None:
+    with open_https(index, timeout=60) as r:
+        project = json.load(r)
+    files = project.get("releases", {}).get(version, [])  # the API's other keys: the latest's
+    listed = [f for f in files if f.get("filename") == name]
+    if not listed:
+        fail(f"{index} does not list {name}; {HELP}")
+    (wheel,) = listed[:1]
+    if wheel["digests"]["sha256"] != pinned:
+        fail(f"{name}: {index} lists sha256 {wheel['digests']['sha256']}, but {PINS} pins {pinned}")
+    url = urllib.parse.urljoin(index, str(wheel["url"]))  # a mirror's may be relative
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target) as tmp:
-        path = Path(tmp) / str(wheel["filename"])
-        url = urllib.parse.urljoin(index, str(wheel["url"]))  # a mirror's may be relative
-        with urllib.request.urlopen(url, timeout=300) as r, path.open("wb") as out:
+        path = Path(tmp) / name
+        with open_https(url, timeout=300) as r, path.open("wb") as out:
             while chunk := r.read(1 << 20):
                 out.write(chunk)
         got = hashlib.sha256(path.read_bytes()).hexdigest()
-        if got != expected:
-            fail(f"{wheel['filename']}: sha256 {got}, but PyPI lists {expected}")
+        if got != pinned:
+            fail(f"{name} from {url}: sha256 {got}, but {PINS} pins {pinned}")
         with zipfile.ZipFile(path) as z:
             (member,) = (n for n in z.namelist() if re.fullmatch(r"uv-[^/]+\.data/scripts/uv", n))
             binary = Path(tmp) / "uv"
