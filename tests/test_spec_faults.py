@@ -321,14 +321,14 @@ TABLE_FAULTS = [
     pytest.param(
         'id = "submit.quiet"',
         'id = "submit.idle"',
-        "specs/t.toml:56: row 'submit.idle': duplicate row id (rows[0] and rows[1])",
+        "specs/t.toml:56: row 'submit.idle': duplicate row id: rows[1] repeats rows[0] (line 47)",
         id="duplicate-row-id",
     ),
     pytest.param(
         'id = "stopping_is_aborted"',
         'id = "busy_is_live"',
-        "specs/t.toml:130: invariant 'busy_is_live': "
-        "duplicate invariant id (invariants[1] and invariants[2])",
+        "specs/t.toml:131: invariant 'busy_is_live': "
+        "duplicate invariant id: invariants[2] repeats invariants[1] (line 125)",
         id="duplicate-invariant-id",
     ),
     pytest.param(
@@ -618,7 +618,7 @@ CATALOGUE_FAULTS = [
     pytest.param(
         'quote = "A cancel aborts the running job."',
         'quote = "A cancel stops the running job."',
-        "specs/clauses.toml:14: clause 'C.cancel': quote not found verbatim in sources/seed.txt",
+        "specs/clauses.toml:16: clause 'C.cancel': quote not found verbatim in sources/seed.txt",
         id="quote-not-verbatim",
     ),
     pytest.param(
@@ -630,13 +630,13 @@ CATALOGUE_FAULTS = [
     pytest.param(
         '[clauses."C.settle"]\nsource = "S"',
         '[clauses."C.settle"]\nsource = "T"',
-        "specs/clauses.toml:19: clause 'C.settle': unknown source 'T' (sources: S)",
+        "specs/clauses.toml:20: clause 'C.settle': unknown source 'T' (sources: S)",
         id="unknown-source",
     ),
     pytest.param(
         '[clauses."C.settle"]',
         '[clauses."C settle"]',
-        "specs/clauses.toml:4: [clauses]: clause id 'C settle' is not a valid id (letters, "
+        "specs/clauses.toml:19: [clauses]: clause id 'C settle' is not a valid id (letters, "
         "digits and _ in words joined by . or -, e.g. S000.first-wins)",
         id="clause-id-not-an-id",
     ),
@@ -657,7 +657,7 @@ CATALOGUE_FAULTS = [
     pytest.param(
         'quote = "A cancel aborts the running job."',
         'quote = " \\n "',
-        "specs/clauses.toml:14: clause 'C.cancel': "
+        "specs/clauses.toml:16: clause 'C.cancel': "
         "the quote is empty (a clause quotes the words it stands for)",
         id="blank-quote",
     ),
@@ -670,7 +670,7 @@ CATALOGUE_FAULTS = [
     pytest.param(
         'summary = "Finishing settles."',
         'summary = "Finishing settles."\nnot_implemented = " "',
-        "specs/clauses.toml:19: clause 'C.settle': "
+        "specs/clauses.toml:23: clause 'C.settle': "
         "not_implemented is empty (it says why no row implements the clause)",
         id="not-implemented-blank",
     ),
@@ -802,6 +802,90 @@ def test_every_fault_of_a_table_is_reported_with_its_line_and_a_guess(tmp_path: 
         ("ignored[0]", on),
     ]
     assert (caught.value.file, caught.value.line) == ("specs/t.toml", guard)
+
+
+def line_of(text: str, needle: str, after: str = "") -> int:
+    """The line (from 1) of ``text`` where ``needle`` first occurs past ``after``."""
+    start = text.index(after) if after else 0
+    return text.count("\n", 0, text.index(needle, start)) + 1
+
+
+def test_a_repeated_row_id_is_placed_at_each_repeat_naming_the_first(tmp_path: Path) -> None:
+    """(A fault naming a row by an id written twice was placed at the id's last row: each
+    repeat, and each fault of the first row, showed the line of the third.)"""
+    text = edit(BASE, 'id = "submit.quiet"', 'id = "submit.idle"')
+    text = edit(text, 'id = "submit.busy"', 'id = "submit.idle"')
+    text = edit(text, 'to = "busy"', 'to = "bsy"')
+    lines = text.split("\n")
+    first, second, third = (i for i, x in enumerate(lines, 1) if x == 'id = "submit.idle"')
+    to = line_of(text, 'to = "bsy"')
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+    assert [str(e) for e in caught.value.faults] == [
+        f"specs/t.toml:{to}: row 'submit.idle': unknown state "
+        "'bsy' in to (did you mean 'busy'? states: idle, busy, stopping)",
+        f"specs/t.toml:{second}: row 'submit.idle': duplicate row id: rows[1] repeats rows[0] "
+        f"(line {first})",
+        f"specs/t.toml:{third}: row 'submit.idle': duplicate row id: rows[2] repeats rows[0] "
+        f"(line {first})",
+    ]
+
+
+def test_faults_in_a_rows_on_and_doc_are_reported_with_its_others(tmp_path: Path) -> None:
+    """(A row whose ``on`` was no string showed that fault alone: its others went unread.)"""
+    text = edit(BASE, 'on = "cancel"', "on = 3")
+    text = edit(text, 'to = "stopping"', 'to = "stoping"')
+    text = edit(
+        text, 'do = ["holder := none", "settle()"]', 'do = ["holder := none", "settle()"]\ndoc = 4'
+    )
+    text = edit(text, 'from = ["stopping"]\nto = "idle"', 'from = ["stopping"]\nto = "idel"')
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+    stopped = 'id = "finish.stopped"'
+    to_cancel, to_finish = line_of(text, 'to = "stoping"'), line_of(text, 'to = "idel"', stopped)
+    assert [str(e) for e in caught.value.faults] == [
+        f"specs/t.toml:{line_of(text, 'on = 3')}: row 'cancel.busy': on must be a string, "
+        "found int",
+        f"specs/t.toml:{to_cancel}: row 'cancel.busy': unknown state "
+        "'stoping' in to (did you mean 'stopping'? states: idle, busy, stopping)",
+        f"specs/t.toml:{to_finish}: row 'finish.stopped': "
+        "unknown state 'idel' in to (did you mean 'idle'? states: idle, busy, stopping)",
+        f"specs/t.toml:{line_of(text, 'doc = 4', stopped)}: row 'finish.stopped': doc must be "
+        "a string, found int",
+    ]
+
+
+def test_every_fault_of_a_clause_catalogue_is_reported_at_its_line(tmp_path: Path) -> None:
+    """(The catalogue stopped at its first fault.)"""
+    text = edit(CLAUSES, 'quote = "A waking submit starts a job."', 'quote = "A submit starts."')
+    text = edit(text, '[clauses."C.queue"]\nsource = "S"', '[clauses."C.queue"]\nsource = "T"')
+    text = edit(text, 'summary = "Cancel aborts."', "summary = 5")
+    text = edit(text, '[clauses."C.settle"]', '[clauses."C settle"]')
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, clauses=text))
+    source = line_of(text, 'source = "T"')
+    assert str(caught.value) == (
+        "specs/clauses.toml: 4 faults; nothing of it was loaded:\n"
+        f"  specs/clauses.toml:{line_of(text, 'A submit starts.')}: clause 'C.start': quote "
+        "not found verbatim in sources/seed.txt\n"
+        f"  specs/clauses.toml:{source}: clause 'C.queue': unknown "
+        "source 'T' (sources: S)\n"
+        f"  specs/clauses.toml:{line_of(text, 'summary = 5')}: clause 'C.cancel': summary must "
+        "be a string, found int\n"
+        f"  specs/clauses.toml:{line_of(text, 'C settle')}: [clauses]: clause id 'C settle' is "
+        "not a valid id (letters, digits and _ in words joined by . or -, e.g. S000.first-wins)"
+    )
+
+
+def test_a_clause_of_a_source_that_cannot_be_read_is_not_also_reported(tmp_path: Path) -> None:
+    text = edit(CLAUSES, 'S = "sources/seed.txt"', 'S = "sources/sed.txt"\nT = "../x"')
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, clauses=text))
+    assert [str(e) for e in caught.value.faults] == [
+        "specs/clauses.toml:2: source 'S': sources/sed.txt: file not found",
+        "specs/clauses.toml:3: source 'T': '../x' is not a relative path inside the "
+        "catalogue's directory (names of letters, digits, '.', '_' and '-' joined by '/')",
+    ]
 
 
 def test_a_fault_in_a_definition_is_not_echoed_by_the_ones_that_name_it(tmp_path: Path) -> None:

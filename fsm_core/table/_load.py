@@ -105,6 +105,8 @@ class _File:
         self.data: Mapping[str, Any] = {}
         self.faults: list[SpecError] = []
         self._lines: dict[_lines.Path, int] = {}
+        self._entry: tuple[str, int] | None = None
+        """The ``[[rows]]`` or ``[[invariants]]`` entry being read, if any (see :meth:`at`)."""
 
     def read(self, path: Path) -> dict[str, Any]:
         """The TOML file at ``path`` (see :func:`read_toml`), its keys' lines kept for faults."""
@@ -139,8 +141,26 @@ class _File:
                 for i, body in enumerate(entries if isinstance(entries, list) else [])
                 if isinstance(body, dict) and body.get("id") == name
             ]
+            if self._entry is not None and self._entry in ((section, i) for i in found):
+                return self._entry  # an id written twice: the entry being read
             return (section, found[-1]) if found else None
         return (section, name)
+
+    @contextmanager
+    def at(self, section: str, index: int) -> Iterator[None]:
+        """Read ``section``'s ``index``-th entry: a fault naming it by an id that other entries
+        also have (a repeated id) is placed at this one's line."""
+        self._entry = (section, index)
+        try:
+            yield
+        finally:
+            self._entry = None
+
+    def first_seen(self, section: str, index: int) -> str:
+        """``rows[3] (line 40)``: an entry named for a fault about another, with its line."""
+        where = f"{section}[{index}]"
+        line = self.line(where, "id")
+        return where if line is None else f"{where} (line {line})"
 
     def fail(self, where: str, fault: str, key: str | None = None) -> NoReturn:
         raise SpecError(self.display, where, fault, self.line(where, key))
@@ -309,49 +329,81 @@ def _parse_toml(text: str, display: str) -> dict[str, Any]:
 
 
 def load_clauses(path: Path, display: str | None = None) -> dict[str, Clause]:
-    """Load the clause catalogue and check every quote against its source text."""
+    """Load the clause catalogue and check every quote against its source text.
+
+    Every fault is found, each at its line (as in a table), and the catalogue is refused whole.
+    """
     f = _File(display or f"{path.parent.name}/{path.name}")
     data = f.keys("", f.read(path), ["sources", "clauses"])
     sources: dict[str, str] = {}
+    unread: set[str] = set()  # sources with a fault: their clauses' quotes are not checked
     for key, rel in f.keys("[sources]", data["sources"], [], data["sources"]).items():
-        _clause_id(f, "[sources]", "source", key)
-        where = f"source {echo(key)}"
-        text = f.text(where, rel, "path")
-        parts = text.split("/")
-        if any(not _PATH_PART.fullmatch(part) or part in (".", "..") for part in parts):
-            f.fail(
-                where,
-                f"{echo(text)} is not a relative path inside the catalogue's directory "
-                "(names of letters, digits, '.', '_' and '-' joined by '/')",
-            )
-        try:
-            sources[key] = " ".join(read_text(path.parent / text, text).split())
-        except SpecError as e:
-            f.fail(where, str(e))
+        unread.add(key)
+        with f.each():
+            _clause_id(f, "[sources]", "source", key)
+            where = f"source {echo(key)}"
+            text = f.text(where, rel, "path")
+            parts = text.split("/")
+            if any(not _PATH_PART.fullmatch(part) or part in (".", "..") for part in parts):
+                f.fail(
+                    where,
+                    f"{echo(text)} is not a relative path inside the catalogue's directory "
+                    "(names of letters, digits, '.', '_' and '-' joined by '/')",
+                )
+            try:
+                sources[key] = " ".join(read_text(path.parent / text, text).split())
+            except SpecError as e:
+                f.fail(where, str(e))
+            unread.discard(key)
     clauses: dict[str, Clause] = {}
     for cid, body in f.table("[clauses]", data["clauses"]).items():
-        _clause_id(f, "[clauses]", "clause", cid)
-        where = f"clause {echo(cid)}"
-        c = f.keys(where, body, ["source", "quote", "summary"], ["not_implemented"])
+        with f.each():
+            clause = _clause(f, cid, body, sources, unread, data["sources"])
+            if clause is not None:
+                clauses[cid] = clause
+    f.done()
+    return clauses
+
+
+def _clause(
+    f: _File,
+    cid: str,
+    body: object,
+    sources: Mapping[str, str],
+    unread: set[str],
+    paths: Mapping[str, str],
+) -> Clause | None:
+    """The clause ``cid`` of the catalogue, or None after recording each of its faults."""
+    _clause_id(f, "[clauses]", "clause", cid)
+    where = f"clause {echo(cid)}"
+    c = f.keys(where, body, ["source", "quote", "summary"], ["not_implemented"])
+    found = len(f.faults)
+    source = quote = summary = ""
+    with f.each():
         source = f.text(where, c["source"], "source")
-        if source not in sources:
-            f.fail(where, f"unknown source {echo(source)} (sources: {known(sources)})")
+        if source not in sources and source not in unread:
+            f.fail(where, f"unknown source {echo(source)} (sources: {known(paths)})", "source")
+    with f.each():
         quote = f.text(where, c["quote"], "quote")
         if not quote.strip():
-            f.fail(where, "the quote is empty (a clause quotes the words it stands for)")
-        if " ".join(quote.split()) not in sources[source]:
-            f.fail(where, f"quote not found verbatim in {data['sources'][source]}")
+            f.fail(where, "the quote is empty (a clause quotes the words it stands for)", "quote")
+        if source in sources and " ".join(quote.split()) not in sources[source]:
+            f.fail(where, f"quote not found verbatim in {paths[source]}", "quote")
+    with f.each():
         summary = f.text(where, c["summary"], "summary")
-        why = None
+    why = None
+    with f.each():
         if "not_implemented" in c:
             why = f.text(where, c["not_implemented"], "not_implemented")
             if not why.strip():
                 f.fail(
                     where,
                     "not_implemented is empty (it says why no row implements the clause)",
+                    "not_implemented",
                 )
-        clauses[cid] = Clause(cid, source, quote, summary, why)
-    return clauses
+    if len(f.faults) > found or source in unread:
+        return None
+    return Clause(cid, source, quote, summary, why)
 
 
 def _clause_id(f: _File, where: str, what: str, key: str) -> None:
@@ -360,6 +412,7 @@ def _clause_id(f: _File, where: str, what: str, key: str) -> None:
             where,
             f"{what} id {echo(key)} is not a valid id (letters, digits and _ in words joined "
             "by . or -, e.g. S000.first-wins)",
+            key,
         )
 
 
@@ -747,7 +800,7 @@ class _TableParser:
         rows: list[Row] = []
         seen: dict[str, int] = {}
         for i, body in enumerate(_array(f, self.data, "rows")):
-            with f.each():
+            with f.each(), f.at("rows", i):
                 raw_id = body.get("id") if isinstance(body, dict) else None
                 where = f"row {echo(raw_id)}" if _is_id(raw_id) else f"rows[{i}]"
                 r = f.keys(
@@ -758,7 +811,8 @@ class _TableParser:
                 )
                 rid = f.id(where, r["id"])
                 if rid in seen:
-                    f.fail(where, f"duplicate row id (rows[{seen[rid]}] and rows[{i}])", "id")
+                    first = f.first_seen("rows", seen[rid])
+                    f.fail(where, f"duplicate row id: rows[{i}] repeats {first}", "id")
                 seen[rid] = i
                 row = self._row(where, rid, r)
                 if row is not None:
@@ -770,8 +824,9 @@ class _TableParser:
         guard, effects and tags are read apart, so that a row with two faults shows both."""
         f = self.f
         found = len(f.faults)
-        event = f.text(where, r["on"], "on")
+        event = ""  # no event's name
         with f.each():
+            event = f.text(where, r["on"], "on")
             if event not in self.events:
                 f.fail(
                     where,
@@ -814,7 +869,9 @@ class _TableParser:
         tags: tuple[str, ...] = ()
         with f.each():
             tags = self._tags(where, r)
-        doc = f.text(where, r.get("doc", ""), "doc")
+        doc = ""
+        with f.each():
+            doc = f.text(where, r.get("doc", ""), "doc")
         if len(f.faults) > found:
             return None
         return Row(
@@ -852,7 +909,7 @@ class _TableParser:
         stable: list[Stability] = []
         seen: dict[str, int] = {}
         for i, body in enumerate(_array(f, self.data, "invariants")):
-            with f.each():
+            with f.each(), f.at("invariants", i):
                 raw_id = body.get("id") if isinstance(body, dict) else None
                 where = f"invariant {echo(raw_id)}" if _is_id(raw_id) else f"invariants[{i}]"
                 step_form = isinstance(body, dict) and "unchanged" in body
@@ -862,10 +919,8 @@ class _TableParser:
                 inv = f.keys(where, body, required, ["clauses"])
                 iid = f.id(where, inv["id"])
                 if iid in seen:
-                    f.fail(
-                        where,
-                        f"duplicate invariant id (invariants[{seen[iid]}] and invariants[{i}])",
-                    )
+                    first = f.first_seen("invariants", seen[iid])
+                    f.fail(where, f"duplicate invariant id: invariants[{i}] repeats {first}", "id")
                 seen[iid] = i
                 if step_form:
                     var = f.text(where, inv["unchanged"], "unchanged")
