@@ -21,6 +21,7 @@ import pytest
 
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.cli import main
+from fsm_core.table._lines import key_lines
 from fsm_core.table._load import read_toml
 from fsm_core.tools import _mutants
 from fsm_core.tools._mutants import (
@@ -41,6 +42,7 @@ from fsm_core.tools._row_edits import (
     Block,
     DropCall,
     DropEffect,
+    DropRow,
     Edit,
     Insert,
     Move,
@@ -113,6 +115,26 @@ that gets past the loader, and a closing activation refuses an admission in its 
 """
 
 
+def row_line(table: str, row: str, key: str | None = None) -> int | None:
+    """The line of row ``row`` (at ``key``) in the shipped ``specs/<table>``, None if no row
+    there has that id."""
+    text = (specs_dir() / table).read_text(encoding="utf-8")
+    rows = tomllib.loads(text)["rows"]
+    index = next((i for i, r in enumerate(rows) if r["id"] == row), None)
+    if index is None:
+        return None
+    return key_lines(text)[("rows", index, key) if key else ("rows", index)]
+
+
+def load_killed_at(mutant: Mutant) -> str:
+    """Where a load-killed mutant's fault is cited: its row's line in specs/<table> as written,
+    or the file alone for a row the mutant adds."""
+    m = re.match(r"row '([^']+)'", LOAD_KILLED_BY[mutant.name])
+    assert m is not None
+    line = row_line(mutant.table, m[1])
+    return f"specs/{mutant.table}" + ("" if line is None else f":{line}")
+
+
 def _catalogue() -> list[object]:
     return [
         pytest.param(
@@ -136,12 +158,11 @@ def test_mutant_is_killed_by_a_property_with_a_counterexample(mutant: Mutant) ->
     assert kill.model in mutant.models
     if mutant.load_killed:
         assert kill.property is not None
-        # The line is the planted copy's: the mutant rewrites the table, one entry a line.
-        assert re.match(
-            rf"load: specs/{re.escape(mutant.table)}:\d+: "
-            + re.escape(LOAD_KILLED_BY[mutant.name]),
-            kill.property,
-        ), kill.property
+        # The line is the table's as written, not the rewritten copy's the loader read.
+        at = load_killed_at(mutant)
+        assert kill.property.startswith(f"load: {at}: {LOAD_KILLED_BY[mutant.name]}")
+        added = f" (in what the mutant adds: no line of specs/{mutant.table} holds it)"
+        assert kill.property.endswith(added) == (":" not in at), kill.property
         assert kill.trace == 0
         return
     assert kill.trace > 0
@@ -220,6 +241,35 @@ def test_a_table_written_back_reads_as_the_same_data(table: str) -> None:
     text = dump_toml(data)
     assert tomllib.loads(text) == data
     assert list(tomllib.loads(text)) == list(data)  # the sections keep their order
+
+
+def test_a_fault_in_a_planted_table_cites_the_line_of_the_table_as_written() -> None:
+    """(It cited the rewritten copy's line, where every row stood on one line.) A row dropped
+    before the edited one moves nothing: rows are found by id."""
+    mutant = Mutant(
+        "misspelt_target",
+        "agent.toml",
+        (DropRow("send.idle.wake"), Set("start.turn", "to", "running", "runing")),
+        "start.turn goes to a state no table has.",
+        ("agent_races",),
+    )
+    kill = run_mutant(mutant)
+    assert kill.property == (
+        f"load: specs/agent.toml:{row_line('agent.toml', 'start.turn', 'to')}: row "
+        "'start.turn': unknown state 'runing' in to (did you mean 'running'? states: idle, "
+        "running, cancelling, maintenance, disposing, disposed)"
+    )
+
+
+def test_a_fault_in_a_row_a_mutant_adds_says_no_line_of_the_table_holds_it() -> None:
+    row = 'id = "start.extra"\non = "start"\nfrom = ["idle"]\nto = "nowhere"\nclauses = ["D1"]'
+    mutant = Mutant("extra_row", "agent.toml", (AddRow(row),), "A row too many.", ("agent_races",))
+    kill = run_mutant(mutant)
+    assert kill.property == (
+        "load: specs/agent.toml: row 'start.extra': unknown state 'nowhere' in to (states: idle, "
+        "running, cancelling, maintenance, disposing, disposed) (in what the mutant adds: no "
+        "line of specs/agent.toml holds it)"
+    )
 
 
 def test_written_strings_escape_what_toml_cannot_hold_as_itself() -> None:
@@ -456,10 +506,9 @@ def test_show_a_mutant_the_loader_refuses_prints_its_message(
     assert run(_args(["--show", "running_before_holder"])) == 0
     out = capsys.readouterr().out.replace("\n  ", " ")
     assert "\nagent_races: the loader refuses the mutated specs/agent.toml:\n" in out
-    # The line is the planted copy's: the mutant rewrites the table, one entry a line.
-    assert re.search(
-        rf"specs/agent.toml:\d+: {re.escape(LOAD_KILLED_BY['running_before_holder'])}", out
-    )
+    # The line is the table's as written, not the rewritten copy's the loader read.
+    at = load_killed_at(_mutants.BY_NAME["running_before_holder"])
+    assert f"\n{at}: {LOAD_KILLED_BY['running_before_holder']}" in out
 
 
 def test_show_a_survivor_exits_1_naming_its_gap(

@@ -6,8 +6,10 @@ row), a sentence saying what bug it plants, and the models it runs against. The 
 ``models/`` are copied (kept as siblings, since model files name ``../specs/...``), the edits
 are made on the mutated table as :mod:`tomllib` parses it and the result is written back over
 the copy as TOML, since models load their tables from files; the models are loaded from the
-copy and checked. :data:`MUTANTS` is the one catalogue: ``tests/test_traces.py`` replays
-counterexamples of some of these same mutants. The mutant is *killed* when a check finds a
+copy and checked. A loader's fault in the copy cites the line of the table the mutant was
+planted in (``specs/<table>``), at the key it names there (:meth:`Planted.cite_table`).
+:data:`MUTANTS` is the one catalogue: ``tests/test_traces.py`` replays counterexamples of some
+of these same mutants. The mutant is *killed* when a check finds a
 violation (its name and the length of its shortest counterexample go in the kill table), or
 when the loader rejects the mutated table (``load: <message>``).
 
@@ -53,6 +55,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.pool import Pool
@@ -65,7 +68,8 @@ from fsm_core._options import positive_int
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Report, check, load_model
 from fsm_core.check._report import WIDTH, aligned, format_trace, violation_heading
-from fsm_core.table._load import read_toml
+from fsm_core.table import _lines
+from fsm_core.table._load import read_text, read_toml
 from fsm_core.tools._row_edits import (
     AddRow,
     Block,
@@ -123,12 +127,67 @@ class Mutant:
                 "current table"
             ) from None
 
-    def plant(self, specs: Path) -> None:
+    def plant(self, specs: Path) -> Planted:
         """Rewrite ``specs/<table>`` (a copy of the tables) with the bug planted."""
         table = specs / self.table
-        data = read_toml(table, f"specs/{self.table}")
+        display = f"specs/{self.table}"
+        original = read_text(table, display)
+        data = read_toml(table, display)
         self.apply(data)
-        table.write_text(dump_toml(data), encoding="utf-8")
+        planted = dump_toml(data)
+        table.write_text(planted, encoding="utf-8")
+        return Planted(display, original, planted)
+
+
+@dataclass(frozen=True, slots=True)
+class Planted:
+    """A table as written (``original``) and as a mutant rewrote it (``planted``), to cite the
+    table's own lines in the loader's faults about the rewritten copy."""
+
+    display: str
+    original: str
+    planted: str
+
+    def cite_table(self, error: SpecError) -> SpecError:
+        """``error`` with each of its faults about the planted copy at the line of the same key
+        in the table as written: a row or call by its id, another entry of an array of tables
+        by its index. A fault in what the mutant adds (a row, say) says so, with no line."""
+        at: dict[int, _lines.Path] = {}  # each line of the copy: the deepest path written there
+        for path, line in _lines.key_lines(self.planted).items():
+            if len(path) > len(at.get(line, ())):
+                at[line] = path
+        lines = _lines.key_lines(self.original)
+        before, after = tomllib.loads(self.original), tomllib.loads(self.planted)
+        faults: list[SpecError] = []
+        for e in error.faults:
+            if e.file != self.display or e.line is None or e.line not in at:
+                faults.append(e)
+                continue
+            same = _same_place(at[e.line], after, before)
+            if same is None:
+                fault = f"{e.fault} (in what the mutant adds: no line of {self.display} holds it)"
+                faults.append(SpecError(e.file, e.where, fault))
+            else:
+                faults.append(SpecError(e.file, e.where, e.fault, _lines.line_of(lines, same)))
+        return SpecError.of(faults)
+
+
+def _same_place(
+    path: _lines.Path, planted: dict[str, Any], original: dict[str, Any]
+) -> _lines.Path | None:
+    """``path`` in the planted copy as a path in the original table, None for an entry of an
+    array of tables the original lacks."""
+    if len(path) < 2 or not isinstance(path[1], int):
+        return path
+    section, index = str(path[0]), path[1]
+    entries = original.get(section, [])
+    entry = planted[section][index]
+    if isinstance(entry, dict) and "id" in entry:
+        same = [
+            j for j, e in enumerate(entries) if isinstance(e, dict) and e.get("id") == entry["id"]
+        ]
+        return (section, same[0], *path[2:]) if same else None
+    return path if index < len(entries) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,7 +628,9 @@ def _first_failure(root: Path, models: Sequence[str]) -> tuple[str, Report | Spe
     return None
 
 
-def _check_models(root: Path, name: str, models: Sequence[str]) -> Kill:
+def _check_models(
+    root: Path, name: str, models: Sequence[str], planted: Planted | None = None
+) -> Kill:
     """Check ``models`` from the copy under ``root``; the first violation kills."""
     start = time.perf_counter()
     failure = _first_failure(root, models)
@@ -578,7 +639,8 @@ def _check_models(root: Path, name: str, models: Sequence[str]) -> Kill:
         return Kill(name, False, None, 0, seconds)
     model_name, found = failure
     if isinstance(found, SpecError):
-        return Kill(name, True, f"load: {found}", 0, seconds, model_name)
+        cited = found if planted is None else planted.cite_table(found)
+        return Kill(name, True, f"load: {cited}", 0, seconds, model_name)
     assert found.violation is not None
     steps = len(found.violation.trace) - 1  # the first entry is the initial state
     return Kill(name, True, found.violation.name, steps, seconds, model_name)
@@ -590,8 +652,8 @@ def run_mutant(mutant: Mutant, specs: Path | None = None) -> Kill:
     with tempfile.TemporaryDirectory(prefix="fsm-core-mutant-") as tmp:
         root = Path(tmp)
         _copy_tables(root, specs)
-        mutant.plant(root / "specs")
-        return _check_models(root, mutant.name, mutant.models)
+        planted = mutant.plant(root / "specs")
+        return _check_models(root, mutant.name, mutant.models, planted)
 
 
 def run_unmutated(models: Iterable[str] | None = None, specs: Path | None = None) -> Kill:
@@ -825,7 +887,7 @@ def show_mutant(name: str, specs: Path | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fsm-core-mutant-") as tmp:
         root = Path(tmp)
         _copy_tables(root, specs)
-        mutant.plant(root / "specs")
+        planted = mutant.plant(root / "specs")
         failure = _first_failure(root, mutant.models)
     print()
     if failure is None:
@@ -836,7 +898,7 @@ def show_mutant(name: str, specs: Path | None = None) -> int:
     model, found = failure
     if isinstance(found, SpecError):
         print(f"{model}: the loader refuses the mutated specs/{mutant.table}:")
-        print("\n".join(_wrapped(str(found), "", "  ")))
+        print("\n".join(_wrapped(str(planted.cite_table(found)), "", "  ")))
         return 0
     print(violation_heading(found))
     print(format_trace(found), end="")

@@ -314,13 +314,33 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def dump_toml(data: Mapping[str, Any]) -> str:
-    """``data`` as TOML that :mod:`tomllib` reads back equal, one top-level key a line.
+    """``data`` as TOML that :mod:`tomllib` reads back equal, one key of a section a line.
 
-    Only what tables hold is written (tables, arrays, strings, booleans and integers), every
-    table inline: the checker loads tables from files, and an edited table only has to read
-    back as the same data, not as the same text.
+    Only what tables hold is written (tables, arrays, strings, booleans and integers): each
+    top-level table as a ``[section]`` and each array of tables as ``[[section]]`` entries,
+    their keys one a line with values inline (other top-level keys first). The checker loads
+    tables from files, and an edited table only has to read back as the same data, not as the
+    same text; a key a line lets a fault's line in it be traced back to the key (see
+    :func:`fsm_core.tools._mutants.Planted.cite_table`).
     """
-    return "".join(f"{_key(k)} = {_value(v)}\n" for k, v in data.items())
+    out = [f"{_key(k)} = {_value(v)}\n" for k, v in data.items() if _inline(v)]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.append(f"\n[{_key(k)}]\n")
+            out.extend(f"{_key(key)} = {_value(value)}\n" for key, value in v.items())
+        elif not _inline(v):
+            for entry in v:
+                out.append(f"\n[[{_key(k)}]]\n")
+                out.extend(f"{_key(key)} = {_value(value)}\n" for key, value in entry.items())
+    return "".join(out)
+
+
+def _inline(value: object) -> bool:
+    """True iff a top-level ``value`` is written on its key's line: neither a table nor a
+    non-empty array of tables."""
+    if isinstance(value, dict):
+        return False
+    return not (isinstance(value, list) and value and all(isinstance(v, dict) for v in value))
 
 
 def _key(key: str) -> str:
