@@ -15,7 +15,7 @@ import pytest
 
 from fsm_core import SpecError
 from fsm_core._paths import specs_dir
-from fsm_core.table._domain import domain_holds
+from fsm_core.table._domain import domain_holds, generated_search
 from fsm_core.table._limits import DEFAULT_LIMITS
 from fsm_core.table._load import load_clauses
 from fsm_core.table._machine import Machine
@@ -38,7 +38,7 @@ def verdicts(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bool, bool] |
         _load._domain_fits(f, machine.table, DEFAULT_LIMITS)
     except SpecError:
         return None
-    generated = domain_holds(machine)
+    generated = generated_search(machine)
     with monkeypatch.context() as patch:
         patch.setattr(_load, "domain_holds", lambda m: False)
         try:
@@ -53,6 +53,16 @@ def test_the_shipped_tables_hold_in_both_searches(
     table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert verdicts(specs_dir() / table, monkeypatch) == (True, True)
+
+
+def test_the_loader_generates_code_only_where_it_pays() -> None:
+    clauses = load_clauses(specs_dir() / "clauses.toml")
+    agent, admission = (
+        _load.load_table(specs_dir() / f"{name}.toml", clauses) for name in ("agent", "admission")
+    )
+    assert domain_holds(agent)  # 3,072 valuations, 212 cases
+    assert not domain_holds(admission)  # one valuation: the interpreter is as quick
+    assert generated_search(admission)
 
 
 @pytest.mark.slow  # the interpreted search per mutant: CI's slow stage

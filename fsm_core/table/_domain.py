@@ -23,6 +23,7 @@ labels.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
@@ -34,14 +35,37 @@ from fsm_core.table._table import Row, Table
 _Check = Callable[[list[tuple[Value, ...]], list[bool]], bool]
 """One state's search: ``(valuations, valid) -> True iff no case fails``."""
 
+MIN_VALUATIONS = 64
+"""Below this many valuations of the variables, the code for a case costs more to generate
+than the interpreter spends on it: :func:`domain_holds` leaves the search to the loader."""
+
+MAX_CASES = 5_000
+"""At most this many (state, row, argument tuple) cases are generated, each some thirty lines:
+past it, compiling the source would cost seconds, and :func:`domain_holds` declines."""
+
 
 def domain_holds(m: Machine) -> bool:
     """True iff the loader's interpreted search over ``m``'s domain finds no fault.
 
-    False when it may find one, or when the code could not be generated or run (a name the
-    generator refuses, an expression that raises on a value out of its domain): the caller
-    then runs the interpreted search, which decides.
+    False when it may find one; when the domain is too small or has too many cases for
+    generated code to pay (see :data:`MIN_VALUATIONS`, :data:`MAX_CASES`); or when the code
+    could not be generated or run (a name the generator refuses, an expression that raises on
+    a value out of its domain). The caller then runs the interpreted search, which decides.
     """
+    t = m.table
+    valuations = math.prod(len(v.type.values) for v in t.variables)
+    cases = sum(
+        math.prod(len(ty.values) for _, ty in t.events[r.event].params) * len(r.sources)
+        for r in t.rows
+    )
+    if valuations < MIN_VALUATIONS or cases > MAX_CASES:
+        return False
+    return generated_search(m)
+
+
+def generated_search(m: Machine) -> bool:
+    """The verdict of the generated search, whatever the domain's size: True iff no case
+    fails; False on a failing case or on any trouble generating or running the code."""
     try:
         return _search(m)
     except Exception:  # any trouble: the interpreted search decides, and names the fault
@@ -238,4 +262,4 @@ def _assigned(stmts: Sequence[Stmt]) -> Sequence[str]:
     return out
 
 
-__all__ = ["domain_holds"]
+__all__ = ["MAX_CASES", "MIN_VALUATIONS", "domain_holds", "generated_search"]
