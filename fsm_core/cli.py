@@ -287,10 +287,7 @@ def _global_options(parser: argparse.ArgumentParser, *, after: bool) -> None:
     after it (``fsm-core check --specs D``). After it, each goes to a ``NAME_after`` field
     that is only set when given (:func:`_merge_global_options` joins the two)."""
     parser.add_argument(
-        "--version",
-        action="version",
-        version=f"fsm-core {_version()}",
-        help="print fsm-core's version and exit",
+        "--version", action=_VersionAction, help="print fsm-core's version and exit"
     )
     parser.add_argument(
         "--specs",
@@ -323,6 +320,24 @@ def _merge_global_options(args: argparse.Namespace, parser: argparse.ArgumentPar
                 f"{_shown_path(after)} after it: give it once"
             )
         setattr(args, name, after)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print the version and exit. It is read only when asked, since the
+    distribution's metadata would cost every other command a tenth of its start-up."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        sys.stdout.write(f"fsm-core {_version()}\n")
+        parser.exit()
 
 
 def _version() -> str:

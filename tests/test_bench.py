@@ -105,13 +105,14 @@ def test_the_baseline_is_a_verbatim_copy_of_the_shared_script() -> None:
     assert hashlib.sha256(original.encode()).hexdigest() == recorded.group(1)
 
 
-def _bench_args(*argv: str) -> argparse.Namespace:
+def _bench_args(*argv: str, startup: bool = False) -> argparse.Namespace:
     """``fsm-core bench ARGV``'s arguments; the agents and trees and the partitioned searches
-    only when ``argv`` asks for them."""
+    only when ``argv`` asks for them, the start-up only when ``startup``."""
     parser = argparse.ArgumentParser(prog="fsm-core bench")
     configure(parser)
     quiet = ["--composed", "none"] if "--composed" not in argv else []
     quiet += [] if "--workers-speedup" in argv else ["--no-workers-speedup"]
+    quiet += [] if startup else ["--no-startup"]
     return parser.parse_args([*argv, *quiet])
 
 
@@ -136,6 +137,23 @@ def test_bench_at_s_agrees_with_the_baseline_and_ends_with_a_done_line(
     done = DONE_AT_S.fullmatch(last)
     assert done is not None, last
     assert (done["spin"], done["rumur"], done["x_spin"]) == ("-", "-", "-")
+
+
+def test_bench_times_the_start_up_with_the_table_proofs_cached_and_proved_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    args = _bench_args(*SMALL, "--no-workers-speedup", startup=True)
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "Start-up: `fsm-core spec`" in out
+    lines = out.splitlines()
+    table = lines[next(i for i, ln in enumerate(lines) if ln.startswith("proofs ")) :][:4]
+    assert [row.split("  ")[0] for row in table] == [
+        "proofs", "cached", "proved", "cached / proved"
+    ]  # fmt: skip
+    assert "FAILED" not in out
+    assert any((tmp_path / "fsm-core" / "proofs").iterdir())
 
 
 def test_bench_exits_1_naming_the_scale_and_checker_when_counts_disagree(

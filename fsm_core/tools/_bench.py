@@ -49,7 +49,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -63,6 +63,7 @@ from fsm_core.check import Backend, Model, check, load_model, load_models
 from fsm_core.check._parallel import Source
 from fsm_core.check._report import aligned
 from fsm_core.table._load import read_toml
+from fsm_core.table._proofs import NO_CACHE
 
 _REPO = Path(fsm_core.__file__).resolve().parent.parent
 BASELINE: Final = _REPO / "benchmarks" / "ref_bfs.py"
@@ -150,6 +151,14 @@ class _Median:
     search_s: float
     peak_mib: float
     load_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Startup:
+    """The median wall and processor seconds of one way of starting ``fsm-core spec``."""
+
+    wall_s: float
+    cpu_s: float
 
 
 class _Failed(Exception):
@@ -295,6 +304,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         + (f"{peers})" if peers else "none outside a checkout: give it to run SPIN and rumur)"),
     )
     parser.add_argument("--no-models", action="store_true", help="do not time the default models")
+    parser.add_argument(
+        "--no-startup",
+        action="store_true",
+        help="do not time `fsm-core spec`'s start-up with its table proofs cached and without",
+    )
     parser.add_argument(
         "--composed",
         choices=("default", "bench", "none"),
@@ -460,6 +474,8 @@ def run(args: argparse.Namespace) -> int:
             problems += [f"model {model.name}: {m}" for m in median.first.mismatches]
         timed.append((model.name, model.kind, median))
 
+    startup = {} if args.no_startup else _startups(problems, repeat, specs)
+
     _print_bench(bench, params, builds, missing, repeat)
     if engines:
         _print_engines(engines, repeat)
@@ -467,6 +483,8 @@ def run(args: argparse.Namespace) -> int:
         _print_splits(splits, workers, repeat)
     if models:
         _print_models(timed)
+    if startup:
+        _print_startup(startup, repeat)
     for problem in problems:
         print(f"FAILED: {problem}")
     speedups = [(one, split) for _, one, split in splits]
@@ -743,16 +761,23 @@ def _native(peer: Peer, binary: Path) -> Run:
     return Run(int(found.group(1)), None, None, verdict, wall, cpu, wall, peak)
 
 
-def _measure(cmd: list[str], cwd: Path | None = None) -> tuple[str, int, float, float, float]:
+def _measure(
+    cmd: list[str], cwd: Path | None = None, environ: Mapping[str, str | None] | None = None
+) -> tuple[str, int, float, float, float]:
     """Run ``cmd`` to the end: (output, exit status, wall seconds, processor seconds, peak RSS
     in MiB).
 
     The peak is the one the child printed at exit (Linux ``VmHWM``: this process image's
     high-water mark). Failing that (a native checker prints none) it is ``wait4``'s
     ``ru_maxrss``, which Linux floors at this parent's own RSS when it forked (about 20 MiB),
-    so it overstates small runs.
+    so it overstates small runs. ``environ`` sets (or, as None, removes) environment variables.
     """
     env = dict(os.environ)
+    for name, value in (environ or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     package_root = str(Path(fsm_core.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     start = time.perf_counter()
@@ -1068,6 +1093,60 @@ def _done(
     fields["problems"] = str(len(problems))
     fields["sec"] = f"{seconds:.1f}"
     return "Done. " + " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+_STARTUPS: Final[dict[str, dict[str, str | None]]] = {
+    "cached": {NO_CACHE: None},
+    "proved": {NO_CACHE: "1"},
+}
+"""How ``fsm-core spec`` is started for each start-up figure: with the table proofs it finds in
+the cache, and with the cache turned off, proving every table again."""
+
+
+def _startups(problems: list[str], repeat: int, specs: Path | None) -> dict[str, _Startup]:
+    """``fsm-core spec``'s start-up, cached against proved, interleaved: a first round, not
+    counted, fills the cache; each figure is the median of the ``repeat`` rounds after it."""
+    cmd = [sys.executable, "-m", "fsm_core", "spec", *(["--specs", str(specs)] if specs else [])]
+    runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in _STARTUPS}
+    for i in range(repeat + 1):
+        for kind, environ in _STARTUPS.items():
+            tag = f"start-up run {i}/{repeat}: {kind}"
+            print(f"{tag} ...", end="", file=sys.stderr, flush=True)
+            out, code, wall, cpu, _ = _measure(cmd, environ=environ)
+            if code != 0:
+                print(" failed", file=sys.stderr)
+                problems.append(f"{tag}: `{' '.join(cmd)}` exited {code}:\n{out.rstrip()}")
+                return {}
+            print(
+                f" {wall:.2f} s" + ("" if i else " (fills the cache, not counted)"), file=sys.stderr
+            )
+            if i:
+                runs[kind].append((wall, cpu))
+    return {
+        kind: _Startup(
+            statistics.median(w for w, _ in found), statistics.median(c for _, c in found)
+        )
+        for kind, found in runs.items()
+    }
+
+
+def _print_startup(startup: dict[str, _Startup], repeat: int) -> None:
+    print()
+    _say(
+        "Start-up: `fsm-core spec` (load every table of specs/ and prove it over its whole "
+        "domain) in a process of its own, with the proofs the cache holds and with "
+        f"{NO_CACHE}=1, {_rounds(repeat)} after one that fills the cache."
+    )
+    cached, proved = startup["cached"], startup["proved"]
+    rows = [(kind, _num(s.wall_s, 2), _num(s.cpu_s, 2)) for kind, s in startup.items()]
+    rows.append(
+        (
+            "cached / proved",
+            _num(cached.wall_s / proved.wall_s if proved.wall_s > 0 else None, 2),
+            _num(cached.cpu_s / proved.cpu_s if proved.cpu_s > 0 else None, 2),
+        )
+    )
+    _table(("proofs", "wall s", "cpu s"), rows, left=1)
 
 
 def _machine() -> str:
