@@ -579,11 +579,20 @@ class CompiledEngine(Engine):
         leaves of them (a step whose spending they do not cover is none of this state's)."""
         full_state: tuple[Any, ...] | None = None
         calls = self._calls_of[key]
+        covers, codes, top = self._covers, self._codes, self._top
         if calls is None:
             full_state = self.unpack(key * self._codes + code)
             calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
+            if not full_state[self.broken]:
+                # A local call has one step, whatever the budgets: done now, never widened.
+                rest = self._keys[key]
+                for c in calls:
+                    if c.local is not None:
+                        start = (c.i, c.found, c.event, c.args, c.spent, c.local, c.target)
+                        c.steps = [step] = [self._local_step(full_state, start, rest)]
+                        c.groups = [(step[0], step[1], step[2], 1, (step[0],))]
+                        c.bound = top
         after = self._spend(code)
-        covers, codes, top = self._covers, self._codes, self._top
         ready: list[_Call] = []
         for c in calls:
             if after[c.spent] < 0:
