@@ -32,6 +32,7 @@ __all__ = [
     "exactly",
     "head",
     "interrupt",
+    "once_per_run",
     "write_model",
 ]
 
@@ -161,6 +162,25 @@ def sweep(values: Iterable[T], ids: Callable[[T], str], fast: Collection[str]) -
     return [
         pytest.param(v, id=ids(v), marks=() if ids(v) in fast else pytest.mark.slow) for v in values
     ]
+
+
+def once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[], str]) -> str:
+    """What ``make()`` returns, computed once per pytest run however many xdist workers ask:
+    the first to ask computes it under a lock and leaves it in a file ``name`` in the run's
+    temporary directory, which the others read. For a costly run many tests read (the whole
+    default ``fsm-core check``), not for anything a test changes."""
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's own directory: xdist gives each worker one inside it
+    kept = base / f"once-{name}.txt"
+    with open(base / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not kept.exists():
+            text = make()
+            partial = kept.with_suffix(".partial")
+            partial.write_text(text, encoding="utf-8")
+            partial.rename(kept)
+        return kept.read_text(encoding="utf-8")
 
 
 def npm_install(request: pytest.FixtureRequest, name: str, package: str, version: str) -> Path:

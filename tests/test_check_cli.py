@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from fsm_core import load_spec
 from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model, load_models
 from fsm_core.cli import _progress, main
-from tests.helpers import edit, interrupt, write_model
+from tests.helpers import edit, interrupt, once_per_run, write_model
 
 DEFAULT = [m for m in load_models(models_dir()) if m.tier == "default"]
 NOBODY_LISTENS = (
@@ -67,10 +67,12 @@ def unwrapped(out: str) -> list[str]:
     return out.replace("\n  ", " ").splitlines()
 
 
-@pytest.fixture(scope="module")
-def default_run() -> Run:
-    """``fsm-core check`` on the shipped models, run once for the tests that read it."""
-    return run()
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``fsm-core check`` on the shipped models (half a minute), run once per pytest run for
+    the tests that read it, in this module and others, on whichever xdist worker they are."""
+    kept = once_per_run(tmp_path_factory, "default-check", lambda: json.dumps(asdict(run())))
+    return Run(**json.loads(kept))
 
 
 NAMED = ("activation_chain", "bench_S")

@@ -125,7 +125,9 @@ def _rss_kb(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("count", [40_000, 160_000])
+# 160,000 requests, four times as many, read no more than 40,000 do: CI's slow stage shows
+# it; every change runs the 40,000, the same code.
+@pytest.mark.parametrize("count", [40_000, pytest.param(160_000, marks=pytest.mark.slow)])
 def test_a_client_that_never_reads_is_held_back_and_every_request_is_answered(
     count: int,
 ) -> None:
