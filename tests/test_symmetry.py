@@ -80,6 +80,26 @@ def test_every_sibling_permutation_of_a_representative_is_a_symmetry(name: str) 
     assert any(reduction.orbit_size(s) > 1 for s in result.parent)
 
 
+def test_a_verdict_that_reads_a_slot_is_no_symmetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proof can fail: a property that holds of a.1 but not of a.2 is found out."""
+    built = build(_model("activation_tree", symmetry=True))
+    reduction = built.reduction
+    assert reduction is not None
+    reps = explore(built.system, max_states=3000).parent
+    engine: Any = reduction.engine
+    slot = {x: i for i, x in enumerate(engine.layout.names)}
+    fair = engine.first_violated
+
+    def unfair(state: Any) -> str | None:
+        full = engine.unpack(state)
+        one, two = full[slot["a.1"]], full[slot["a.2"]]
+        return "first_slot_ahead" if two is not None and repr(one) < repr(two) else fair(state)
+
+    monkeypatch.setattr(engine, "first_violated", unfair)
+    fault = next(orbit_faults(reduction, reps))
+    assert fault.startswith("verdict of ")
+
+
 @pytest.mark.parametrize("name", sweep(TREES, str, fast={"activation_chain"}))
 def test_the_reduced_search_finds_what_the_unreduced_one_finds(name: str) -> None:
     whole = check(_model(name, symmetry=False))
