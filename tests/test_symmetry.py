@@ -48,7 +48,7 @@ def _shown(report: Report) -> tuple[object, ...]:
 
 PROVEN = ("activation_tree", "activation_three_levels", "agent_tree_pair")
 """The trees proven state by state: the width-2 trees, and the smallest agent tree with
-siblings (agent_tree_pair, about two and a half minutes of a core: slow)."""
+siblings (agent_tree_pair, 2.5 to 4 minutes of a core: slow)."""
 
 ON_DEMAND = tuple(
     name for name in os.environ.get("FSM_CORE_PROVE_SYMMETRY", "").split(",") if name.strip()

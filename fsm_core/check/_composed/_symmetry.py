@@ -33,7 +33,7 @@ Why it is sound, and what was checked rather than assumed:
   ``tests/test_symmetry.py`` proves exactly that, and that the orbits add up to the unreduced
   count, on the width-2 activation trees and on ``agent_tree_pair``, the smallest agent tree
   with siblings (238,763 orbits of 464,668 states, its settled children's listeners re-entering
-  the parent and the door; a slow test, about two and a half minutes of a core); any other tree
+  the parent and the door; a slow test, 2.5 to 4 minutes of a core); any other tree
   on demand (``FSM_CORE_PROVE_SYMMETRY=MODEL,...``, the README says how). A model outside those
   is trusted to the same argument: sibling teardowns touch disjoint subtrees, and what each
   hands its parent (``child_settled(failed, last)``) is folded by an update that ignores the
