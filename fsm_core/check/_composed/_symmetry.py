@@ -27,14 +27,18 @@ Why it is sound, and what was checked rather than assumed:
   What the reduction needs is weaker: from every reachable state and every sibling
   permutation of it, the successors fall in the same orbits (then a breadth-first search of
   representatives meets every reachable orbit at its distance, so verdicts and the lengths of
-  shortest counterexamples agree). ``tests/test_symmetry.py`` proves exactly that on every
-  reachable state of the default trees (:func:`orbit_faults`), and that the orbit sizes of the
-  representatives add up to the unreduced count; a model outside those is trusted to the same
-  argument: sibling teardowns touch disjoint subtrees, and what each hands its parent
-  (``child_settled(failed, last)``) is folded by an update that ignores the order
-  (``children := not last``, ``failure := failure or failed``), whichever child goes first.
-  The proof covers the width-2 activation trees; no agent tree with siblings is proven state
-  by state (the smallest is over 400,000 states), only by this argument.
+  shortest counterexamples agree). It is enough to try every member of every orbit the reduced
+  search itself reaches (:func:`orbit_faults`): by induction on the distance, each orbit
+  reached at d leads, from every member, to the orbits the search reaches at d + 1.
+  ``tests/test_symmetry.py`` proves exactly that, and that the orbits add up to the unreduced
+  count, on the width-2 activation trees and on ``agent_tree_pair``, the smallest agent tree
+  with siblings (238,763 orbits of 464,668 states, its settled children's listeners re-entering
+  the parent and the door; a slow test, 2.5 to 4 minutes of a core); any other tree
+  on demand (``FSM_CORE_PROVE_SYMMETRY=MODEL,...``, the README says how). A model outside those
+  is trusted to the same argument: sibling teardowns touch disjoint subtrees, and what each
+  hands its parent (``child_settled(failed, last)``) is folded by an update that ignores the
+  order (``children := not last``, ``failure := failure or failed``), whichever child goes
+  first; no listener calls a sibling (specs/README.md, What listeners re-enter).
 - *Traces*: a representative's path is not a run. :func:`concrete_trace` replays it in the
   unreduced system, at each step taking a successor in the next representative's orbit, so
   every counterexample printed is executable as printed, and names the property as the
@@ -249,28 +253,6 @@ def concrete_trace(
     return out
 
 
-def orbit_faults(
-    states: Sequence[tuple[Any, ...]],
-    siblings: Siblings,
-    successors: Callable[[tuple[Any, ...]], Sequence[tuple[int, tuple[Any, ...]]]],
-    verdict: Callable[[tuple[Any, ...]], tuple[bool, bool]],
-) -> Iterator[str]:
-    """Where the sibling permutations of ``states`` (every reachable state, unpacked) are not
-    a symmetry: a permutation whose successors fall in other orbits, or whose verdict (a
-    property broken, quiescent) differs. Empty proves the reduction exact for the model."""
-    canon = siblings.canonical
-    for s in states:
-        want = {canon(t) for _, t in successors(s)}
-        judged = verdict(s)
-        for p in siblings.permuted(s):
-            if p == s:
-                continue
-            if verdict(p) != judged:
-                yield f"verdict of {p} differs from {s}"
-            elif {canon(t) for _, t in successors(p)} != want:
-                yield f"successors of {p} differ from those of {s} by orbit"
-
-
 class Reduction:
     """A tree engine's states mapped to their orbits' representatives, as the engine stores
     them (a packed number for the compiled engine, a tuple for the interpreted one), with the
@@ -310,3 +292,35 @@ class Reduction:
     def pack(self, state: tuple[Any, ...]) -> Any:
         """An unpacked state as the engine stores it."""
         return state if self._compiled is None else self._compiled.pack(state)
+
+
+def orbit_faults(reduction: Reduction, states: Iterable[Any]) -> Iterator[str]:
+    """Where a sibling permutation of one of ``states`` (as the engine stores them) is not a
+    symmetry: its verdict (the property broken, less the node it names; quiescent) differs, or
+    its successors fall in other orbits. Empty proves the reduction exact for the model when
+    ``states`` holds every representative the reduced search reaches (or every reachable state):
+    by induction on the distance, every orbit the unreduced system reaches at distance d is
+    then reached by the reduced search at d, with one verdict for the whole orbit."""
+    engine = reduction.engine
+    canon = reduction.canonical
+    siblings = reduction.siblings
+
+    def verdict(s: Any) -> tuple[str | None, bool]:
+        broken = engine.first_violated(s)
+        return broken and broken.partition("@")[0], engine.quiescent(s)
+
+    for s in states:
+        full = engine.unpack(s)
+        want: set[Any] | None = None
+        judged = verdict(s)
+        for p in siblings.permuted(full):
+            if p == full:
+                continue
+            packed = reduction.pack(p)
+            if verdict(packed) != judged:
+                yield f"verdict of {p} differs from {full}'s"
+                continue
+            if want is None:
+                want = {canon(t) for _, t in engine.steps(s)}
+            if {canon(t) for _, t in engine.steps(packed)} != want:
+                yield f"successors of {p} differ from those of {full} by orbit"
