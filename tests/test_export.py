@@ -758,7 +758,9 @@ def _call_line(c: WiredCall) -> str:
 
 def test_listing_names_the_wiring_in_its_overview_and_lists_it_last() -> None:
     lines = spec_to_text(SPEC, MACHINES).splitlines()
-    assert lines[4] == "  connected by specs/wiring.toml: 21 calls, 4 awaits (listed last)"
+    assert lines[4] == (
+        "  connected by specs/wiring.toml: 21 calls, 4 awaits, 6 listeners (listed last)"
+    )
     assert len(WIRING.calls) == 21 and len(WIRING.awaits) == 4
     head = lines.index("== wiring: how instances meet  (specs/wiring.toml)")
     assert head > lines.index(f"== agent: {SPEC.machines['agent'].table.title}  (specs/agent.toml)")
