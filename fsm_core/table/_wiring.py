@@ -486,7 +486,7 @@ class _Loader:
         f = self.f
         where = f"listeners[{index}]"
         body = f.keys(
-            where, body, ["id", "effect", "target", "event", "args", "budget"], ["clauses", "doc"]
+            where, body, ["id", "effect", "target", "event", "budget"], ["args", "clauses", "doc"]
         )
         where = f"listener {echo(body['id'])}" if isinstance(body["id"], str) else where
         ident, tags, doc = self._head(where, body)
@@ -511,7 +511,7 @@ class _Loader:
                 "event",
             )
         scope = Scope({}, {}, {}, _symbols(aimed))
-        exprs, text = self._arguments(where, body["args"], spec.params, scope, star=True)
+        exprs, text = self._arguments(where, body.get("args", {}), spec.params, scope, star=True)
         values = tuple(None if e is None else compile_expr(e, {}, {}, {})((), ()) for e in exprs)
         domains = tuple(
             tuple(t.values) if v is None else (v,)
