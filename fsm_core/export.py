@@ -8,7 +8,7 @@ pinned by ``specs/schema.json`` (JSON Schema draft 2020-12) and named by ``forma
     >>> spec = load_spec()
     >>> doc = spec_to_json(spec, ["agent"])
     >>> doc["format"], doc["version"], list(doc["machines"]), doc["wiring"]
-    ('fsm-core/spec', 3, ['agent'], None)
+    ('fsm-core/spec', 4, ['agent'], None)
     >>> doc["machines"]["agent"]["rows"][0]["guard"]["text"]
     'wake and not scheduled and not shut'
     >>> doc["machines"]["agent"]["rows"][0]["guard"]["expr"]["args"][1]
@@ -24,14 +24,14 @@ pinned by ``specs/schema.json`` (JSON Schema draft 2020-12) and named by ``forma
     >>> [(a["name"], a["value"]["expr"]) for a in call["args"]]
     [('cause', {'param': 'cause'}), ('keep_inbox', {'lit': True})]
 
-``wiring`` is ``specs/wiring.toml`` as data (how instances meet): every call and every await,
+``wiring`` is ``specs/wiring.toml`` as data (how instances meet): every call, await and listener,
 with its arguments parsed like any other expression. It is exported whole when every machine it
 connects is exported (``activation``, ``admission`` and ``agent``), else it is ``null``: a part
 of it would name instances of machines the export does not hold.
 
 The export carries only the clauses the chosen machines (and the wiring, when exported) cite, in
 catalogue order, so every clause in it is one a row, pair, invariant, step invariant, call or
-await names (``specs/clauses.toml`` holds the rest). Every expression appears twice: as
+await or listener names (``specs/clauses.toml`` holds the rest). Every expression appears twice: as
 ``text`` (the table's own words where it has them, else the canonical form) and as ``expr``, the
 resolved tree a port evaluates without parsing anything. Keys come in a fixed order and lists in
 table order, so the same tables give the same bytes.
@@ -44,6 +44,11 @@ export, and must learn both fields (and may assert them) before it accepts versi
 
 Version 3 added the top-level ``wiring`` (an object, or ``null``) and the clauses it cites. A
 port that hosts one machine at a time may ignore it, but must accept the key.
+
+Version 4 added the wiring's ``listeners`` (what the listeners of a notifying effect may call on
+another instance: ``{id, effect, target, event, args, budget, clauses, doc}``, an argument
+``"*"`` for any value) and ``listener_targets`` (the machine each listener target runs), which
+the checker used to declare in Python.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from fsm_core.table import Machine, Spec, WiredAwait, WiredCall, Wiring
+from fsm_core.table import Machine, Spec, WiredAwait, WiredCall, WiredListener, Wiring
 from fsm_core.table._expr import (
     BOOL,
     Assign,
@@ -69,6 +74,7 @@ from fsm_core.table._expr import (
 from fsm_core.table._table import PairRule, Table
 from fsm_core.table._wiring import ANY as _ANY
 from fsm_core.table._wiring import FACTS as _FACTS
+from fsm_core.table._wiring import LISTENER_TARGETS as _LISTENER_TARGETS
 from fsm_core.table._wiring import TARGETS as _TARGETS
 
 __all__ = ["FORMAT", "SEMANTICS", "VERSION", "spec_to_json", "spec_to_text"]
@@ -76,7 +82,7 @@ __all__ = ["FORMAT", "SEMANTICS", "VERSION", "spec_to_json", "spec_to_text"]
 FORMAT: Final = "fsm-core/spec"
 # Bumped whenever a field changes meaning or disappears; adding a field is also a bump, since
 # the schema is strict (a port validating against version 1 rejects what it does not know).
-VERSION: Final = 3  # 2: effect `requires` and `step_invariants`; 3: the top-level `wiring`
+VERSION: Final = 4  # 2: `requires`, `step_invariants`; 3: `wiring`; 4: its `listeners`
 
 SEMANTICS: Final = (
     "A row handles event `on` in each state of `from` whose `guard` holds on the state as it is "
@@ -122,7 +128,12 @@ _WIRING_SEMANTICS: Final = (
     "fire only while the state of the instance `target` names satisfies `until` (its `var` and "
     "`def` nodes are that instance's), with each argument equal to its value on that state, or, "
     'for "*", any value of the parameter\'s type. An await says when the event may fire; when '
-    "a runtime fires it is SEMANTICS.md's section 7."
+    "a runtime fires it is SEMANTICS.md's section 7. A listener is no call: it says what the "
+    "listeners a user registers on the notifying effect `effect` may do inside it, namely fire "
+    '`event` with `args` ("*": any value of the parameter\'s type) on the instance `target` '
+    "names (`listener_targets` says which machine it runs), as a user's same call would, "
+    "spending the model budget `budget`; a checker explores each such call wherever a model "
+    "lets that effect's listeners in."
 )
 
 # The same, short, for the listing's reader (who sees rows, not JSON keys).
@@ -262,6 +273,8 @@ def _wiring_json(w: Wiring, spec: Spec) -> dict[str, object]:
         "facts": facts,
         "calls": [_call_json(c) for c in w.calls],
         "awaits": [_await_json(a) for a in w.awaits],
+        "listener_targets": {m: dict(targets) for m, targets in _LISTENER_TARGETS.items()},
+        "listeners": [_listener_json(x) for x in w.listeners],
     }
 
 
@@ -294,6 +307,22 @@ def _await_json(a: WiredAwait) -> dict[str, object]:
         ],
         "clauses": list(a.clauses),
         "doc": _prose(a.doc),
+    }
+
+
+def _listener_json(x: WiredListener) -> dict[str, object]:
+    return {
+        "id": x.id,
+        "effect": {"machine": x.machine, "name": x.effect},
+        "target": x.target,
+        "event": x.event,
+        "args": [
+            {"name": name, "value": _ANY if e is None else _expr(e, text)}
+            for (name, text), e in zip(x.arg_text, x.arg_exprs, strict=True)
+        ],
+        "budget": x.budget,
+        "clauses": list(x.clauses),
+        "doc": _prose(x.doc),
     }
 
 
@@ -359,7 +388,8 @@ def _overview(spec: Spec, chosen: Sequence[Machine]) -> list[str]:
     connected = (
         [
             f"  connected by {wiring.file}: {_count(len(wiring.calls), 'call')}, "
-            f"{_count(len(wiring.awaits), 'await')} (listed last)"
+            f"{_count(len(wiring.awaits), 'await')}, {_count(len(wiring.listeners), 'listener')} "
+            "(listed last)"
         ]
         if wiring is not None
         else []
@@ -462,7 +492,8 @@ def _listing(t: Table) -> list[str]:
 
 def _wiring_listing(w: Wiring) -> list[str]:
     """The wiring, one line an entry: ``ID  MACHINE.EFFECT -> TARGET.EVENT(ARGS)`` for a call,
-    ``ID  TARGET until PREDICATE -> MACHINE.EVENT(ARGS)`` for an await."""
+    ``ID  TARGET until PREDICATE -> MACHINE.EVENT(ARGS)`` for an await,
+    ``ID  MACHINE.EFFECT ~> TARGET.EVENT(ARGS)  [spends BUDGET]`` for a listener."""
     out = [f"== wiring: how instances meet  ({w.file})", *_wrap(w.doc, "   ")]
     out += [
         "",
@@ -482,6 +513,13 @@ def _wiring_listing(w: Wiring) -> list[str]:
         out.append(
             f"  {a.id}  {a.target} until {_prose(a.until_text)} -> {a.machine}.{a.event}({args})"
         )
+    if w.listeners:
+        out += [
+            "",
+            "listeners (what a listener of the effect may call, when a model lets it in; *: any "
+            "value)",
+        ]
+        out += [f"  {x.id}  {x}  [spends {x.budget}]" for x in w.listeners]
     return out
 
 
@@ -545,8 +583,8 @@ def _wiring_shown(spec: Spec, chosen: Sequence[Machine]) -> Wiring | None:
     return spec.wiring if spec.wiring is not None and set(_TARGETS) <= names else None
 
 
-def _wired(w: Wiring | None) -> tuple[WiredCall | WiredAwait, ...]:
-    return () if w is None else (*w.calls, *w.awaits)
+def _wired(w: Wiring | None) -> tuple[WiredCall | WiredAwait | WiredListener, ...]:
+    return () if w is None else (*w.calls, *w.awaits, *w.listeners)
 
 
 def _cited(t: Table) -> Iterable[str]:

@@ -405,7 +405,10 @@ def test_traceability_names_step_invariants_among_their_clauses_citations() -> N
 
 def test_traceability_names_the_wiring_calls_and_awaits_that_cite_a_clause() -> None:
     md = render_diagrams(load_spec())["traceability.md"]
-    assert "and the calls and awaits of `specs/wiring.toml` that cite it (under `wiring:`)." in md
+    assert (
+        "and the calls, awaits and listeners of `specs/wiring.toml` that cite it (under `wiring:`)."
+        in md
+    )
     lines = md.splitlines()
 
     def row(cid: str) -> str:
@@ -518,16 +521,20 @@ def edge_of(dot: str, entry_id: str) -> str:
     return found[0]
 
 
-def test_the_wiring_diagram_draws_one_arrow_per_call_and_await() -> None:
+def test_the_wiring_diagram_draws_one_arrow_per_call_await_and_listener() -> None:
     spec = load_spec()
     assert spec.wiring is not None
     dot = render_diagrams(spec)["wiring.dot"]
     edges = wiring_edges(dot)
-    assert len(edges) == len(spec.wiring.calls) + len(spec.wiring.awaits)
-    for call in spec.wiring.calls:
+    w = spec.wiring
+    assert len(edges) == len(w.calls) + len(w.awaits) + len(w.listeners)
+    for call in w.calls:
         assert "style=dashed" not in edge_of(dot, call.id), call.id
-    for wait in spec.wiring.awaits:
+    for wait in w.awaits:
         assert "style=dashed" in edge_of(dot, wait.id), wait.id
+    for heard in w.listeners:  # labelled with the id first, drawn apart from an await
+        (edge,) = [e for e in edges if f'[label="{heard.id}\\l' in e]
+        assert 'style="dashed,bold"' in edge and "arrowhead=onormal" in edge, heard.id
     # One node per role, and the agents' box.
     for role in ("activation", "agent", "host", "door"):
         assert re.search(rf"^\t+{role} \[label=\"{role}\\n\(specs/", dot, re.MULTILINE), role

@@ -86,8 +86,8 @@ MUTATIONS: list[tuple[str, list[str | int], object]] = [
     ),
     ("reject row with a target", ["machines", "agent", "rows", _BUSY, "to"], "running"),
     ("another format", ["format"], "fsm-core/other"),
-    ("the previous version", ["version"], 2),
-    ("a later version", ["version"], 4),
+    ("the previous version", ["version"], 3),
+    ("a later version", ["version"], 5),
     ("stray top-level key", ["generated"], "today"),
     ("invalid state name", ["machines", "agent", "states", 0, "name"], "Idle"),
     ("effect without requires", [*_EFFECT0, "requires"], _DELETE),
@@ -470,11 +470,27 @@ def _await(doc: Any, await_id: str) -> Any:
 
 def test_the_wiring_is_exported_whole_in_file_order() -> None:
     wiring = exported()["wiring"]
-    assert list(wiring) == ["file", "doc", "semantics", "targets", "facts", "calls", "awaits"]
+    assert list(wiring) == [
+        "file", "doc", "semantics", "targets", "facts", "calls", "awaits", "listener_targets",
+        "listeners",
+    ]  # fmt: skip
     assert wiring["file"] == "specs/wiring.toml"
     assert wiring["doc"] == " ".join(WIRING.doc.split())
     assert [c["id"] for c in wiring["calls"]] == [c.id for c in WIRING.calls]
     assert [a["id"] for a in wiring["awaits"]] == [a.id for a in WIRING.awaits]
+    assert [x["id"] for x in wiring["listeners"]] == [x.id for x in WIRING.listeners]
+    assert wiring["listeners"][-1] == {
+        "id": "settle.sends_parent_agent",
+        "effect": {"machine": "activation", "name": "settle"},
+        "target": "parent_agent",
+        "event": "send",
+        "args": [{"name": "wake", "value": "*"}, {"name": "lane", "value": "*"}],
+        "budget": "agent.send",
+        "clauses": ["S004.step-5-settle"],
+        "doc": (
+            "A settled child's listener may send the parent's agent any message, waking it or not."
+        ),
+    }
 
 
 @pytest.mark.parametrize(
@@ -758,7 +774,9 @@ def _call_line(c: WiredCall) -> str:
 
 def test_listing_names_the_wiring_in_its_overview_and_lists_it_last() -> None:
     lines = spec_to_text(SPEC, MACHINES).splitlines()
-    assert lines[4] == "  connected by specs/wiring.toml: 21 calls, 4 awaits (listed last)"
+    assert lines[4] == (
+        "  connected by specs/wiring.toml: 21 calls, 4 awaits, 6 listeners (listed last)"
+    )
     assert len(WIRING.calls) == 21 and len(WIRING.awaits) == 4
     head = lines.index("== wiring: how instances meet  (specs/wiring.toml)")
     assert head > lines.index(f"== agent: {SPEC.machines['agent'].table.title}  (specs/agent.toml)")
@@ -769,7 +787,7 @@ def test_listing_names_the_wiring_in_its_overview_and_lists_it_last() -> None:
     awaits = lines.index(
         "awaits (each fires as a step of its own while its target's state allows; *: any value)"
     )
-    assert lines[awaits + 1 :] == [
+    assert lines[awaits + 1 : awaits + 1 + len(WIRING.awaits)] == [
         "  teardown.awaits_idle  agent until quiescent -> activation.agent_idle()",
         "  teardown.awaits_handle  agent until phase == disposed -> "
         "activation.handle_disposed(failed=*)",
@@ -777,6 +795,22 @@ def test_listing_names_the_wiring_in_its_overview_and_lists_it_last() -> None:
         "activation.watch(current=*, busy=not (phase == idle and not scheduled), "
         "pending=pending)",
         "  watch.agent_gone  agent until phase in {disposing, disposed} -> activation.watch_gone()",
+    ]
+    heard = lines.index(
+        "listeners (what a listener of the effect may call, when a model lets it in; *: any value)"
+    )
+    assert lines[heard + 1 :] == [
+        "  settle.disposes_parent  activation.settle ~> parent.dispose(final_state_flushed=false, "
+        "drain=false)  [spends dispose]",
+        "  settle.admits_sibling  activation.settle ~> below_parent.admit(parent=activation)  "
+        "[spends admit]",
+        "  settle.drains_below_parent  activation.settle ~> "
+        "below_parent.drain_below(parent=activation)  [spends drain_below]",
+        "  settle.drains_registry  activation.settle ~> door.drain()  [spends drain]",
+        "  settle.drains_below_host  activation.settle ~> door.drain_below(parent=host)  "
+        "[spends drain_below]",
+        "  settle.sends_parent_agent  activation.settle ~> parent_agent.send(wake=*, lane=*)  "
+        "[spends agent.send]",
     ]
 
 

@@ -153,8 +153,8 @@ MODEL_FAULTS = [
             TREE + 'reactions = ["activation.notify_parent"]\n',
         ),
         "models/m.toml:13: [environment] reactions: 'activation.notify_parent': a tree lets "
-        "listeners of a node's effect in only where it declares what they call "
-        "(activation.settle)",
+        "listeners of a node's effect in only where specs/wiring.toml declares what they call "
+        "(listeners are declared for activation.settle)",
         id="reactions-name-a-node-effect-without-declared-listeners",
     ),
     pytest.param(
@@ -293,6 +293,34 @@ def test_a_faulty_model_is_refused_at_load_before_anything_runs(
     message = message.replace("<shipped>", str(specs_dir()))
     with pytest.raises(SpecError, match=exactly(message)):
         check(load_model(path), max_states=10)  # what fsm-core check does
+
+
+def test_a_tree_naming_settle_is_refused_when_the_wiring_declares_no_listener(
+    tmp_path: Path,
+) -> None:
+    """A wiring without ``[[listeners]]`` loads (its calls and awaits stand alone); a model that
+    lets a settled node's listeners in is then refused, naming what is missing."""
+    import tomllib
+
+    from fsm_core.tools._row_edits import dump_toml
+
+    path = write_model(tmp_path, "m", _model("activation.toml", "activation-tree", TREE))
+    path.write_text(
+        path.read_text(encoding="utf-8") + 'reactions = ["activation.settle"]\n', encoding="utf-8"
+    )
+    wiring = tmp_path / "specs" / "wiring.toml"
+    data = tomllib.loads(wiring.read_text(encoding="utf-8"))
+    del data["listeners"]
+    wiring.write_text(dump_toml(data), encoding="utf-8")
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "models/m.toml:13: [environment] reactions: 'activation.settle': a tree lets "
+            "listeners of a node's effect in only where specs/wiring.toml declares what they "
+            "call (it declares no [[listeners]])"
+        ),
+    ):
+        load_model(path)
 
 
 @pytest.mark.parametrize(

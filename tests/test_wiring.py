@@ -63,65 +63,66 @@ def test_an_await_reads_the_agents_state() -> None:
         (
             'effect = "activation.close_inbox"',
             'effect = "activation.close_door"',
-            "call 'close.shuts_agent': activation has no effect 'close_door' (effects: ",
+            "60: call 'close.shuts_agent': activation has no effect 'close_door' (did you mean "
+            "'close_inbox'? effects: ",
         ),
         (
             'target = "agent"\nevent = "shut"',
             'target = "sibling"\nevent = "shut"',
-            "call 'close.shuts_agent': an effect of activation cannot reach target 'sibling' "
+            "61: call 'close.shuts_agent': an effect of activation cannot reach target 'sibling' "
             "(targets: self, agent, children, parent, door, new_agent)",
         ),
         (
             'event = "shut"',
             'event = "shutdown"',
-            "call 'close.shuts_agent': target agent runs agent, which has no event 'shutdown' "
-            "(events: ",
+            "62: call 'close.shuts_agent': target agent runs agent, which has no event 'shutdown' "
+            "(did you mean 'shut'? events: ",
         ),
         (
             'args = { cause = "cause", keep_inbox = "true" }',
             'args = { cause = "cause", keep_inbox = "1" }',
-            "call 'close.cancels_agent': args.keep_inbox: type mismatch: expected bool, found "
+            "73: call 'close.cancels_agent': args.keep_inbox: type mismatch: expected bool, found "
             "int[1..1] in '1'",
         ),
         (
             'args = { cause = "cause", keep_inbox = "true" }',
             'args = { cause = "cause" }',
-            "call 'close.cancels_agent': args gives no value for the parameter 'keep_inbox'",
+            "73: call 'close.cancels_agent': args gives no value for the parameter 'keep_inbox'",
         ),
         (
             'event = "root_settled"\nargs = { parent = "parent" }',
             'event = "root_settled"\nargs = { parent = "last" }',
-            "call 'settle.notifies_host': args.parent: unknown name 'last' in 'last'",
+            "163: call 'settle.notifies_host': args.parent: unknown name 'last' in 'last'",
         ),
         (
             'id = "door.admits_below"\neffect = "admission.admit_below"\ntarget = "named"\n'
             'event = "admit"\nrefused = "caller"',
             'id = "door.admits_below"\neffect = "admission.admit_below"\ntarget = "named"\n'
             'event = "admit"\nrefused = "maybe"',
-            "call 'door.admits_below': refused must be 'never' or 'caller', not 'maybe'",
+            "192: call 'door.admits_below': refused must be 'never' or 'caller', not 'maybe'",
         ),
         (
             'until = "quiescent"',
             'until = "idle"',
-            "await 'teardown.awaits_idle': until: type mismatch: expected bool, found idle in "
+            "269: await 'teardown.awaits_idle': until: type mismatch: expected bool, found idle in "
             "'idle'",
         ),
         (
             'event = "activation.agent_idle"',
             'event = "activation.dispose"',
-            "await 'teardown.awaits_idle': activation.dispose is an input event: only the "
+            "267: await 'teardown.awaits_idle': activation.dispose is an input event: only the "
             "runtime's own (internal) events wait",
         ),
         (
             'id = "close.cancels_agent"',
             'id = "close.shuts_agent"',
-            "id 'close.shuts_agent': the id is used twice",
+            "68: call 'close.shuts_agent': the id is used twice (a call has it too)",
         ),
         (
             'clauses = ["R.watch-gone"]',
             'clauses = ["S004.idle-waiter-first"]',
-            "await 'watch.agent_gone': clause 'S004.idle-waiter-first' says no row implements it "
-            "(its not_implemented in specs/clauses.toml): drop the tag, or the not_implemented",
+            "298: await 'watch.agent_gone': clause 'S004.idle-waiter-first' says no row implements "
+            "it (its not_implemented in specs/clauses.toml): drop the tag, or the not_implemented",
         ),
     ],
     ids=[
@@ -130,14 +131,154 @@ def test_an_await_reads_the_agents_state() -> None:
         "await-of-an-input", "duplicate-id", "tag-of-an-unimplemented-clause",
     ],
 )  # fmt: skip
-def test_a_faulty_wiring_is_refused_whole_naming_file_entry_and_fault(
+def test_a_faulty_wiring_is_refused_whole_naming_file_line_entry_and_fault(
     tmp_path: Path, old: str, new: str, message: str
 ) -> None:
     specs = copy_specs(tmp_path)
     edit(specs / "wiring.toml", old, new)
     with pytest.raises(SpecError) as refused:
         load_spec(specs)
-    assert str(refused.value).startswith(f"specs/wiring.toml: {message}")
+    assert str(refused.value).startswith(f"specs/wiring.toml:{message}")
+
+
+DISPOSES_PARENT = (
+    'id = "settle.disposes_parent"\neffect = "activation.settle"\ntarget = "parent"\n'
+    'event = "dispose"\nargs = { final_state_flushed = "false", drain = "false" }\n'
+    'budget = "dispose"\n'
+)
+"""The first listener entry of specs/wiring.toml, as written."""
+
+
+def _entry(**changed: str) -> str:
+    """:data:`DISPOSES_PARENT` with the keys ``changed`` written anew ("": left out)."""
+    lines = []
+    for line in DISPOSES_PARENT.splitlines():
+        key = line.partition(" = ")[0]
+        if key not in changed:
+            lines.append(line)
+        elif changed[key]:
+            lines.append(f"{key} = {changed[key]}")
+    return "\n".join(lines) + "\n"
+
+
+LISTENER = "specs/wiring.toml:{line}: listener 'settle.disposes_parent': "
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            _entry(effect='"activation.setle"'),
+            "305: activation has no effect 'setle' (did you mean 'settle'? effects: close_inbox, ",
+        ),
+        (
+            _entry(effect='"agent.publish_status"'),
+            "305: effect 'agent.publish_status' is not MACHINE.EFFECT (machines: activation)",
+        ),
+        (
+            _entry(effect='"activation.close_inbox"'),
+            "305: activation.close_inbox does not notify: listeners run only inside an effect "
+            "with notifies = true (notifying: notify_parent, settle)",
+        ),
+        (
+            _entry(target='"parnet"'),
+            "306: an effect of activation cannot call target 'parnet' (did you mean 'parent'? "
+            "targets: parent, parent_agent, below_parent, door)",
+        ),
+        (
+            _entry(target='"self"'),
+            "306: an effect of activation cannot call target 'self' (targets: parent, "
+            "parent_agent, below_parent, door)",
+        ),
+        (
+            _entry(event='"disposes"'),
+            "307: target parent runs activation, which has no event 'disposes' (did you mean "
+            "'dispose'? events: dispose, drain, ",
+        ),
+        (
+            _entry(event='"child_settled"'),
+            "307: activation.child_settled is internal: a listener calls what a user may call "
+            "(an input event)",
+        ),
+        (
+            _entry(args='{ final_state_flushed = "false", drain = "false", force = "true" }'),
+            "308: args names 'force', which is no parameter (parameters: final_state_flushed, "
+            "drain)",
+        ),
+        (
+            _entry(args='{ final_state_flushed = "false" }'),
+            "308: args gives no value for the parameter 'drain'",
+        ),
+        (
+            _entry(args='{ final_state_flushed = "false", drain = "1" }'),
+            "308: args.drain: type mismatch: expected bool, found int[1..1] in '1'",
+        ),
+        (
+            _entry(args='{ final_state_flushed = "false", drain = "failed" }'),
+            "308: args.drain: unknown name 'failed' in 'failed'",
+        ),
+        (
+            _entry(budget='"disposes"'),
+            "309: budget 'disposes' is not what the call spends: a listener's call spends the "
+            "budget of the environment's same call (did you mean 'dispose'? budget: dispose)",
+        ),
+        (
+            _entry(budget='"agent.dispose"'),
+            "309: budget 'agent.dispose' is not what the call spends: a listener's call spends "
+            "the budget of the environment's same call (did you mean 'dispose'? budget: dispose)",
+        ),
+    ],
+    ids=[
+        "unknown-effect", "effect-of-a-machine-no-listener-hears", "effect-that-does-not-notify",
+        "unknown-target", "the-settled-node-itself", "unknown-event", "internal-event",
+        "unknown-argument", "missing-argument", "ill-typed-argument", "argument-naming-a-name",
+        "unknown-budget", "budget-the-call-does-not-spend",
+    ],
+)  # fmt: skip
+def test_a_faulty_listener_is_refused_whole_naming_file_line_entry_and_fault(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    specs = copy_specs(tmp_path)
+    edit(specs / "wiring.toml", DISPOSES_PARENT, entry)
+    line, _, fault = message.partition(": ")
+    with pytest.raises(SpecError) as refused:
+        load_spec(specs)
+    assert str(refused.value).startswith(LISTENER.format(line=line) + fault)
+
+
+def test_a_listener_missing_a_key_is_refused_by_its_index(tmp_path: Path) -> None:
+    specs = copy_specs(tmp_path)
+    edit(specs / "wiring.toml", DISPOSES_PARENT, _entry(budget=""))
+    with pytest.raises(
+        SpecError, match=exactly("specs/wiring.toml:303: listeners[0]: missing key 'budget'")
+    ):
+        load_spec(specs)
+
+
+def test_a_listener_reusing_an_id_is_refused_at_the_later_entry(tmp_path: Path) -> None:
+    specs = copy_specs(tmp_path)
+    edit(specs / "wiring.toml", 'id = "settle.drains_registry"', 'id = "close.shuts_agent"')
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/wiring.toml:336: listener 'close.shuts_agent': the id is used twice (a call "
+            "has it too)"
+        ),
+    ):
+        load_spec(specs)
+
+
+def test_a_listener_citing_an_unknown_clause_is_refused(tmp_path: Path) -> None:
+    specs = copy_specs(tmp_path)
+    edit(specs / "wiring.toml", '"S004.step-5-settle", "S004.dispose-up"', '"S004.step-5-settl"')
+    with pytest.raises(
+        SpecError,
+        match=exactly(
+            "specs/wiring.toml:310: listener 'settle.disposes_parent': unknown clause "
+            "'S004.step-5-settl' (did you mean 'S004.step-5-settle'? see specs/clauses.toml)"
+        ),
+    ):
+        load_spec(specs)
 
 
 def test_a_wiring_that_is_not_toml_is_refused(tmp_path: Path) -> None:
@@ -153,7 +294,7 @@ def test_a_wiring_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
         SpecError,
         match=exactly(
-            "specs/wiring.toml:47: calls[0]: unknown key 'when' (expected one of: args, clauses, "
+            "specs/wiring.toml:60: calls[0]: unknown key 'when' (expected one of: args, clauses, "
             "doc, effect, event, id, only, refused, target)"
         ),
     ):
@@ -301,3 +442,107 @@ def test_every_tree_property_names_the_clauses_it_proves() -> None:
     assert NO_TURN_AFTER_CLOSE in own and all(own.values()), own
     assert {c for clauses in own.values() for c in clauses} <= set(catalogue)
     assert own[NO_TURN_AFTER_CLOSE] == ("S004.never-latch", "D8")
+
+
+# --- listeners: what a notification's listeners may call, declared beside the calls ------------
+
+SMALL_TREE = """[model]
+doc = "A root and one child slot; a settled child's listeners call what the wiring lets them."
+table = "../specs/activation.toml"
+kind = "activation-tree"
+
+[tree]
+depth = 1
+width = 1
+door = "../specs/admission.toml"
+wiring = "../specs/wiring.toml"
+
+[environment]
+budgets = { admit = 1, dispose = 1, drain = 1 }
+reactions = ["activation.settle"]
+"""
+
+
+def _settle_listeners_calls(tmp_path: Path, listeners: list[dict[str, object]] | None) -> set[str]:
+    """The calls the checker explored listeners making inside ``settle``, on the small tree,
+    with the wiring's ``[[listeners]]`` replaced by ``listeners`` (None: as shipped)."""
+    from fsm_core.check._moves import Move
+    from tests.helpers import write_model
+
+    path = write_model(tmp_path, "small_tree", SMALL_TREE)
+    if listeners is not None:
+        wiring = tmp_path / "specs" / "wiring.toml"
+        data = tomllib.loads(wiring.read_text(encoding="utf-8"))
+        data["listeners"] = listeners
+        wiring.write_text(dump_toml(data), encoding="utf-8")
+    report = check(load_model(path))
+    assert report.violation is None and report.result.complete
+    found: set[str] = set()
+
+    def walk(move: Move) -> None:
+        for effect, nested in move.inside:
+            if effect.startswith("settle("):
+                found.add(nested.call())
+            walk(nested)
+
+    for move in report.moves:
+        walk(move)
+    return found
+
+
+def _shipped_listeners() -> list[dict[str, object]]:
+    listeners: list[dict[str, object]] = tomllib.loads(
+        (Path(load_spec().root) / "wiring.toml").read_text(encoding="utf-8")
+    )["listeners"]
+    return listeners
+
+
+def test_the_checker_lets_a_settled_childs_listeners_make_the_calls_the_wiring_declares(
+    tmp_path: Path,
+) -> None:
+    """Inside a child's ``settle``, the checker explores listeners disposing the parent,
+    draining below it through the door, and draining the registry and below the host parent
+    (the model budgets no ``drain_below``: a drain below falls back to ``drain``). No admission
+    below the parent: its one child slot stays taken."""
+    assert _settle_listeners_calls(tmp_path, None) == {
+        "a.dispose(final_state_flushed=false, drain=false)",
+        "door.drain_below(parent=activation) for a",
+        "door.drain()",
+        "door.drain_below(parent=host)",
+    }
+
+
+def test_a_listener_dropped_from_the_wiring_is_no_longer_explored(tmp_path: Path) -> None:
+    kept = [x for x in _shipped_listeners() if x["id"] != "settle.disposes_parent"]
+    calls = _settle_listeners_calls(tmp_path, kept)
+    assert "a.dispose(final_state_flushed=false, drain=false)" not in calls
+    assert "door.drain()" in calls
+
+
+def test_a_listener_planted_in_the_wiring_is_explored(tmp_path: Path) -> None:
+    """A mutant listener draining the parent straight, past the door: the checker now explores
+    it, so the section is what the checker reads, not a copy of it."""
+    planted: dict[str, object] = {
+        "id": "settle.drains_parent_straight",
+        "effect": "activation.settle",
+        "target": "parent",
+        "event": "drain",
+        "args": {"scope": "registry"},
+        "budget": "drain",
+        "clauses": ["S004.step-5-settle"],
+        "doc": "A planted mutant.",
+    }
+    calls = _settle_listeners_calls(tmp_path, [*_shipped_listeners(), planted])
+    assert "a.drain(scope=registry)" in calls
+
+
+def test_a_wiring_without_listeners_loads_and_lets_no_node_listener_in(tmp_path: Path) -> None:
+    specs = copy_specs(tmp_path)
+    path = specs / "wiring.toml"
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    del data["listeners"]
+    path.write_text(dump_toml(data), encoding="utf-8")
+    wiring = load_spec(specs).wiring
+    assert wiring is not None
+    assert (wiring.listeners, wiring.heard("activation")) == ((), ())
+    assert len(wiring.calls) == 21

@@ -40,12 +40,14 @@ Its budgets name the input events of either table the environment calls (``admit
 and ``drain_below`` are the door's), and with agents ``agent.EVENT`` for a node's agent
 (``agent.send``: a followup straight to it); ``reactions`` then name the agent's notifying
 effects inside which listeners call it, and ``activation.settle`` lets a settled node's
-listeners call the parent, its agent and the door (``_tree.NODE_LISTENERS``; no agents needed).
+listeners call the parent, its agent and the door as the wiring's ``[[listeners]]`` declare (no
+agents needed; a listener of the parent's agent only with them).
 A tree model written before the door or the wiring existed is refused, naming the key to add.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from collections import OrderedDict
@@ -60,6 +62,7 @@ from fsm_core.check._composed import _agent, _tree
 from fsm_core.check._config import Expectation, Kind, Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Property
+from fsm_core.check._reactions import split
 from fsm_core.check._reentry import notification_points
 from fsm_core.check._system import declared
 from fsm_core.table._limits import DEFAULT_LIMITS, MAX_FILE_BYTES, Limits
@@ -193,22 +196,16 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         for event in budgets:
             with f.each():
                 _budget(f, kind, event, events, agent is not None)
-        reactions = f.names("[environment]", env.get("reactions", ["-"]), "reactions")
-        if reactions == ("-",):
-            reactions = ()
+        if "reactions" in env:
+            reactions = f.names("[environment]", env["reactions"], "reactions")
         notifiers = agent.table if agent is not None else t
         notifying = [n for n, e in notifiers.effects.items() if e.notifies]
         for effect in reactions:
-            table, dot, own = effect.partition(".")
-            if dot and kind == "activation-tree" and table == t.name:
-                if own not in _tree.NODE_LISTENERS:
+            table, own = split(effect)
+            if table is not None and wiring is not None and table == t.name:
+                if own not in wiring.heard("activation"):
                     with f.each():
-                        f.fail(
-                            "[environment] reactions",
-                            f"{echo(effect)}: a tree lets listeners of a node's effect in only "
-                            f"where it declares what they call "
-                            f"({known(f'{t.name}.{e}' for e in _tree.NODE_LISTENERS)})",
-                        )
+                        f.fail("[environment] reactions", _unheard(effect, t.name, wiring))
                 continue
             if effect not in notifying:
                 with f.each():
@@ -282,8 +279,7 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
         ["states", "transitions", "depth", "verdict"],
         ["property", "untaken"],
     )
-    untaken = f.names("[expect]", e.get("untaken", ["-"]), "untaken")
-    untaken = () if untaken == ("-",) else untaken
+    untaken = f.names("[expect]", e["untaken"], "untaken") if "untaken" in e else ()
     rows = {r.id for r in t.rows}
     for row in untaken:
         if row not in rows:
@@ -316,6 +312,23 @@ def load_model(path: Path, display: str | None = None, *, specs: Path | None = N
             )
     expect = Expectation(nums["states"], nums["transitions"], nums["depth"], verdict, prop, untaken)
     return replace(model, expect=expect)
+
+
+def _unheard(effect: str, node: str, wiring: Wiring) -> str:
+    """Why a tree model may not name ``effect`` (``MACHINE.EFFECT`` of its node table) in
+    ``reactions``: no listener of it is declared, and what is."""
+    heard = wiring.heard("activation")
+    close = difflib.get_close_matches(split(effect)[1], heard, n=1)  # by the effect's own name
+    meant = f"did you mean {echo(f'{node}.{close[0]}')}? " if close else ""
+    declared = (
+        f"listeners are declared for {known(f'{node}.{e}' for e in heard)}"
+        if heard
+        else "it declares no [[listeners]]"
+    )
+    return (
+        f"{echo(effect)}: a tree lets listeners of a node's effect in only where {wiring.file} "
+        f"declares what they call ({meant}{declared})"
+    )
 
 
 def _unreacted(f: _File, model: Model, value: object) -> dict[str, str]:

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from fsm_core.check._composed._tree import AGENT, DOOR
 from fsm_core.check._config import Model
 from fsm_core.check._moves import Move
+from fsm_core.check._reactions import listened
 from fsm_core.table import Machine
 
 __all__ = ["notification_points", "reentered", "unreached", "unreacted"]
@@ -51,17 +52,12 @@ def notification_points(model: Model) -> dict[str, str]:
     points: dict[str, str] = {}
     for m in _machines(model):
         machine = m.table.name
-        # Bare names are the agent's (or the one table's); a tree's node names its own
-        # ``activation.EFFECT`` (listeners calling other instances, _tree.NODE_LISTENERS).
-        own = model.reactions if m is (model.agent or model.machine) else ()
-        listened = {r for r in own if "." not in r} | {
-            r.partition(".")[2] for r in model.reactions if r.partition(".")[0] == machine
-        }
+        heard = listened(model, machine)
         wired = model.wiring.effects(machine) if model.wiring is not None else frozenset()
         for effect, spec in m.table.effects.items():
             if not spec.notifies:
                 continue
-            how = [w for w, by in (("listeners", listened), ("wiring", wired)) if effect in by]
+            how = [w for w, by in (("listeners", heard), ("wiring", wired)) if effect in by]
             name = f"{machine}.{effect}" if _qualified(model) else effect
             points[name] = " and ".join(how)
     return points

@@ -20,7 +20,7 @@ from fsm_core.table._expr import Value
 from fsm_core.table._load import _exists, load_clauses, load_table
 from fsm_core.table._machine import Effect, Machine, State, Step
 from fsm_core.table._table import Clause
-from fsm_core.table._wiring import WiredAwait, WiredCall, Wiring, load_wiring
+from fsm_core.table._wiring import WiredAwait, WiredCall, WiredListener, Wiring, load_wiring
 
 __all__ = [
     "Clause",
@@ -32,6 +32,7 @@ __all__ = [
     "Value",
     "WiredAwait",
     "WiredCall",
+    "WiredListener",
     "Wiring",
     "load_clauses",
     "load_spec",

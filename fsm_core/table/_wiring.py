@@ -2,23 +2,27 @@
 
 A :class:`Wiring` is read by the checker's tree compositions and by the runtime's registry, so
 a connection changed in the file changes both. It is validated against the tables it wires, as
-a table is validated: an unknown machine, effect, event, target or argument, an argument of
-the wrong type, a fact the target cannot know, fails the load with ``FILE: WHERE: FAULT``, and
-a wiring with any fault is rejected whole.
+a table is validated: an unknown machine, effect, event, target, argument or budget, an
+argument of the wrong type, a fact the target cannot know, fails the load with
+``FILE:LINE: WHERE: FAULT``, and a wiring with any fault is rejected whole.
 
-The Python on either side only resolves *which* instance a target names (:data:`TARGETS`) and
-the facts a target knows (:data:`FACTS`); everything else (which event, which arguments, what a
-refusal means, which state an await waits for) is data here.
+The Python on either side only resolves *which* instance a target names (:data:`TARGETS`,
+:data:`LISTENER_TARGETS`) and the facts a target knows (:data:`FACTS`); everything else (which
+event, which arguments, what a refusal means, which state an await waits for, what a listener
+may call and which budget that spends) is data here.
 """
 
 from __future__ import annotations
 
+import ast
+import itertools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast, final
 
-from fsm_core._errors import echo, known
+from fsm_core._errors import did_you_mean, echo, known
 from fsm_core.table._expr import (
     BOOL,
     Evaluator,
@@ -33,11 +37,12 @@ from fsm_core.table._expr import (
     compile_expr,
     parse_expr,
 )
+from fsm_core.table._lines import Path as _Place
 from fsm_core.table._load import _File
 from fsm_core.table._machine import Machine
-from fsm_core.table._table import Clause
+from fsm_core.table._table import Clause, EffectSpec, Table
 
-__all__ = ["ANY", "WiredAwait", "WiredCall", "Wiring", "load_wiring"]
+__all__ = ["ANY", "WiredAwait", "WiredCall", "WiredListener", "Wiring", "load_wiring"]
 
 TARGETS: Mapping[str, Mapping[str, str]] = {
     "activation": {
@@ -58,6 +63,22 @@ TARGETS: Mapping[str, Mapping[str, str]] = {
     "agent": {"door": "admission"},
 }
 """Per machine whose effect fires, the targets it may name and the machine each one runs."""
+
+LISTENER_TARGETS: Mapping[str, Mapping[str, str]] = {
+    "activation": {
+        "parent": "activation",
+        "parent_agent": "agent",
+        "below_parent": "admission",
+        "door": "admission",
+    },
+}
+"""Per machine whose notifying effect a listener hears, the instances the listener may call and
+the machine each one runs: ``parent``, the notifying activation's parent activation (none for a
+root: its parent agent is host-owned); ``parent_agent``, that parent's own agent;
+``below_parent``, the door, naming the parent (an admission or a drain below it, which the door
+hands on to the parent's own row); ``door``, the door's own calls (the registry's drain, a drain
+below a host-owned parent). The notifying instance itself is no target: a listener of a
+settlement hears of an activation that has left the registry."""
 
 FACTS: Mapping[str, tuple[str, str | None]] = {
     "last": ("parent", None),
@@ -148,6 +169,45 @@ class WiredAwait:
 
 @final
 @dataclass(frozen=True, slots=True)
+class WiredListener:
+    """A listener of ``machine.effect`` (a notifying effect) may fire ``event`` on the instance
+    ``target`` names, inside the effect, each such call spending ``budget``.
+
+    A call is made every time its effect runs; a listener's is what the listeners a user
+    registers *may* make there, so a checker tries each of :meth:`arguments` wherever the
+    model's ``budget`` allows, and a runtime lets a listener make it.
+    """
+
+    id: str
+    machine: str
+    effect: str
+    target: str
+    event: str
+    values: tuple[Value | None, ...]
+    """Each of the event's arguments, in its parameter order: the value the entry fixes, or
+    None for :data:`ANY` (every value the parameter takes)."""
+    domains: tuple[tuple[Value, ...], ...]
+    """Per parameter, the values a listener may pass: the fixed one, or the type's values."""
+    arg_text: tuple[tuple[str, str], ...]
+    budget: str
+    """The model budget each call spends: the environment's same call's (``EVENT``, or
+    ``agent.EVENT`` on an agent)."""
+    clauses: tuple[str, ...]
+    doc: str
+    arg_exprs: tuple[Expr | None, ...]
+    """Each argument's resolved expression (a constant), or None for :data:`ANY`."""
+
+    def arguments(self) -> tuple[tuple[Value, ...], ...]:
+        """Every argument tuple a listener may pass, in the order of the parameters' values."""
+        return tuple(itertools.product(*self.domains))
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{p}={v}" for p, v in self.arg_text)
+        return f"{self.machine}.{self.effect} ~> {self.target}.{self.event}({args})"
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class Wiring:
     """Every connection between instances, as ``specs/wiring.toml`` declares it."""
 
@@ -155,6 +215,9 @@ class Wiring:
     doc: str
     calls: tuple[WiredCall, ...]
     awaits: tuple[WiredAwait, ...]
+    listeners: tuple[WiredListener, ...] = ()
+    """What the listeners of a notifying effect may call on other instances (none: a model
+    may let no listener of that machine's effects in)."""
 
     def fired_by(self, machine: str, effect: str) -> tuple[WiredCall, ...]:
         """The calls ``machine.effect`` makes, in file order."""
@@ -167,13 +230,21 @@ class Wiring:
     def awaiting(self, machine: str, event: str) -> WiredAwait | None:
         return next((a for a in self.awaits if a.machine == machine and a.event == event), None)
 
+    def listening(self, machine: str, effect: str) -> tuple[WiredListener, ...]:
+        """What the listeners of ``machine.effect`` may call, in file order."""
+        return tuple(x for x in self.listeners if x.machine == machine and x.effect == effect)
+
+    def heard(self, machine: str) -> tuple[str, ...]:
+        """The effects of ``machine`` whose listeners the wiring declares, in file order."""
+        return tuple(dict.fromkeys(x.effect for x in self.listeners if x.machine == machine))
+
 
 def load_wiring(
     path: Path, machines: Mapping[str, Machine], clauses: Mapping[str, Clause], display: str
 ) -> Wiring:
     """Load and validate the wiring at ``path`` against ``machines`` (by table name)."""
-    f = _File(display)
-    data = f.keys("", f.read(path), ["wiring"], ["calls", "awaits"])
+    f = _WiringFile(display)
+    data = f.keys("", f.read(path), ["wiring"], ["calls", "awaits", "listeners"])
     head = f.keys("[wiring]", data["wiring"], [], ["doc"])
     for role in TARGETS:
         if role not in machines:
@@ -181,15 +252,52 @@ def load_wiring(
     loader = _Loader(f, machines, clauses)
     calls = tuple(loader.call(i, c) for i, c in enumerate(_array(f, data, "calls")))
     awaits = tuple(loader.wait(i, a) for i, a in enumerate(_array(f, data, "awaits")))
-    ids = [c.id for c in calls] + [a.id for a in awaits]
-    for i in ids:
-        if ids.count(i) > 1:
-            f.fail(f"id {echo(i)}", "the id is used twice")
+    heard = tuple(loader.listener(i, x) for i, x in enumerate(_array(f, data, "listeners")))
+    entries = [
+        *(("call", c.id) for c in calls),
+        *(("await", a.id) for a in awaits),
+        *(("listener", x.id) for x in heard),
+    ]
+    seen: dict[str, str] = {}
+    for kind, ident in entries:
+        if ident in seen:
+            f.fail(f"{kind} {echo(ident)}", f"the id is used twice (a {seen[ident]} has it too)")
+        seen[ident] = kind
     events = [(a.machine, a.event) for a in awaits]
     for machine, event in events:
         if events.count((machine, event)) > 1:
             f.fail(f"await of {machine}.{event}", "the event is awaited twice")
-    return Wiring(display, f.text("[wiring]", head.get("doc", ""), "doc"), calls, awaits)
+    doc = f.text("[wiring]", head.get("doc", ""), "doc")
+    return Wiring(display, doc, calls, awaits, heard)
+
+
+_ENTRY = re.compile(
+    r"(?P<kind>call|await|listener) (?P<name>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+)
+_ENTRY_INDEXED = re.compile(r"listeners\[(?P<index>[0-9]+)\]")
+
+
+class _WiringFile(_File):
+    """A wiring's faults name an entry by its id (``listener 'settle.disposes_parent'``) or,
+    before its id is read, by its index (``listeners[2]``): both lead back to its line."""
+
+    def _place(self, where: str) -> _Place | None:
+        if (m := _ENTRY_INDEXED.fullmatch(where)) is not None:
+            return ("listeners", int(m["index"]))
+        if (m := _ENTRY.fullmatch(where)) is None:
+            return super()._place(where)
+        try:
+            name = ast.literal_eval(m["name"])
+        except (ValueError, SyntaxError):  # shortened by echo(): no longer the id
+            return None
+        section = f"{m['kind']}s"
+        entries = self.data.get(section)
+        found = [
+            i
+            for i, body in enumerate(entries if isinstance(entries, list) else [])
+            if isinstance(body, dict) and body.get("id") == name
+        ]
+        return (section, found[-1]) if found else None
 
 
 def _array(f: _File, data: Mapping[str, Any], key: str) -> list[Any]:
@@ -210,29 +318,78 @@ class _Loader:
     def _head(self, where: str, body: Mapping[str, Any]) -> tuple[str, tuple[str, ...], str]:
         f = self.f
         ident = f.id(where, body["id"])
-        tags = f.names(where, body.get("clauses", []) or ["-"], "clauses")
-        if tags == ("-",):
+        if not body.get("clauses"):
             f.fail(where, "missing clause tag (every connection names the clause it implements)")
+        tags = f.names(where, body["clauses"], "clauses")
         for tag in tags:
             if tag not in self.clauses:
-                f.fail(where, f"unknown clause {echo(tag)} (see specs/clauses.toml)")
+                meant = did_you_mean(tag, self.clauses)
+                f.fail(
+                    where, f"unknown clause {echo(tag)} ({meant}see specs/clauses.toml)", "clauses"
+                )
             if self.clauses[tag].not_implemented is not None:  # as a table's tag is refused
                 f.fail(
                     where,
                     f"clause {echo(tag)} says no row implements it (its not_implemented in "
                     "specs/clauses.toml): drop the tag, or the not_implemented",
+                    "clauses",
                 )
         return ident, tags, f.text(where, body.get("doc", ""), "doc")
 
-    def _dotted(self, where: str, value: object, key: str) -> tuple[str, str]:
-        """``MACHINE.NAME`` split, for ``key`` (``effect`` or ``event``)."""
+    def _dotted(
+        self, where: str, value: object, key: str, machines: Mapping[str, object]
+    ) -> tuple[str, str]:
+        """``MACHINE.NAME`` split, for ``key`` (``effect`` or ``event``), MACHINE one of
+        ``machines``."""
         f = self.f
         text = f.text(where, value, key)
         machine, dot, name = text.partition(".")
-        if not dot or machine not in TARGETS:
-            f.fail(where, f"{key} {echo(text)} is not MACHINE.{key.upper()} (machines: "
-                   f"{known(TARGETS)})")  # fmt: skip
+        if not dot or machine not in machines:
+            meant = did_you_mean(machine, machines)
+            f.fail(where, f"{key} {echo(text)} is not MACHINE.{key.upper()} "
+                   f"({meant}machines: {known(machines)})", key)  # fmt: skip
         return machine, name
+
+    def _effect(self, where: str, source: Table, machine: str, effect: str) -> EffectSpec:
+        spec = source.effects.get(effect)
+        if spec is None:
+            self.f.fail(
+                where,
+                f"{machine} has no effect {echo(effect)} "
+                f"({did_you_mean(effect, source.effects)}effects: {known(source.effects)})",
+                "effect",
+            )
+        return spec
+
+    def _target(
+        self,
+        where: str,
+        value: object,
+        machine: str,
+        targets: Mapping[str, Mapping[str, str]],
+        verb: str,
+    ) -> tuple[str, Table]:
+        """The target ``value`` names from an effect of ``machine``, and the table it runs."""
+        target = self.f.text(where, value, "target")
+        if target not in targets[machine]:
+            self.f.fail(
+                where,
+                f"an effect of {machine} cannot {verb} target {echo(target)} "
+                f"({did_you_mean(target, targets[machine])}targets: {known(targets[machine])})",
+                "target",
+            )
+        return target, self.machines[targets[machine][target]].table
+
+    def _event(self, where: str, value: object, target: str, aimed: Table) -> str:
+        event = self.f.text(where, value, "event")
+        if event not in aimed.events:
+            self.f.fail(
+                where,
+                f"target {target} runs {aimed.name}, which has no event {echo(event)} "
+                f"({did_you_mean(event, aimed.events)}events: {known(aimed.events)})",
+                "event",
+            )
+        return event
 
     def call(self, index: int, body: object) -> WiredCall:
         f = self.f
@@ -243,28 +400,11 @@ class _Loader:
         )  # fmt: skip
         where = f"call {echo(body['id'])}" if isinstance(body["id"], str) else where
         ident, tags, doc = self._head(where, body)
-        machine, effect = self._dotted(where, body["effect"], "effect")
+        machine, effect = self._dotted(where, body["effect"], "effect", TARGETS)
         source = self.machines[machine].table
-        spec = source.effects.get(effect)
-        if spec is None:
-            f.fail(
-                where, f"{machine} has no effect {echo(effect)} (effects: {known(source.effects)})"
-            )
-        target = f.text(where, body["target"], "target")
-        if target not in TARGETS[machine]:
-            f.fail(
-                where,
-                f"an effect of {machine} cannot reach target {echo(target)} "
-                f"(targets: {known(TARGETS[machine])})",
-            )
-        aimed = self.machines[TARGETS[machine][target]].table
-        event = f.text(where, body["event"], "event")
-        if event not in aimed.events:
-            f.fail(
-                where,
-                f"target {target} runs {aimed.name}, which has no event {echo(event)} "
-                f"(events: {known(aimed.events)})",
-            )
+        spec = self._effect(where, source, machine, effect)
+        target, aimed = self._target(where, body["target"], machine, TARGETS, "reach")
+        event = self._event(where, body["event"], target, aimed)
         only = body.get("only")
         if only is not None and (machine != "activation" or only not in ("root", "child")):
             f.fail(
@@ -273,7 +413,7 @@ class _Loader:
             )
         refused = body.get("refused", "never")
         if refused not in ("never", "caller"):
-            f.fail(where, f"refused must be 'never' or 'caller', not {echo(refused)}")
+            f.fail(where, f"refused must be 'never' or 'caller', not {echo(refused)}", "refused")
         facts = {
             name: (BOOL if door_type is None else self._door_type(door_type))
             for name, (knower, door_type) in FACTS.items()
@@ -306,16 +446,22 @@ class _Loader:
         body = f.keys(where, body, ["id", "event", "target", "until"], ["args", "clauses", "doc"])
         where = f"await {echo(body['id'])}" if isinstance(body["id"], str) else where
         ident, tags, doc = self._head(where, body)
-        machine, event = self._dotted(where, body["event"], "event")
+        machine, event = self._dotted(where, body["event"], "event", TARGETS)
         table = self.machines[machine].table
         spec = table.events.get(event)
         if spec is None:
-            f.fail(where, f"{machine} has no event {echo(event)} (events: {known(table.events)})")
+            f.fail(
+                where,
+                f"{machine} has no event {echo(event)} "
+                f"({did_you_mean(event, table.events)}events: {known(table.events)})",
+                "event",
+            )
         if spec.kind != "internal":
             f.fail(
                 where,
                 f"{machine}.{event} is an input event: only the runtime's own (internal) "
                 "events wait",
+                "event",
             )
         target = f.text(where, body["target"], "target")
         if TARGETS[machine].get(target) != "agent" or target == "new_agent":
@@ -336,6 +482,56 @@ class _Loader:
             until_text, compiled, text, tags, doc, until, tuple(exprs),
         )  # fmt: skip
 
+    def listener(self, index: int, body: object) -> WiredListener:
+        f = self.f
+        where = f"listeners[{index}]"
+        body = f.keys(
+            where, body, ["id", "effect", "target", "event", "budget"], ["args", "clauses", "doc"]
+        )
+        where = f"listener {echo(body['id'])}" if isinstance(body["id"], str) else where
+        ident, tags, doc = self._head(where, body)
+        machine, effect = self._dotted(where, body["effect"], "effect", LISTENER_TARGETS)
+        source = self.machines[machine].table
+        if not self._effect(where, source, machine, effect).notifies:
+            notifying = [e for e, spec in source.effects.items() if spec.notifies]
+            f.fail(
+                where,
+                f"{machine}.{effect} does not notify: listeners run only inside an effect with "
+                f"notifies = true ({did_you_mean(effect, notifying)}notifying: {known(notifying)})",
+                "effect",
+            )
+        target, aimed = self._target(where, body["target"], machine, LISTENER_TARGETS, "call")
+        event = self._event(where, body["event"], target, aimed)
+        spec = aimed.events[event]
+        if spec.kind != "input":
+            f.fail(
+                where,
+                f"{aimed.name}.{event} is internal: a listener calls what a user may call "
+                "(an input event)",
+                "event",
+            )
+        scope = Scope({}, {}, {}, _symbols(aimed))
+        exprs, text = self._arguments(where, body.get("args", {}), spec.params, scope, star=True)
+        values = tuple(None if e is None else compile_expr(e, {}, {}, {})((), ()) for e in exprs)
+        domains = tuple(
+            tuple(t.values) if v is None else (v,)
+            for v, (_, t) in zip(values, spec.params, strict=True)
+        )
+        budget = f.text(where, body["budget"], "budget")
+        spends = f"agent.{event}" if aimed.name == self.machines["agent"].table.name else event
+        if budget != spends:
+            f.fail(
+                where,
+                f"budget {echo(budget)} is not what the call spends: a listener's call spends "
+                f"the budget of the environment's same call ({did_you_mean(budget, [spends])}"
+                f"budget: {spends})",
+                "budget",
+            )
+        return WiredListener(
+            ident, machine, effect, target, event, values, domains, text, budget, tags, doc,
+            tuple(exprs),
+        )  # fmt: skip
+
     def _door_type(self, name: str) -> Type:
         return self.machines["admission"].table.types[name]
 
@@ -350,17 +546,19 @@ class _Loader:
     ) -> tuple[list[Expr | None], tuple[tuple[str, str], ...]]:
         f = self.f
         if not isinstance(given, dict):
-            f.fail(where, f"args must be a table of PARAMETER = EXPRESSION, not {echo(given)}")
+            f.fail(
+                where, f"args must be a table of PARAMETER = EXPRESSION, not {echo(given)}", "args"
+            )
         names = [p for p, _ in params]
         for key in given:
             if key not in names:
                 f.fail(where, f"args names {echo(key)}, which is no parameter (parameters: "
-                       f"{known(names) or 'none'})")  # fmt: skip
+                       f"{known(names) or 'none'})", "args")  # fmt: skip
         exprs: list[Expr | None] = []
         text: list[tuple[str, str]] = []
         for name, t in params:
             if name not in given:
-                f.fail(where, f"args gives no value for the parameter {echo(name)}")
+                f.fail(where, f"args gives no value for the parameter {echo(name)}", "args")
             value = f.text(where, given[name], f"args.{name}")
             text.append((name, value))
             if star and value == ANY:
@@ -374,9 +572,13 @@ class _Loader:
         try:
             expr, t = check(parse_expr(text), scope)
         except ExprError as e:
-            f.fail(where, f"{key}: {e} in {echo(text)}")
+            f.fail(where, f"{key}: {e} in {echo(text)}", key.partition(".")[0])
         if not wanted.admits(t):
-            f.fail(where, f"{key}: type mismatch: expected {wanted}, found {t} in {echo(text)}")
+            f.fail(
+                where,
+                f"{key}: type mismatch: expected {wanted}, found {t} in {echo(text)}",
+                key.partition(".")[0],
+            )
         return expr
 
 

@@ -81,6 +81,7 @@ from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, load_model
 from fsm_core.check._composed._compose import Composition, Engine
 from fsm_core.check._moves import Move
+from fsm_core.check._reactions import listened as heard_effects
 from fsm_core.check._system import compose
 from fsm_core.export import spec_to_json
 from fsm_core.table import (
@@ -867,11 +868,8 @@ class _Builder:
             instances = {
                 k: None if v is None else list(v) for k, v in zip(slots, source, strict=True)
             }
-            prefix = f"{m.table.name}."
-            listened = frozenset(
-                r[len(prefix) :] for r in model.reactions if multi and r.startswith(prefix)
-            )
-            scene = _Scene(m, instances, multi=multi, listened=listened)
+            heard = heard_effects(model, m.table.name) if multi else frozenset()
+            scene = _Scene(m, instances, multi=multi, listened=heard)
             node = scene.fire(move.instance, move.event, tuple(v for _, v in move.args), move)
             after: tuple[State | None, ...] = tuple(
                 None if v is None else tuple(v) for v in scene.instances.values()

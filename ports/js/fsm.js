@@ -15,7 +15,7 @@
 "use strict";
 
 const FORMAT = "fsm-core/spec";
-const VERSION = 3; // 3: the export carries the wiring (`doc.wiring`), which this port ignores
+const VERSION = 4; // 3: the wiring (`doc.wiring`); 4: its listeners. This port ignores both
 
 // --- deliberate misreadings (test-only) -------------------------------------------------------
 //

@@ -52,13 +52,15 @@ whenever its table enables them; ``halt`` and ``remove`` (an escape, a user's re
 input event only within an ``agent.EVENT`` budget; ``shut`` only through the wiring. With
 ``reactions``, listeners re-enter a node's agent inside those notifying effects (``agent.EVENT``
 budgets bound them), up to two calls per step. A model that names a node's effect in ``reactions``
-(``activation.settle``) lets that effect's listeners call other instances, as
-:data:`NODE_LISTENERS` declares: seed 004's step 5 (``observer.settle(failure)``, the runtime's
-``subagent/settled``) tells listeners a child settled, and they may dispose its parent, admit a
-sibling below it (through the door), drain the registry, below the parent or below the root's
-host parent, or send to the parent's agent; never the settled node, which has left the
-registry. Each such call spends the budget the environment's same call does, is offered where
-the environment's is (an admission needs a free slot), and counts among the two calls per step.
+(``activation.settle``) lets that effect's listeners call other instances, as the wiring's
+``[[listeners]]`` declare: seed 004's step 5 (``observer.settle(failure)``, the runtime's
+``subagent/settled``) tells listeners a child settled, and specs/wiring.toml lets them dispose
+its parent, admit a sibling below it (through the door), drain the registry, below the parent or
+below the root's host parent, or send to the parent's agent; never the settled node, which has
+left the registry. This module resolves a listener's target as it resolves a call's
+(:meth:`TreeWiring.aim`); a listener's call is offered where the model gives its budget (a drain
+below a parent falls back to ``drain``) and where the environment's same call is (an admission
+needs a free slot), spends that budget, and counts among the two calls per step.
 
 Every effect's ``requires`` contract is checked as it runs; every instance's invariants and
 step invariants at each notifying effect and between steps. Tree properties besides:
@@ -114,9 +116,9 @@ from fsm_core.check._composed._compose import (
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
 from fsm_core.check._property import Notice, Property, at_node
+from fsm_core.check._reactions import listened
 from fsm_core.table import Machine, WiredCall, Wiring
 from fsm_core.table._codegen import compile_predicates
-from fsm_core.table._expr import Value
 from fsm_core.table._table import Table
 
 PARENT_LEAVES_AFTER_CHILDREN = "parent_leaves_after_children"
@@ -170,30 +172,6 @@ _AGENT_WIRED = frozenset({"shut"})
 _AGENT_BUDGETED = frozenset({"halt", "remove"})
 """Agent internal events the environment causes (an escape, a user's removal): offered only
 within an ``agent.EVENT`` budget."""
-
-Listener = tuple[str, str, Mapping[str, Value] | None, str]
-"""A call a listener of a node's notification may make on another instance: (where it aims,
-the event, its arguments by name (None: every argument the table takes), the budget that
-bounds it). Aims: ``parent``, the notifying node's parent; ``parent_agent``, the parent's
-agent; ``below_parent``, the door, naming the parent (the door's ``admit`` and
-``drain_below`` with ``parent=activation``, handed on to the parent's own row); ``door``
-(its own calls: the registry's drain, a drain below the root's host-owned parent)."""
-
-SETTLE_LISTENERS: tuple[Listener, ...] = (
-    ("parent", "dispose", {"final_state_flushed": False, "drain": False}, "dispose"),
-    ("below_parent", "admit", {"parent": "activation"}, "admit"),
-    ("below_parent", "drain_below", {"parent": "activation"}, "drain_below"),
-    ("door", "drain", {}, "drain"),
-    ("door", "drain_below", {"parent": "host"}, "drain_below"),
-    ("parent_agent", "send", None, "agent.send"),
-)
-"""What a ``subagent/settled`` listener may call (seed 004, step 5): a settled child's listener
-runs inside its teardown, after the parent was told, and may reach anything of the runtime
-but the settled node (it has left the registry: every call on it is refused or ignored)."""
-
-NODE_LISTENERS: Mapping[str, tuple[Listener, ...]] = MappingProxyType({"settle": SETTLE_LISTENERS})
-"""A node's notifying effects whose listeners a model may let in (``[environment] reactions``
-names them ``activation.EFFECT``), and what those listeners may call."""
 
 _THROUGH_DOOR = {"admit": "admit", "drain": "drain_below"}
 """Node events the environment reaches only through the door: a call naming a node is the
@@ -379,21 +357,23 @@ class TreeWiring:
             if a is not None
             else frozenset()
         )
-        prefix = f"{m.table.name}."
-        self._listened = frozenset(
-            r[len(prefix) :] for r in model.reactions if r.startswith(prefix)
-        )
+        self._listened = listened(model, m.table.name)
         """The node's notifying effects whose listeners call other instances."""
-        self.reactions: frozenset[str] = self._listened | frozenset(
-            r for r in model.reactions if "." not in r
+        self.reactions: frozenset[str] = self._listened | (
+            listened(model, a.table.name) if a is not None else frozenset()
         )
-        self.aimed_calls: tuple[Aimed, ...] = tuple(
-            (aim, event, args)
+        self._heard = {
+            heard.id: heard
             for effect in sorted(self._listened)
-            for aim, event, named, budget in NODE_LISTENERS[effect]
-            if budget in self._budget  # drain_below falls back to drain there
-            if aim != "parent_agent" or a is not None
-            for args in self._listener_arguments(aim, event, named)
+            for heard in self.wiring.listening("activation", effect)
+            if heard.budget in self._budget  # drain_below falls back to drain there
+            if heard.target != "parent_agent" or a is not None
+        }
+        """The wiring's listeners a model lets in, by id: the aim of their calls."""
+        self.aimed_calls: tuple[Aimed, ...] = tuple(
+            (heard.id, heard.event, args)
+            for heard in self._heard.values()
+            for args in heard.arguments()
         )
         self.listener_calls: tuple[tuple[str, Args], ...] = ()
         self._agent_budget: dict[str, int] = {}
@@ -434,15 +414,6 @@ class TreeWiring:
             0 if a is None else [p for p, _ in a.table.events["cancel"].params].index("keep_inbox")
         )
         self.own: tuple[Property, ...] = self._properties()
-
-    def _listener_arguments(
-        self, aim: str, event: str, named: Mapping[str, Value] | None
-    ) -> list[Args]:
-        machine = {"parent": self.machine, "parent_agent": self.agent}.get(aim, self.door)
-        assert machine is not None, "a call on the parent's agent is declared with agents only"
-        if named is None:
-            return list(machine.all_arguments(event))
-        return [machine.arguments(event, **named)]
 
     def _properties(self) -> tuple[Property, ...]:
         own = [
@@ -675,24 +646,27 @@ class TreeWiring:
         return spent
 
     def aim(self, instance: int, effect: str, aim: str) -> tuple[int, int | None] | None:
-        """A listener of an agent's notification calls that agent; one of a node's
-        notification (an effect of :data:`NODE_LISTENERS` the model names) calls its parent,
-        the parent's agent, or the door (naming the parent, or not); a root's listener only
-        the door's own events (its parent is the host's, not in the tree)."""
+        """A listener of an agent's notification calls that agent; one of a node's notification
+        makes the calls of the wiring's listener ``aim`` (its id) where that listener hears
+        ``effect``, on the instance its target names: ``parent``, the parent node;
+        ``parent_agent``, the parent's agent; ``door``, the door; ``below_parent``, the door
+        naming the parent. A root's listener only calls the door's own events (its parent is
+        the host's, not in the tree)."""
         if not aim:
             return (instance, None) if self._n <= instance < self._door else None
-        if instance >= self._n or effect not in self._listened:
+        heard = self._heard.get(aim)
+        if instance >= self._n or heard is None or heard.effect != effect:
             return None
-        if aim == "door":
+        if heard.target == "door":
             return self._door, None
         p = self.shape.parent[instance]
         if p is None:
             return None
-        if aim == "parent":
+        if heard.target == "parent":
             return p, None
-        if aim == "parent_agent":
+        if heard.target == "parent_agent":
             return self._n + p, None
-        assert aim == "below_parent", f"no listener aims {aim!r}"
+        assert heard.target == "below_parent", f"the loader admits no target {heard.target!r}"
         return self._door, p
 
     def offers(self, state: Sequence[Any], instance: int, event: str, args: Args) -> bool:
