@@ -50,7 +50,7 @@ def test_spec_json_carries_contracts_and_step_invariants(
 ) -> None:
     assert main(["spec", "--json", "agent"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["version"] == 3
+    assert doc["version"] == 4
     agent = doc["machines"]["agent"]
     settle = next(e for e in agent["effects"] if e["name"] == "settle_idle")
     assert settle["requires"] == {"text": "quiescent", "expr": {"def": "quiescent"}}
@@ -76,7 +76,8 @@ def test_spec_prints_the_wiring_last(capsys: pytest.CaptureFixture[str]) -> None
         "\n== wiring: how instances meet  (specs/wiring.toml)\n"
     )
     assert "\n  close.shuts_agent  activation.close_inbox -> agent.shut()\n" in out
-    assert out.endswith("activation.watch_gone()\n")
+    assert "activation.watch_gone()\n\nlisteners (" in out
+    assert out.endswith("parent_agent.send(wake=*, lane=*)  [spends agent.send]\n")
 
 
 def test_spec_lists_contracts_and_step_invariants(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1293,10 +1293,11 @@ def test_a_runtime_needs_the_tables_its_subagent_registry_runs(
 def test_a_wiring_needs_every_machine_it_connects(tmp_path: Path, table: str) -> None:
     specs = copy_specs(tmp_path)
     (specs / f"{table}.toml").unlink()
+    line = (specs / "wiring.toml").read_text(encoding="utf-8").splitlines().index("[wiring]") + 1
     with pytest.raises(
         SpecError,
         match=exactly(
-            f"specs/wiring.toml:36: [wiring]: the wiring connects a machine {table!r}; "
+            f"specs/wiring.toml:{line}: [wiring]: the wiring connects a machine {table!r}; "
             "no table names it"
         ),
     ):

@@ -246,6 +246,58 @@ def test_a_faulty_listener_is_refused_whole_naming_file_line_entry_and_fault(
     assert str(refused.value).startswith(LISTENER.format(line=line) + fault)
 
 
+@pytest.mark.parametrize(
+    ("entry", "edited", "message"),
+    [
+        (
+            "settle.drains_below_host",
+            ('target = "door"\nevent = "drain_below"\nargs = { parent = "host" }',
+             'target = "door"\nevent = "drain_below"\nargs = { parent = "activation" }'),
+            "350: target door makes the door's own call, which names no node: parent = "
+            "activation is target below_parent's",
+        ),
+        (
+            "settle.drains_below_host",
+            ('target = "door"\nevent = "drain_below"\nargs = { parent = "host" }',
+             'target = "door"\nevent = "drain_below"\nargs = { parent = "*" }'),
+            "350: target door makes the door's own call, which names no node: parent = "
+            "activation is target below_parent's",
+        ),
+        (
+            "settle.drains_below_parent",
+            ('args = { parent = "activation" }', 'args = { parent = "host" }'),
+            "331: target below_parent calls the door naming the parent: its event needs "
+            "parent = activation, not host",
+        ),
+        (
+            "settle.drains_below_parent",
+            ('event = "drain_below"\nargs = { parent = "activation" }\nbudget = "drain_below"',
+             'event = "drain"\nbudget = "drain"'),
+            "330: target below_parent calls the door naming the parent: its event needs "
+            "parent = activation",
+        ),
+    ],
+    ids=["door-naming-a-node", "door-naming-any-parent", "below-parent-naming-the-host",
+         "below-parent-naming-nothing"],
+)  # fmt: skip
+def test_a_listener_door_call_names_a_node_exactly_when_it_targets_below_parent(
+    tmp_path: Path, entry: str, edited: tuple[str, str], message: str
+) -> None:
+    """Without this a door call naming a node through target ``door`` crashed the tree's
+    resolution, and one through ``below_parent`` naming no node drained the whole registry."""
+    specs = copy_specs(tmp_path)
+    text = (specs / "wiring.toml").read_text(encoding="utf-8")
+    start = text.index(f'id = "{entry}"')
+    at = text.index(edited[0], start)
+    (specs / "wiring.toml").write_text(
+        text[:at] + edited[1] + text[at + len(edited[0]) :], encoding="utf-8"
+    )
+    line, _, fault = message.partition(": ")
+    with pytest.raises(SpecError) as refused:
+        load_spec(specs)
+    assert str(refused.value) == f"specs/wiring.toml:{line}: listener {entry!r}: {fault}"
+
+
 def test_a_listener_missing_a_key_is_refused_by_its_index(tmp_path: Path) -> None:
     specs = copy_specs(tmp_path)
     edit(specs / "wiring.toml", DISPOSES_PARENT, _entry(budget=""))

@@ -80,6 +80,10 @@ hands on to the parent's own row); ``door``, the door's own calls (the registry'
 below a host-owned parent). The notifying instance itself is no target: a listener of a
 settlement hears of an activation that has left the registry."""
 
+NAMED_PARENT = "activation"
+"""The value of the door's ``parent`` type that names an activation (the door hands such a call
+on to that node's own row); its other values name a host-owned parent agent."""
+
 FACTS: Mapping[str, tuple[str, str | None]] = {
     "last": ("parent", None),
     "parent": ("door", "parent"),
@@ -517,6 +521,8 @@ class _Loader:
             tuple(t.values) if v is None else (v,)
             for v, (_, t) in zip(values, spec.params, strict=True)
         )
+        names = (p for p, _ in spec.params)
+        self._door_naming(where, target, dict(zip(names, domains, strict=True)))
         budget = f.text(where, body["budget"], "budget")
         spends = f"agent.{event}" if aimed.name == self.machines["agent"].table.name else event
         if budget != spends:
@@ -531,6 +537,31 @@ class _Loader:
             ident, machine, effect, target, event, values, domains, text, budget, tags, doc,
             tuple(exprs),
         )  # fmt: skip
+
+    def _door_naming(
+        self, where: str, target: str, domains: Mapping[str, tuple[Value, ...]]
+    ) -> None:
+        """A door call of a listener names a node exactly when its target is ``below_parent``:
+        that call needs ``parent = activation`` (the door hands it on to the parent's row), and
+        a call on the door's own (``door``) may not name an activation, which it would hand on
+        to no node."""
+        f = self.f
+        parent = domains.get("parent")
+        if target == "below_parent" and parent != (NAMED_PARENT,):
+            f.fail(
+                where,
+                "target below_parent calls the door naming the parent: its event needs "
+                f"parent = {NAMED_PARENT}"
+                + ("" if parent is None else f", not {' or '.join(map(str, parent))}"),
+                "args" if parent is not None else "event",
+            )
+        if target == "door" and parent is not None and NAMED_PARENT in parent:
+            f.fail(
+                where,
+                f"target door makes the door's own call, which names no node: parent = "
+                f"{NAMED_PARENT} is target below_parent's",
+                "args",
+            )
 
     def _door_type(self, name: str) -> Type:
         return self.machines["admission"].table.types[name]
