@@ -104,6 +104,26 @@ def test_a_corrupt_entry_is_no_proof(cache: Path, searches: list[str]) -> None:
     assert searches == ["admission"] * 6
 
 
+def test_an_entry_another_user_could_have_planted_is_no_proof(
+    cache: Path, searches: list[str]
+) -> None:
+    """A key is computed from public inputs: in a directory others may write, or owned by
+    someone else, an entry could pass a faulty table, so it counts for nothing."""
+    clauses = load_clauses(specs_dir() / "clauses.toml")
+    load_table(specs_dir() / "admission.toml", clauses)
+    (entry,) = cache.iterdir()
+    for mode in (0o777, 0o720, 0o702):
+        cache.chmod(mode)
+        load_table(specs_dir() / "admission.toml", clauses)
+    cache.chmod(0o700)
+    load_table(specs_dir() / "admission.toml", clauses)  # private again: the entry counts
+    assert searches == ["admission"] * 4
+    if os.getuid() == 0:  # only root can hand a file to another user
+        os.chown(entry, 12345, -1)
+        load_table(specs_dir() / "admission.toml", clauses)
+        assert searches == ["admission"] * 5
+
+
 def test_a_cache_that_cannot_be_written_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, searches: list[str]
 ) -> None:

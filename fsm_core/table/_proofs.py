@@ -14,9 +14,10 @@ only the search over the domain is skipped.
 
 Entries live in ``$XDG_CACHE_HOME/fsm-core/proofs`` (``~/.cache/fsm-core/proofs`` when unset),
 one small file per proof, written whole (:func:`fsm_core._files.write_whole`). An entry that
-cannot be read, or does not say exactly what this module writes, is no proof: the table is
-proved again. A directory that cannot be made or written leaves the loader as it was without
-the cache. ``FSM_CORE_NO_CACHE=1`` turns the cache off.
+cannot be read, does not say exactly what this module writes, or is not this user's in a
+directory of this user's that no one else may write, is no proof: the table is proved
+again. A directory that cannot be made or written leaves the loader as it was without the
+cache. ``FSM_CORE_NO_CACHE=1`` turns the cache off.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def proved(key: str) -> bool:
     except OSError:
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        entry = os.fstat(fd)
+        if not stat.S_ISREG(entry.st_mode) or not _own(entry) or not _private(where):
             return False
         return os.read(fd, 256) == _entry(key).encode("ascii")
     except OSError:
@@ -82,6 +84,21 @@ def record(key: str) -> None:
         write_whole(where / key, _entry(key))
     except OSError:
         pass  # no cache here: the next load proves the table again
+
+
+def _own(st: os.stat_result) -> bool:
+    """True iff this user owns what ``st`` describes (always, where there are no users)."""
+    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
+
+
+def _private(where: Path) -> bool:
+    """True iff the cache directory is this user's and no one else may write it: an entry's key
+    is computed from public inputs, so one planted by another user would pass a faulty table."""
+    try:
+        st = os.stat(where)
+    except OSError:
+        return False
+    return _own(st) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _entry(key: str) -> str:

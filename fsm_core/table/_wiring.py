@@ -179,7 +179,8 @@ class WiredListener:
 
     A call is made every time its effect runs; a listener's is what the listeners a user
     registers *may* make there, so a checker tries each of :meth:`arguments` wherever the
-    model's ``budget`` allows, and a runtime lets a listener make it.
+    model's ``budget`` allows. The runtime does not read listeners: a listener registered there
+    may call anything, and what it calls beyond these entries is outside what the models prove.
     """
 
     id: str
