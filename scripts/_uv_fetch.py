@@ -140,6 +140,8 @@ def main(target: Path) -> None:
         fetch(index, version, name, digests[name], target)
     except (OSError, ValueError) as e:  # urllib's errors are OSErrors; bad JSON a ValueError
         fail(f"could not fetch uv from {PYPI} ({e}); {HELP}")
+    except (LookupError, TypeError, AttributeError) as e:  # JSON of another shape
+        fail(f"{index} is not the JSON a package index sends ({type(e).__name__}: {e}); {HELP}")
 
 
 def fetch(index: str, version: str, name: str, pinned: str, target: Path) -> None:

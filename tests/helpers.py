@@ -170,7 +170,7 @@ def once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[], 
     temporary directory, which the others read. For a costly run many tests read (the whole
     default ``fsm-core check``), not for anything a test changes."""
     base = factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if base.name == f"popen-{os.environ.get('PYTEST_XDIST_WORKER')}":
         base = base.parent  # the run's own directory: xdist gives each worker one inside it
     kept = base / f"once-{name}.txt"
     with open(base / f"once-{name}.lock", "w") as lock:

@@ -189,6 +189,28 @@ def test_a_swapped_wheel_is_refused_even_when_the_index_lists_its_digest(
     assert not (tmp_path / "uv").exists()
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [[], {"releases": []}, {"releases": {"9.9.9": [{"filename": "NAME"}]}},
+     {"releases": {"9.9.9": [{"filename": "NAME", "digests": None}]}}, {"releases": {"9.9.9": 7}}],
+    ids=["a-list", "releases-a-list", "no-digests", "digests-null", "files-a-number"],
+)  # fmt: skip
+def test_an_index_reply_of_another_shape_is_refused_naming_it(
+    pypi: Index, certificate: tuple[Path, Path], tmp_path: Path, reply: object
+) -> None:
+    """A mirror's JSON of another shape is named in one line, not a traceback."""
+    name, wheel = fake_wheel()
+    script = pin(tmp_path, {name: hashlib.sha256(wheel).hexdigest()})
+    pypi.files["/pypi/uv/json"] = json.dumps(reply).replace("NAME", name).encode()
+    done = fetch(script, pypi.url, tmp_path / "uv", certificate[0])
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(
+        f"scripts/_uv_fetch.py: {pypi.url}/pypi/uv/json is not the JSON a package index sends ("
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "uv").exists()
+
+
 def test_a_wheel_that_does_not_match_its_pin_is_refused_and_nothing_is_left(
     pypi: Index, certificate: tuple[Path, Path], tmp_path: Path
 ) -> None:
