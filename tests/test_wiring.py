@@ -298,6 +298,25 @@ def test_a_listener_door_call_names_a_node_exactly_when_it_targets_below_parent(
     assert str(refused.value) == f"specs/wiring.toml:{line}: listener {entry!r}: {fault}"
 
 
+def test_a_fault_of_an_entry_whose_id_repeats_later_is_placed_at_its_own_line(
+    tmp_path: Path,
+) -> None:
+    """(It was placed at the later entry, whose id only repeats the first's.)"""
+    specs = copy_specs(tmp_path)
+    text = (specs / "wiring.toml").read_text(encoding="utf-8")
+    text = text.replace('id = "settle.admits_sibling"', 'id = "settle.disposes_parent"', 1)
+    first = text.index('id = "settle.disposes_parent"')
+    at = text.index('event = "dispose"', first)
+    text = text[:at] + 'event = "disposee"' + text[at + len('event = "dispose"') :]
+    (specs / "wiring.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as refused:
+        load_spec(specs)
+    assert str(refused.value).startswith(
+        "specs/wiring.toml:307: listener 'settle.disposes_parent': target parent runs "
+        "activation, which has no event 'disposee' (did you mean 'dispose'?"
+    ), str(refused.value)
+
+
 def test_a_listener_missing_a_key_is_refused_by_its_index(tmp_path: Path) -> None:
     specs = copy_specs(tmp_path)
     edit(specs / "wiring.toml", DISPOSES_PARENT, _entry(budget=""))

@@ -17,10 +17,10 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast, final
+from typing import Any, Literal, TypeVar, cast, final
 
 from fsm_core._errors import did_you_mean, echo, known
 from fsm_core.table._expr import (
@@ -255,9 +255,9 @@ def load_wiring(
         if role not in machines:
             f.fail("[wiring]", f"the wiring connects a machine {echo(role)}; no table names it")
     loader = _Loader(f, machines, clauses)
-    calls = tuple(loader.call(i, c) for i, c in enumerate(_array(f, data, "calls")))
-    awaits = tuple(loader.wait(i, a) for i, a in enumerate(_array(f, data, "awaits")))
-    heard = tuple(loader.listener(i, x) for i, x in enumerate(_array(f, data, "listeners")))
+    calls = _entries(f, data, "calls", loader.call)
+    awaits = _entries(f, data, "awaits", loader.wait)
+    heard = _entries(f, data, "listeners", loader.listener)
     entries = [
         *(("call", c.id) for c in calls),
         *(("await", a.id) for a in awaits),
@@ -281,6 +281,8 @@ _ENTRY = re.compile(
 )
 _ENTRY_INDEXED = re.compile(r"listeners\[(?P<index>[0-9]+)\]")
 
+_T = TypeVar("_T")
+
 
 class _WiringFile(_File):
     """A wiring's faults name an entry by its id (``listener 'settle.disposes_parent'``) or,
@@ -302,7 +304,21 @@ class _WiringFile(_File):
             for i, body in enumerate(entries if isinstance(entries, list) else [])
             if isinstance(body, dict) and body.get("id") == name
         ]
+        if self._entry is not None and self._entry in ((section, i) for i in found):
+            return self._entry  # an id written twice: the entry being read
         return (section, found[-1]) if found else None
+
+
+def _entries(
+    f: _File, data: Mapping[str, Any], key: str, read: Callable[[int, object], _T]
+) -> tuple[_T, ...]:
+    """Each entry of the array of tables ``key``, read by ``read(index, body)`` with its faults
+    placed at its own line (:meth:`_File.at`), whatever other entry has its id."""
+    out = []
+    for i, body in enumerate(_array(f, data, key)):
+        with f.at(key, i):
+            out.append(read(i, body))
+    return tuple(out)
 
 
 def _array(f: _File, data: Mapping[str, Any], key: str) -> list[Any]:
