@@ -136,16 +136,21 @@ class _File:
             return None
         section = _SECTIONS[m["kind"]]
         if section in ("rows", "invariants"):
-            entries = self.data.get(section)
-            found = [
-                i
-                for i, body in enumerate(entries if isinstance(entries, list) else [])
-                if isinstance(body, dict) and body.get("id") == name
-            ]
-            if self._entry is not None and self._entry in ((section, i) for i in found):
-                return self._entry  # an id written twice: the entry being read
-            return (section, found[-1]) if found else None
+            return self._by_id(section, name)
         return (section, name)
+
+    def _by_id(self, section: str, name: object) -> _lines.Path | None:
+        """The entry of the array of tables ``section`` whose id is ``name``: where several
+        have it (an id written twice), the one being read (:meth:`at`), else the last."""
+        entries = self.data.get(section)
+        found = [
+            i
+            for i, body in enumerate(entries if isinstance(entries, list) else [])
+            if isinstance(body, dict) and body.get("id") == name
+        ]
+        if self._entry is not None and self._entry in ((section, i) for i in found):
+            return self._entry
+        return (section, found[-1]) if found else None
 
     @contextmanager
     def at(self, section: str, index: int) -> Iterator[None]:

@@ -297,16 +297,7 @@ class _WiringFile(_File):
             name = ast.literal_eval(m["name"])
         except (ValueError, SyntaxError):  # shortened by echo(): no longer the id
             return None
-        section = f"{m['kind']}s"
-        entries = self.data.get(section)
-        found = [
-            i
-            for i, body in enumerate(entries if isinstance(entries, list) else [])
-            if isinstance(body, dict) and body.get("id") == name
-        ]
-        if self._entry is not None and self._entry in ((section, i) for i in found):
-            return self._entry  # an id written twice: the entry being read
-        return (section, found[-1]) if found else None
+        return self._by_id(f"{m['kind']}s", name)
 
 
 def _entries(
