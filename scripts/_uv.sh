@@ -14,8 +14,10 @@ if [ "$(type -t uv)" = function ] && [ -n "${FSM_CORE_UV+set}" ]; then
     return 0
 fi
 
+# The cache directory's XDG rule, as fsm-core's proof cache reads it: a relative
+# XDG_CACHE_HOME is ignored.
 _fsm_core_uv_dir() {
-    if [ -n "${XDG_CACHE_HOME:-}" ]; then
+    if [[ "${XDG_CACHE_HOME:-}" == /* ]]; then
         echo "$XDG_CACHE_HOME/fsm-core/uv"
     elif [ -n "${HOME:-}" ] && [ -d "$HOME" ] && [ -w "$HOME" ]; then
         echo "$HOME/.cache/fsm-core/uv"

@@ -433,6 +433,32 @@ def test_uv_sh_sourced_twice_keeps_the_uv_it_found(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, "fake uv run --locked x\n", "")
 
 
+@pytest.mark.parametrize(
+    ("xdg", "where"),
+    [(None, "{home}/.cache"), ("relative/cache", "{home}/.cache"), ("/abs/cache", "/abs/cache")],
+    ids=["unset", "relative", "absolute"],
+)
+def test_the_scripts_cache_follows_the_xdg_rule_as_the_proof_cache_does(
+    tmp_path: Path, xdg: str | None, where: str
+) -> None:
+    """(A relative XDG_CACHE_HOME was taken as given: scripts/test's bytecode and uv went
+    beside the current directory while fsm-core's proof cache, per XDG, ignored it.)"""
+    fake = fake_bin(tmp_path, uv='echo "fake uv $*"')
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    if xdg is not None:
+        env["XDG_CACHE_HOME"] = xdg
+    done = subprocess.run(
+        ["bash", "-uc", f"source {SCRIPTS / '_uv.sh'} && _fsm_core_uv_dir"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    expected = where.format(home=tmp_path) + "/fsm-core/uv\n"
+    assert (done.returncode, done.stdout, done.stderr) == (0, expected, "")
+
+
 def test_scripts_test_stops_at_once_under_a_shell_that_is_not_bash() -> None:
     if shutil.which("dash") is None:
         pytest.skip("dash is the shell that is not bash here")
