@@ -38,7 +38,9 @@ Why it is sound, and what was checked rather than assumed:
   is trusted to the same argument: sibling teardowns touch disjoint subtrees, and what each
   hands its parent (``child_settled(failed, last)``) is folded by an update that ignores the
   order (``children := not last``, ``failure := failure or failed``), whichever child goes
-  first; no listener calls a sibling (specs/README.md, What listeners re-enter).
+  first; no listener calls a sibling (specs/README.md, What listeners re-enter). The proof
+  compares verdicts and successor orbits, not the rows a step takes: which rows a reduced
+  search reports never taken (``untaken``) rests on the same argument, not on the proof.
 - *Traces*: a representative's path is not a run. :func:`concrete_trace` replays it in the
   unreduced system, at each step taking a successor in the next representative's orbit, so
   every counterexample printed is executable as printed, and names the property as the
