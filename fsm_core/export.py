@@ -278,6 +278,16 @@ def _wiring_json(w: Wiring, spec: Spec) -> dict[str, object]:
     }
 
 
+def _args_json(
+    texts: Sequence[tuple[str, str]], exprs: Sequence[Expr | None]
+) -> list[dict[str, object]]:
+    """A wiring entry's arguments, each by name: its expression, or ``*`` (None: any value)."""
+    return [
+        {"name": name, "value": _ANY if e is None else _expr(e, text)}
+        for (name, text), e in zip(texts, exprs, strict=True)
+    ]
+
+
 def _call_json(c: WiredCall) -> dict[str, object]:
     return {
         "id": c.id,
@@ -285,10 +295,7 @@ def _call_json(c: WiredCall) -> dict[str, object]:
         "target": c.target,
         "only": c.only,
         "event": c.event,
-        "args": [
-            {"name": name, "value": _expr(e, text)}
-            for (name, text), e in zip(c.arg_text, c.arg_exprs, strict=True)
-        ],
+        "args": _args_json(c.arg_text, c.arg_exprs),
         "refused": c.refused,
         "clauses": list(c.clauses),
         "doc": _prose(c.doc),
@@ -301,10 +308,7 @@ def _await_json(a: WiredAwait) -> dict[str, object]:
         "event": {"machine": a.machine, "name": a.event},
         "target": a.target,
         "until": _expr(a.until_expr, a.until_text),
-        "args": [
-            {"name": name, "value": _ANY if e is None else _expr(e, text)}
-            for (name, text), e in zip(a.arg_text, a.arg_exprs, strict=True)
-        ],
+        "args": _args_json(a.arg_text, a.arg_exprs),
         "clauses": list(a.clauses),
         "doc": _prose(a.doc),
     }
@@ -316,10 +320,7 @@ def _listener_json(x: WiredListener) -> dict[str, object]:
         "effect": {"machine": x.machine, "name": x.effect},
         "target": x.target,
         "event": x.event,
-        "args": [
-            {"name": name, "value": _ANY if e is None else _expr(e, text)}
-            for (name, text), e in zip(x.arg_text, x.arg_exprs, strict=True)
-        ],
+        "args": _args_json(x.arg_text, x.arg_exprs),
         "budget": x.budget,
         "clauses": list(x.clauses),
         "doc": _prose(x.doc),
