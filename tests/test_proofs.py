@@ -173,3 +173,23 @@ def test_a_cached_proof_gives_the_same_check_figures(tmp_path: Path) -> None:
     cold = figures()
     assert any((tmp_path / "fsm-core" / "proofs").iterdir())
     assert figures() == cold == [("window", "ok", 24, 87, 5), ("admission", "ok", 2, 49, 1)]
+
+
+def test_the_cache_keeps_its_most_recently_used_entries(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write past KEEP entries removes the least recently used down to three quarters of
+    KEEP; an entry read (a hit) counts as used, so the tables in use stay proved."""
+    monkeypatch.setattr(_proofs, "KEEP", 8)
+    keys = [f"{n:064x}" for n in range(8)]
+    for n, key in enumerate(keys):
+        _proofs.record(key)
+        os.utime(cache / key, ns=(n * 10**9, n * 10**9))  # written in this order
+    assert _proofs.proved(keys[0])  # the oldest written, used just now
+    stray = cache / ".not-a-key.tmp"
+    stray.write_text("another writer's temporary file")
+    _proofs.record(f"{8:064x}")
+    left = sorted(p.name for p in cache.iterdir())
+    assert left == sorted([keys[0], *keys[4:], f"{8:064x}", stray.name])
+    assert all(_proofs.proved(k) for k in left if k != stray.name)
+    assert not _proofs.proved(keys[1])

@@ -18,15 +18,22 @@ cannot be read, does not say exactly what this module writes, or is not this use
 directory of this user's that no one else may write, is no proof: the table is proved
 again. A directory that cannot be made or written leaves the loader as it was without the
 cache. ``FSM_CORE_NO_CACHE=1`` turns the cache off.
+
+The cache is bounded: a hit marks its entry used (its modification time), and a write that
+finds more than :data:`KEEP` entries removes the least recently used down to three quarters of
+it. Every edit of a table is a new key, so without the bound a fuzzing run or a long life of
+edits would leave an entry behind for each.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import sys
 from collections.abc import Mapping
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,13 @@ from fsm_core.table._table import Clause
 
 NO_CACHE = "FSM_CORE_NO_CACHE"
 """The environment variable that turns the cache off when set to anything but "" or "0"."""
+
+KEEP = 1024
+"""The most entries the cache keeps (about 4 MiB of disk blocks): a few hundred tables' proofs,
+as the spec mutants and a session of edits make."""
+
+_KEY = re.compile("[0-9a-f]{64}")
+"""An entry's name: a key (:func:`proof_key`)."""
 
 _PACKAGE = Path(__file__).resolve().parent
 _DECIDERS = (*sorted(_PACKAGE.glob("*.py")), _PACKAGE.parent / "_errors.py")
@@ -67,11 +81,15 @@ def proved(key: str) -> bool:
         entry = os.fstat(fd)
         if not stat.S_ISREG(entry.st_mode) or not _own(entry) or not _private(where):
             return False
-        return os.read(fd, 256) == _entry(key).encode("ascii")
+        if os.read(fd, 256) != _entry(key).encode("ascii"):
+            return False
     except OSError:
         return False
     finally:
         os.close(fd)
+    with suppress(OSError):  # a read-only cache still answers
+        os.utime(where / key)  # used now: the last entry a bounded cache would remove
+    return True
 
 
 def record(key: str) -> None:
@@ -82,8 +100,23 @@ def record(key: str) -> None:
     try:
         where.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_whole(where / key, _entry(key))
+        _prune(where)
     except OSError:
         pass  # no cache here: the next load proves the table again
+
+
+def _prune(where: Path) -> None:
+    """Remove the least recently used entries once there are more than :data:`KEEP`."""
+    with os.scandir(where) as listing:  # entries only: not another writer's temporary file
+        entries = [
+            e for e in listing if _KEY.fullmatch(e.name) and e.is_file(follow_symlinks=False)
+        ]
+    if len(entries) <= KEEP:
+        return
+    entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
+    for gone in entries[: len(entries) - KEEP * 3 // 4]:
+        with suppress(OSError):  # removed by another process meanwhile, or not ours to remove
+            os.unlink(gone.path)
 
 
 def _own(st: os.stat_result) -> bool:
@@ -130,4 +163,4 @@ def _checker() -> bytes:
     return h.digest()
 
 
-__all__ = ["NO_CACHE", "proof_key", "proved", "record"]
+__all__ = ["KEEP", "NO_CACHE", "proof_key", "proved", "record"]
