@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -21,7 +22,8 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.protocols import Validator
 
 from fsm_core import Agent
-from fsm_core._paths import specs_dir
+from fsm_core._paths import models_dir, specs_dir
+from fsm_core.check import Model, load_models
 from fsm_core.runtime._core import AgentCore
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "interrupt",
     "once_per_run",
     "schema_validator",
+    "shipped_models",
     "write_model",
 ]
 
@@ -150,6 +153,13 @@ def exits(pid: int) -> bool:
         return bool(select.select([fd], [], [], 60)[0])
     finally:
         os.close(fd)
+
+
+@functools.cache
+def shipped_models() -> tuple[Model, ...]:
+    """``load_models(models_dir())``, loaded once per process: a dozen test modules list the
+    shipped models as they are collected (half a second each time). Models are frozen."""
+    return tuple(load_models(models_dir()))
 
 
 T = TypeVar("T")
