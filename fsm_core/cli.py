@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from fsm_core._errors import (
     ECHO_LIMIT,
@@ -46,25 +46,12 @@ from fsm_core._errors import (
 from fsm_core._files import write_whole
 from fsm_core._options import positive_int
 from fsm_core._paths import models_dir
-from fsm_core.check import Model, Report, check, load_model, load_models
-from fsm_core.check._parallel import (
-    Source,
-    check_in_workers,
-    partitions,
-    unpartitioned,
-    warm_up,
-)
-from fsm_core.check._report import (
-    Summary,
-    done_line,
-    format_trace,
-    print_wrapped,
-    symmetry_lines,
-    to_itf,
-    to_json,
-    violation_heading,
-)
-from fsm_core.table import load_spec
+
+if TYPE_CHECKING:
+    # The checker and the tables are imported by the subcommands that use them (the checker
+    # alone is a tenth of a second): ``acp``, ``--help`` or a refused argument start sooner.
+    from fsm_core.check import Model, Report
+    from fsm_core.check._parallel import Source
 
 INTERRUPTED = 130
 """The exit status after SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a process it killed."""
@@ -498,6 +485,8 @@ def _run(args: argparse.Namespace) -> int:
             "diagrams with --specs needs --out DIR: the default directory holds the shipped "
             "tables' diagrams"
         )
+    from fsm_core.table import load_spec  # noqa: PLC0415 - see the imports
+
     spec = load_spec(args.specs)
     if args.command == "spec":
         unknown = [m for m in args.machine if m not in spec.machines]
@@ -665,6 +654,9 @@ def _select_models(chosen: Sequence[str], specs: Path | None) -> list[tuple[Mode
     A name is a shipped model's file stem, else a path: a model file, or a directory whose
     default-tier models (``*.toml``) are all checked. A model is shown by the path as typed
     (``my_agent.toml`` stays relative, ``/tmp/m.toml`` absolute)."""
+    from fsm_core.check import load_model, load_models  # noqa: PLC0415 - see the imports
+    from fsm_core.check._parallel import Source  # noqa: PLC0415
+
     root = models_dir()
     # A worker may run in another directory (the forkserver's): it gets absolute paths.
     again = specs.absolute() if specs is not None else None
@@ -788,7 +780,8 @@ def _check_on_cluster(
 ) -> list[Report]:
     """Each model checked on the cluster, one after another; a model whose search cannot be
     split (:func:`~fsm_core.check._parallel.unpartitioned`) is checked here, saying so."""
-    from fsm_core.check import _cluster  # noqa: PLC0415
+    from fsm_core.check import _cluster, check  # noqa: PLC0415
+    from fsm_core.check._parallel import unpartitioned  # noqa: PLC0415
 
     reports: list[Report] = []
     with connect() as client:
@@ -863,6 +856,20 @@ def _no_trace(report: Report, path: Path) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
+    # The checker, imported by the one subcommand that runs it (see the imports).
+    from fsm_core.check import check  # noqa: PLC0415
+    from fsm_core.check._parallel import check_in_workers, partitions, warm_up  # noqa: PLC0415
+    from fsm_core.check._report import (  # noqa: PLC0415
+        Summary,
+        done_line,
+        format_trace,
+        print_wrapped,
+        symmetry_lines,
+        to_itf,
+        to_json,
+        violation_heading,
+    )
+
     if args.json and args.trace_format is not None and args.trace_out is None:
         raise _Refused("--trace-format with --json needs --trace-out: the JSON has both forms")
     if args.force and args.trace_out is None:

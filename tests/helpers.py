@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -12,14 +13,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import pytest
+from jsonschema import Draft202012Validator, validators
+from jsonschema.protocols import Validator
 
 from fsm_core import Agent
-from fsm_core._paths import specs_dir
+from fsm_core._paths import models_dir, specs_dir
+from fsm_core.check import Model, load_models
 from fsm_core.runtime._core import AgentCore
 
 __all__ = [
@@ -33,6 +37,8 @@ __all__ = [
     "head",
     "interrupt",
     "once_per_run",
+    "schema_validator",
+    "shipped_models",
     "write_model",
 ]
 
@@ -149,6 +155,13 @@ def exits(pid: int) -> bool:
         os.close(fd)
 
 
+@functools.cache
+def shipped_models() -> tuple[Model, ...]:
+    """``load_models(models_dir())``, loaded once per process: a dozen test modules list the
+    shipped models as they are collected (half a second each time). Models are frozen."""
+    return tuple(load_models(models_dir()))
+
+
 T = TypeVar("T")
 
 
@@ -205,3 +218,51 @@ def npm_install(request: pytest.FixtureRequest, name: str, package: str, version
             if done.returncode != 0:
                 pytest.fail(f"npm could not install {package}@{version}:\n{done.stderr[-2000:]}")
     return prefix
+
+
+_CONTEXTUAL = {"$id", "$anchor", "$dynamicRef", "$dynamicAnchor", "unevaluatedProperties",
+               "unevaluatedItems"}  # fmt: skip
+"""Keywords that make a value's validity against a ``$ref`` depend on more than the value."""
+
+
+def _keywords(schema: object) -> Iterator[str]:
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            yield key
+            yield from _keywords(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _keywords(value)
+
+
+def schema_validator(schema: dict[str, Any]) -> Validator:
+    """A draft 2020-12 validator of ``schema`` that reports exactly the errors
+    ``Draft202012Validator(schema)`` reports, faster on documents that repeat themselves.
+
+    jsonschema interprets the schema anew for every value (the export of the tables takes most
+    of a second): this one remembers each value found valid against each ``$ref``, by the
+    value's ``repr``, and does not descend into it again, in this document or a later one (the
+    same export mutated in one place, vector lines of one shape). That is sound where a
+    ``$ref`` names one subschema and whether a value matches it depends on the value alone: no
+    nested ``$id`` or anchors, no ``$dynamicRef``, no ``unevaluated*`` (refused here). Only
+    valid outcomes are remembered, so every error is still found and placed as before."""
+    contextual = _CONTEXTUAL & set(_keywords({k: v for k, v in schema.items() if k != "$id"}))
+    assert not contextual, f"a $ref's outcome depends on its context here: {sorted(contextual)}"
+    Draft202012Validator.check_schema(schema)
+    valid: set[tuple[str, str]] = set()
+    plain_ref = Draft202012Validator.VALIDATORS["$ref"]
+
+    def remembered_ref(
+        validator: Validator, ref: str, instance: object, subschema: dict[str, Any]
+    ) -> Iterator[Any]:
+        key = (ref, repr(instance))
+        if key in valid:
+            return
+        errors = list(plain_ref(validator, ref, instance, subschema))
+        if errors:
+            yield from errors
+        else:
+            valid.add(key)
+
+    remembering = validators.extend(Draft202012Validator, {"$ref": remembered_ref})  # type: ignore[no-untyped-call]
+    return cast(Validator, remembering(schema))

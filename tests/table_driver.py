@@ -93,6 +93,10 @@ class Mismatch(AssertionError):
     """A host did something other than what a vector says."""
 
 
+_PARSED: dict[Path, list[Json]] = {}
+"""Each vector file read so far, by its resolved path: its lines parsed, the header first."""
+
+
 @dataclass(frozen=True, slots=True)
 class VectorFile:
     """One vector file: its header and its vectors, in order."""
@@ -105,8 +109,15 @@ class VectorFile:
 
     @classmethod
     def read(cls, machine: Machine, root: Path = VECTORS) -> VectorFile:
+        """``root/MACHINE.jsonl``, parsed once per process (the agent's 25 MB take seconds, and
+        five test modules read them as they are collected): the vectors are shared, so a test
+        edits a copy of one (``json.loads(json.dumps(v))``), never the vector itself."""
         path = root / f"{machine.name}.jsonl"
-        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        key = path.resolve()
+        if key not in _PARSED:
+            text = path.read_text(encoding="utf-8")
+            _PARSED[key] = [json.loads(line) for line in text.splitlines()]
+        lines = _PARSED[key]
         return cls(path, lines[0], lines[1:], machine)
 
     def story(self, name: str) -> Story:

@@ -16,11 +16,11 @@ import pytest
 
 from fsm_core import load_spec
 from fsm_core._paths import models_dir
-from fsm_core.check import check, load_model, load_models
+from fsm_core.check import check, load_model
 from fsm_core.cli import _progress, main
-from tests.helpers import edit, interrupt, once_per_run, write_model
+from tests.helpers import edit, interrupt, once_per_run, shipped_models, write_model
 
-DEFAULT = [m for m in load_models(models_dir()) if m.tier == "default"]
+DEFAULT = [m for m in shipped_models() if m.tier == "default"]
 NOBODY_LISTENS = (
     "unreacted = { "
     + ", ".join(

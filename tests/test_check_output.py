@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+import fsm_core.check
 from fsm_core import cli
-from fsm_core.check import Report, check
+from fsm_core.check import Report, _parallel, check
 from fsm_core.check._parallel import Source
 from fsm_core.tools._mutants import BY_NAME
 from tests.helpers import copy_specs
@@ -37,7 +38,7 @@ def test_each_row_is_printed_as_its_check_ends(monkeypatch: pytest.MonkeyPatch) 
         seen.append(out.getvalue().splitlines())
         return check(model, **kwargs)
 
-    monkeypatch.setattr(cli, "check", spy)
+    monkeypatch.setattr(fsm_core.check, "check", spy)  # what `fsm-core check` imports
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         assert cli.main(["check", "--workers", "1", "window", "admission"]) == 0
     assert [len(lines) for lines in seen] == [0, 2]
@@ -67,8 +68,8 @@ def test_workers_rows_come_in_finishing_order_and_the_rest_in_the_order_asked(
             printed.append(out.getvalue().splitlines()[-1])
         return reports
 
-    monkeypatch.setattr(cli, "check_in_workers", workers)
-    monkeypatch.setattr(cli, "warm_up", lambda: None)
+    monkeypatch.setattr(_parallel, "check_in_workers", workers)
+    monkeypatch.setattr(_parallel, "warm_up", lambda: None)
     trace = tmp_path / "trace.txt"
     argv = ["check", "--workers", "2", "window", "admission", "--trace-out", str(trace)]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):

@@ -200,12 +200,12 @@ def test_one_model_is_checked_in_this_process_whatever_workers_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A lone model gains nothing from a process of its own."""
-    from fsm_core import cli
+    from fsm_core.check import _parallel
 
     def refuse(*args: object, **kwargs: object) -> object:
         raise AssertionError("a worker was started for one model")
 
-    monkeypatch.setattr(cli, "check_in_workers", refuse)
+    monkeypatch.setattr(_parallel, "check_in_workers", refuse)
     r: Run = run("--workers", "2", "bench_S")
     assert r.code == 0, r.out
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
-from fsm_core.check import Model, _system, check, load_model, load_models
+from fsm_core.check import Model, _system, check, load_model
 from fsm_core.check import _explore as explore_module
 from fsm_core.check._composed import _compiled as compiled_module
 from fsm_core.check._composed._compiled import CompiledEngine
@@ -37,9 +37,9 @@ from fsm_core.check._explore import Result, System, explore
 from fsm_core.check._moves import Move
 from fsm_core.check._system import compose
 from fsm_core.tools._mutants import MUTANTS, Mutant
-from tests.helpers import sweep
+from tests.helpers import shipped_models, sweep
 
-COMPOSED = [m for m in load_models(models_dir()) if m.kind != "table" and m.tier == "default"]
+COMPOSED = [m for m in shipped_models() if m.kind != "table" and m.tier == "default"]
 
 SAMPLE = 40
 """How many of a mutant's reached states are compared, besides its counterexample's."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fsm_core._paths import models_dir
-from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check import Model, Report, check, load_model
 from fsm_core.check._composed._compose import Engine, Layout
 from fsm_core.check._composed._tree import DOOR, NO_ACTIVE_AFTER_DRAIN, NOTICE_DELIVERED
 from fsm_core.check._explore import System, explore
@@ -21,7 +21,7 @@ from fsm_core.check._moves import Move
 from fsm_core.check._report import format_trace
 from fsm_core.check._system import build, compose, declared
 from fsm_core.tools._mutants import BY_NAME
-from tests.helpers import edit, write_model
+from tests.helpers import edit, shipped_models, write_model
 
 # --- layout ---------------------------------------------------------------------------------------
 
@@ -44,7 +44,7 @@ def test_a_layout_refuses_a_name_given_twice() -> None:
 # --- property records -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", load_models(models_dir()), ids=lambda m: m.name)
+@pytest.mark.parametrize("model", shipped_models(), ids=lambda m: m.name)
 def test_every_model_names_each_property_once_and_declares_what_it_checks(model: Model) -> None:
     """The loader validates ``[expect] property`` against :func:`declared`, which for a table
     model skips compiling the successors: it must name what the check itself reports."""

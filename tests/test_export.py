@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
 
 from fsm_core._paths import specs_dir
 from fsm_core.export import FORMAT, VERSION, spec_to_json, spec_to_text
 from fsm_core.table import Spec, WiredCall, Wiring, load_spec
 from fsm_core.table._expr import BOOL, Scope, Type, check, int_type, parse_expr, to_json
+from tests.helpers import schema_validator
 
 SPEC = load_spec()
 MACHINES = list(SPEC.machines)
@@ -31,8 +33,12 @@ def schema() -> Any:
     return json.loads((specs_dir() / "schema.json").read_text(encoding="utf-8"))
 
 
-def validator() -> Draft202012Validator:
-    return Draft202012Validator(schema())
+VALIDATOR = schema_validator(schema())
+"""One validator for the module: it remembers the parts of the export it found valid."""
+
+
+def validator() -> Validator:
+    return VALIDATOR
 
 
 # --- the schema ----------------------------------------------------------------------------------
@@ -136,6 +142,21 @@ def test_mutated_export_fails_the_schema(label: str, path: list[str | int], valu
     blamed = list(error.absolute_path)
     common = min(len(blamed), len(path))
     assert blamed[:common] == path[:common], error.message
+
+
+def test_the_remembering_validator_reports_what_jsonschema_reports() -> None:
+    """``schema_validator`` skips what it found valid before: on an export mutated in two
+    places it must give the plain validator's errors, each where that one places it."""
+    doc = copy.deepcopy(exported())
+    doc["machines"]["agent"]["rows"][0]["guard"]["expr"] = {"xor": [{"lit": True}]}
+    doc["wiring"]["calls"][1]["only"] = "sibling"
+
+    def errors(v: Validator) -> list[tuple[str, list[object], list[object]]]:
+        found = v.iter_errors(doc)
+        return [(e.message, list(e.absolute_path), list(e.absolute_schema_path)) for e in found]
+
+    assert len(errors(VALIDATOR)) == 2
+    assert errors(VALIDATOR) == errors(Draft202012Validator(schema()))
 
 
 # --- stability and clauses -----------------------------------------------------------------------

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from fsm_core._paths import models_dir
-from fsm_core.check import Model, check, load_models
-from tests.helpers import sweep
+from fsm_core.check import Model, check
+from tests.helpers import shipped_models, sweep
 
-MODELS = [m for m in load_models(models_dir()) if m.tier == "default"]
+MODELS = [m for m in shipped_models() if m.tier == "default"]
 
 
 def test_there_are_models_of_every_kind() -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from fsm_core import cli
 from fsm_core._paths import models_dir
-from fsm_core.check import check, load_model, load_models
+from fsm_core.check import check, load_model
 from fsm_core.tools._mutants import MUTANTS as SPEC_MUTANTS
-from tests.helpers import FSM_CORE, head, interrupt, write_model
+from tests.helpers import FSM_CORE, head, interrupt, shipped_models, write_model
 from tests.race.runtime_mutants import MUTANTS as RUNTIME_MUTANTS
 from tests.race.teardown_mutants import TEARDOWN_MUTANTS
 
@@ -209,7 +209,7 @@ def test_the_done_line_adds_up_the_default_models_expectations() -> None:
     assert m is not None, block
     expected = [
         e
-        for model in load_models(models_dir())
+        for model in shipped_models()
         if model.tier == "default"
         for e in [model.expect]
         if e is not None

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
-from fsm_core.check import Model, Report, check, load_model, load_models
+from fsm_core.check import Model, Report, check, load_model
 from fsm_core.check._system import build
 from fsm_core.check._vector import VectorSearch
 from fsm_core.table import Machine
@@ -26,14 +26,12 @@ from fsm_core.table._codegen import compile_successors
 from fsm_core.table._limits import DEFAULT_LIMITS
 from fsm_core.table._load import _File, _parse, load_clauses, read_toml
 from fsm_core.tools._mutants import MUTANTS, Mutant
-from tests.helpers import edit
+from tests.helpers import edit, shipped_models
 from tests.test_bench import _seed_the_dispose_bug
 from tests.test_check_cli import run
 from tests.test_spec_faults import write_specs
 
-DEFAULT_TABLE_MODELS = [
-    m for m in load_models(models_dir()) if m.kind == "table" and m.tier == "default"
-]
+DEFAULT_TABLE_MODELS = [m for m in shipped_models() if m.kind == "table" and m.tier == "default"]
 
 
 def outcome(report: Report) -> tuple[Any, ...]:

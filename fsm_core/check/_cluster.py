@@ -21,11 +21,13 @@ with a native core), the scheduler and the workers are two commands (``dask sche
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final, final
 
 from distributed import Client, Future, wait
+from distributed.comm.addressing import get_address_host_port, parse_address
 
 from fsm_core._errors import FsmError, UsageError
 from fsm_core.check._check import Report
@@ -64,11 +66,30 @@ class ClusterError(FsmError):
 
 def connect(address: str) -> Client:
     """A client of the scheduler at ``address`` (a context manager that closes it); raises
-    :class:`ClusterError` when there is none there within :data:`CONNECT` seconds."""
+    :class:`ClusterError` when there is none there within :data:`CONNECT` seconds, at once
+    when a TCP address refuses the connection (Dask would retry it until then)."""
     try:
+        _refused(address)
         return Client(address, timeout=CONNECT)  # type: ignore[no-untyped-call]
     except (OSError, ValueError) as e:  # no scheduler, or an address Dask cannot parse
         raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler: {e}") from None
+
+
+def _refused(address: str) -> None:
+    """Raise ``ConnectionRefusedError`` iff ``address`` is a TCP (or TLS) address whose host
+    refuses a connection to its port: nobody listens there. Anything else (a timeout, a name
+    that does not resolve, another scheme) is left to Dask's own connect and its message."""
+    scheme, _ = parse_address(address)
+    if scheme not in ("tcp", "tls"):
+        return
+    host, port = get_address_host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT).close()
+    except ConnectionRefusedError:
+        refused = f"nothing listens at {host}:{port} (connection refused)"
+        raise ConnectionRefusedError(refused) from None
+    except OSError:
+        return
 
 
 # --- tasks, run in a worker -------------------------------------------------------------------
