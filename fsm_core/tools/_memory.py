@@ -1,14 +1,17 @@
 """Where a check's memory goes: the explorer's store of visited states, the liveness graph, the
 composition engine's memo caches and the symmetry reduction's, measured by size after one search.
 
-    python3 -m uv run --locked python benchmarks/memory_bench.py agent_tree agent_tree_pair
+    python3 -m uv run --locked python -m fsm_core.tools._memory agent_tree
+    python3 -m uv run --locked python -m fsm_core.tools._memory --explorer-only agent_tree_pair
 
 Each part is sized by walking the objects it reaches (``sys.getsizeof`` of every container,
 number and string, each object counted once, by the first part that reaches it, in the order
 printed), so a packed state shared by the store and the graph counts once, with the store. The
 resident set size (RSS) grown during the search is printed beside, as the operating system saw
-it. To measure another checkout of fsm_core the same way, put it first on ``PYTHONPATH``.
-Memory is reported, never asserted. The last line is for scripts: ``Done. model=bytes/state,...``.
+it. ``--explorer-only`` sizes the explorer's parts alone (walking the engine's caches of a
+model of half a million states takes as much memory again). To measure another checkout of
+fsm_core the same way, put its root first on ``PYTHONPATH``. Memory is reported, never asserted. The
+last line is for scripts: ``Done. model=bytes/state,...`` (the explorer's bytes).
 """
 
 from __future__ import annotations
@@ -19,14 +22,12 @@ import resource
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
+from fsm_core._paths import models_dir
 from fsm_core.check import load_model
 from fsm_core.check._explore import explore
 from fsm_core.check._system import build
-
-MODELS = Path(__file__).resolve().parent.parent / "models"
 
 _LEAVES = (int, float, str, bytes, bool, type(None))
 
@@ -72,10 +73,10 @@ def _rss() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def measure(name: str) -> float:
+def measure(name: str, explorer_only: bool = False) -> float:
     """Search ``name`` with the liveness graph kept, print what each part holds; returns the
     bytes per state of the explorer's parts (store and graph)."""
-    model = load_model(MODELS / f"{name}.toml")
+    model = load_model(models_dir() / f"{name}.toml")
     built = build(model)
     gc.collect()
     before = _rss()
@@ -90,13 +91,12 @@ def measure(name: str) -> float:
         ("explorer: visited states", deep_size([result.parent], seen)),
         ("explorer: liveness graph", deep_size([result.graph], seen)),
     ]
-    if built.reduction is not None:
-        parts.append(("symmetry: canonical memo", deep_size([built.reduction], seen)))
-    caches = sorted(
-        ((k, deep_size([v], seen)) for k, v in _attributes(engine)),
-        key=lambda kv: -kv[1],
-    )
-    parts += [(f"engine: {k}", size) for k, size in caches if size >= 1024]
+    if not explorer_only:
+        if built.reduction is not None:
+            parts.append(("symmetry: canonical memo", deep_size([built.reduction], seen)))
+        caches = [(k, deep_size([v], seen)) for k, v in _attributes(engine)]
+        caches.sort(key=lambda kv: -kv[1])
+        parts += [(f"engine: {k}", size) for k, size in caches if size >= 2**20]
     print(f"{name}: {n:,} states, {result.transitions:,} transitions, {cpu:.1f} s CPU")
     print(f"  RSS grown during the search: {grown / 2**20:,.1f} MiB ({grown / n:,.0f} B/state)")
     for label, size in parts:
@@ -120,8 +120,9 @@ def _attributes(obj: Any) -> list[tuple[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+")
+    parser.add_argument("--explorer-only", action="store_true", help="size the explorer alone")
     args = parser.parse_args(argv)
-    figures = [f"{m}={measure(m):.0f}" for m in args.models]
+    figures = [f"{m}={measure(m, args.explorer_only):.0f}" for m in args.models]
     print("Done. " + ",".join(figures))
     return 0
 
