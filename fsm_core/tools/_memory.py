@@ -92,11 +92,12 @@ def measure(name: str, explorer_only: bool = False) -> float:
         ("explorer: liveness graph", deep_size([result.graph], seen)),
     ]
     if not explorer_only:
-        if built.reduction is not None:
-            parts.append(("symmetry: canonical memo", deep_size([built.reduction], seen)))
         caches = [(k, deep_size([v], seen)) for k, v in _attributes(engine)]
         caches.sort(key=lambda kv: -kv[1])
         parts += [(f"engine: {k}", size) for k, size in caches if size >= 2**20]
+        if built.reduction is not None:  # its own memo: it holds the engine, sized above
+            memo = [v for k, v in _attributes(built.reduction) if k != "engine"]
+            parts.append(("symmetry: canonical memo", deep_size(memo, seen)))
     print(f"{name}: {n:,} states, {result.transitions:,} transitions, {cpu:.1f} s CPU")
     print(f"  RSS grown during the search: {grown / 2**20:,.1f} MiB ({grown / n:,.0f} B/state)")
     for label, size in parts:
