@@ -4,11 +4,13 @@ BFS visits states in order of distance from the initial state, so the first viol
 has a shortest trace; the price is memory (every state kept, with its parent) rather than DFS's
 stack. The states are numbered as met (:class:`Visited`): one level's frontier is a range of
 numbers, parent pointers and labels are machine integers in arrays, and the edges the liveness
-check needs are numbers too (:class:`Graph`), about 130 bytes a state in all where a dict of
-parent tuples and a dict of lists of edges took 550 (``benchmarks/memory_bench.py``). Every state
-is checked when it is taken from the frontier:
-the invariants first, then deadlock (no successor outside a quiescent state), under the name the
-model's ``deadlock-free`` property record gives it.
+check needs are numbers too (:class:`Graph`). On ``agent_tree_pair`` with its edges kept that is
+196 bytes a state, where a dict of parent tuples and a dict of lists of edges took 855; the
+composition engine's memo holds some 12,000 more (``python -m fsm_core.tools._memory``).
+
+Every state is checked when it is taken from the frontier: the invariants first, then deadlock
+(no successor outside a quiescent state), under the name the model's ``deadlock-free`` property
+record gives it.
 
 Verdicts keep "not found" apart from "cannot happen": :attr:`Result.complete` is False when a
 state limit stopped the search early, and then a clean result proves nothing.
