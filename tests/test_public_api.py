@@ -202,6 +202,8 @@ INTERNAL_IN_PUBLIC: dict[str, str] = {
     "Refused (an alias)": "WiredCall.refused, Literal['never', 'caller']: exporting it wants a "
     "name apart from Machine.lookup's Refused and the Rejected error",
     "fsm_core.table._limits.Limits": "load_table's limits, which the checker passes from a model",
+    "fsm_core.check._explore.Graph": "Result.graph, the edges the liveness pass reads; check() "
+    "drops them before it returns",
 }
 """Internal types (``*``: a pattern) that public signatures still show, each with who reads
 them: candidates to hide behind a leading underscore rather than to export."""

@@ -11,6 +11,7 @@ from fsm_core.check._explore import (
     Progress,
     Result,
     Violation,
+    Visited,
     explore,
     trace_to,
     unreachable_quiescence,
@@ -122,10 +123,12 @@ def check(
     stuck: list[Any] = []
     if result is None:
         result = explore(built.system, max_states=max_states, keep_graph=live, progress=progress)
-        if result.violation is None and result.complete and live and result.graph is not None:
-            stuck = unreachable_quiescence(result.graph, built.system.quiescent)
+        visited, graph = result.parent, result.graph
+        if result.violation is None and result.complete and live and graph is not None:
+            assert isinstance(visited, Visited)
+            stuck = unreachable_quiescence(graph, visited, built.system.quiescent)
             if stuck:  # in BFS order, so the first has a shortest trace
-                unsettled = trace_to(result.parent, stuck[0], built.system.unpack)
+                unsettled = trace_to(visited, stuck[0], built.system.unpack)
     violation = result.violation
     if unsettled is not None:
         eventually = next(p.name for p in built.properties if p.kind == "eventually")

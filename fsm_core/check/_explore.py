@@ -1,10 +1,16 @@
 """Explicit-state breadth-first search with parent pointers.
 
 BFS visits states in order of distance from the initial state, so the first violation found
-has a shortest trace; the price is memory (one dict entry per state, about 250 bytes in
-CPython) rather than DFS's stack. Every state is checked when it is taken from the frontier:
-the invariants first, then deadlock (no successor outside a quiescent state), under the name the
-model's ``deadlock-free`` property record gives it.
+has a shortest trace; the price is memory (every state kept, with its parent) rather than DFS's
+stack. The states are numbered as met (:class:`Visited`): one level's frontier is a range of
+numbers, parent pointers and labels are machine integers in arrays, and the edges the liveness
+check needs are numbers too (:class:`Graph`). On ``agent_tree_pair`` with its edges kept that is
+196 bytes a state, where a dict of parent tuples and a dict of lists of edges took 855; the
+composition engine's memo holds some 12,000 more (``python -m fsm_core.tools._memory``).
+
+Every state is checked when it is taken from the frontier: the invariants first, then deadlock
+(no successor outside a quiescent state), under the name the model's ``deadlock-free`` property
+record gives it.
 
 Verdicts keep "not found" apart from "cannot happen": :attr:`Result.complete` is False when a
 state limit stopped the search early, and then a clean result proves nothing.
@@ -14,7 +20,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, final
@@ -70,6 +77,69 @@ class Violation(Generic[S]):
 
 
 @final
+class Visited(Mapping[S, tuple[S, int] | None]):
+    """Every state a search visited, numbered in the order met (breadth first, so a level's
+    states have consecutive numbers), each with the number of its parent and the label of the
+    step from it: a shortest path back to the initial state.
+
+    As a mapping, it gives each state's parent and label (None for the initial state), as a
+    dict of them would, and iterates in the order met::
+
+        visited = explore(system).parent
+        assert next(iter(visited)) == system.initial and visited[system.initial] is None
+    """
+
+    __slots__ = ("_index", "_labels", "_parents", "_states")
+
+    def __init__(self) -> None:
+        self._index: dict[S, int] = {}
+        """The number of each state."""
+        self._states: list[S] = []
+        """Each state, by number."""
+        self._parents = array("i")
+        """The number of each state's parent (-1: the initial state's)."""
+        self._labels = array("i")
+        """The label of the step from its parent to each state (-1: the initial state's)."""
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __iter__(self) -> Iterator[S]:
+        return iter(self._states)
+
+    def __contains__(self, state: object) -> bool:
+        return state in self._index
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Visited):
+            return super().__eq__(other)
+        return (self._states, self._parents, self._labels) == (
+            other._states, other._parents, other._labels,
+        )  # fmt: skip
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Visited states={len(self._states)}>"
+
+    def __getitem__(self, state: S) -> tuple[S, int] | None:
+        i = self._index[state]
+        p = self._parents[i]
+        return None if p < 0 else (self._states[p], self._labels[i])
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """Every edge a search met, by the states' numbers in :class:`Visited` (compressed sparse
+    rows): the next states of state ``i`` are ``targets[offsets[i]:offsets[i + 1]]``, one per
+    step the search recorded (the first of each group, with :attr:`System.grouped`)."""
+
+    offsets: array[int]
+    targets: array[int]
+
+
+@final
 @dataclass(slots=True)
 class Result(Generic[S]):
     name: str
@@ -81,10 +151,11 @@ class Result(Generic[S]):
     violation: Violation[Any] | None = None
     """The first property broken, with a shortest trace to it, its states unpacked."""
     labels_taken: set[int] = field(default_factory=set)
-    graph: dict[S, list[S]] | None = None
-    parent: dict[S, tuple[S, int] | None] = field(default_factory=dict)
+    graph: Graph | None = None
+    parent: Mapping[S, tuple[S, int] | None] = field(default_factory=dict)
     """Parent pointers of every visited state, as the system stores it (packed, for an agent
-    or a tree: see :attr:`System.unpack`): :func:`trace_to` walks them."""
+    or a tree: see :attr:`System.unpack`), in the order visited (a :class:`Visited`, from
+    :func:`explore`); :func:`trace_to` walks them."""
 
 
 Progress = Callable[[int, int, int, float], None]
@@ -139,18 +210,25 @@ def _explore(
     deadlock = system.deadlock
     init = system.initial
     labels = system.labels
-    parent: dict[S, tuple[S, int] | None] = {init: None}
-    graph: dict[S, list[S]] | None = {} if keep_graph else None
+    visited: Visited[S] = Visited()
+    index, states = visited._index, visited._states
+    parents, labels_of = visited._parents, visited._labels
+    index[init] = 0
+    states.append(init)
+    parents.append(-1)
+    labels_of.append(-1)
+    graph = Graph(array("i", [0]), array("i")) if keep_graph else None
+    edge = None if graph is None else graph.targets.append
+    ends = None if graph is None else graph.offsets.append
     taken: set[int] = set()
     transitions = 0
     depth = 0
-    frontier: list[S] = [init]
+    # Invariant: the frontier is the states numbered lo to hi - 1, the whole of one level.
+    lo, hi = 0, 1
     next_report = start + 1.0
-    count = 0
-    while frontier:
-        following: list[S] = []
-        append = following.append
-        for s in frontier:
+    while lo < hi:
+        for i in range(lo, hi):
+            s = states[i]
             bad = violated(s)
             labelled: Sequence[Iterable[int]] = ()
             if bad is not None:
@@ -164,13 +242,22 @@ def _explore(
             if bad is None and not nexts and not quiescent(s):
                 bad = deadlock
             if bad is not None:
-                return _stop(system, parent, s, bad, transitions, depth, start, taken, graph)
-            if graph is not None:
-                graph[s] = [t for _, t in nexts]
+                return Result(
+                    system.name, len(states), transitions, depth, time.perf_counter() - start,
+                    complete=False, violation=Violation(bad, trace_to(visited, s, system.unpack)),
+                    labels_taken=taken, graph=graph, parent=visited,
+                )  # fmt: skip
             for label, t in nexts:
-                if t not in parent:
-                    parent[t] = (s, label)
-                    append(t)
+                j = index.get(t)
+                if j is None:
+                    j = index[t] = len(states)
+                    states.append(t)
+                    parents.append(i)
+                    labels_of.append(label)
+                if edge is not None:
+                    edge(j)
+            if ends is not None:
+                ends(len(graph.targets))  # type: ignore[union-attr]
             # Stop recording once every label is taken (the bench takes all of its rows early).
             if len(taken) < len(labels):
                 if grouped is None:
@@ -178,31 +265,30 @@ def _explore(
                 else:
                     for group in labelled:
                         taken.update(group)
-            count += 1
             # Every 1,024 states: an agent's or a tree's search expands a few hundred a
             # second on a busy machine, and a progress line is due about once a second.
-            if progress is not None and count & 0x3FF == 0:
+            if progress is not None and i & 0x3FF == 0x3FF:
                 now = time.perf_counter()
                 if now >= next_report:
-                    progress(len(parent), len(following), depth, now - start)
+                    progress(len(states), len(states) - hi, depth, now - start)
                     next_report = now + 1.0
-            if max_states is not None and len(parent) > max_states:
+            if max_states is not None and len(states) > max_states:
                 return Result(
-                    system.name, len(parent), transitions, depth,
+                    system.name, len(states), transitions, depth,
                     time.perf_counter() - start, complete=False, labels_taken=taken, graph=graph,
-                    parent=parent,
+                    parent=visited,
                 )  # fmt: skip
-        if following:
+        if len(states) > hi:
             depth += 1
-        frontier = following
+        lo, hi = hi, len(states)
     return Result(
-        system.name, len(parent), transitions, depth, time.perf_counter() - start,
-        complete=True, labels_taken=taken, graph=graph, parent=parent,
+        system.name, len(states), transitions, depth, time.perf_counter() - start,
+        complete=True, labels_taken=taken, graph=graph, parent=visited,
     )  # fmt: skip
 
 
 def trace_to(
-    parent: dict[S, tuple[S, int] | None], s: S, unpack: Callable[[S], Any] | None = None
+    parent: Mapping[S, tuple[S, int] | None], s: S, unpack: Callable[[S], Any] | None = None
 ) -> tuple[tuple[int | None, Any], ...]:
     """The path from the initial state to ``s`` along parent pointers, each state unpacked."""
     steps: list[tuple[int | None, S]] = []
@@ -216,44 +302,47 @@ def trace_to(
     )
 
 
-def _stop(
-    system: System[S],
-    parent: dict[S, tuple[S, int] | None],
-    s: S,
-    prop: str,
-    transitions: int,
-    depth: int,
-    start: float,
-    taken: set[int],
-    graph: dict[S, list[S]] | None,
-) -> Result[S]:
-    return Result(
-        system.name, len(parent), transitions, depth, time.perf_counter() - start,
-        complete=False, violation=Violation(prop, trace_to(parent, s, system.unpack)),
-        labels_taken=taken, graph=graph, parent=parent,
-    )  # fmt: skip
-
-
-def unreachable_quiescence(graph: dict[S, list[S]], quiescent: Callable[[S], bool]) -> list[S]:
-    """States from which no quiescent state is reachable (AG EF quiescent fails there).
+def unreachable_quiescence(
+    graph: Graph, visited: Visited[S], quiescent: Callable[[S], bool]
+) -> list[S]:
+    """States from which no quiescent state is reachable (AG EF quiescent fails there), in the
+    order of ``visited`` (so the first has a shortest trace).
 
     A backward search from every quiescent state over the stored edges; whatever it does not
     reach is stuck in a cycle or a dead end that never settles.
     """
     with paused_gc():
-        return _unreachable_quiescence(graph, quiescent)
+        return _unreachable_quiescence(graph, visited, quiescent)
 
 
-def _unreachable_quiescence(graph: dict[S, list[S]], quiescent: Callable[[S], bool]) -> list[S]:
-    reverse: dict[S, list[S]] = {s: [] for s in graph}
-    for s, nexts in graph.items():
-        for t in nexts:
-            reverse.setdefault(t, []).append(s)
-    seen = {s for s in reverse if quiescent(s)}
-    stack = list(seen)
+def _unreachable_quiescence(
+    graph: Graph, visited: Visited[S], quiescent: Callable[[S], bool]
+) -> list[S]:
+    offsets, targets, states = graph.offsets, graph.targets, visited._states
+    n = len(offsets) - 1
+    # The edges reversed, as compressed sparse rows too: count each state's predecessors,
+    # then place each predecessor at the end of its target's row.
+    starts = array("i", bytes(4 * (n + 1)))
+    for t in targets:
+        starts[t + 1] += 1
+    for i in range(n):
+        starts[i + 1] += starts[i]
+    fill = array("i", starts)
+    sources = array("i", bytes(4 * len(targets)))
+    for i in range(n):
+        for k in range(offsets[i], offsets[i + 1]):
+            t = targets[k]
+            sources[fill[t]] = i
+            fill[t] += 1
+    seen = bytearray(n)
+    stack = [i for i in range(n) if quiescent(states[i])]
+    for i in stack:
+        seen[i] = 1
     while stack:
-        for p in reverse[stack.pop()]:
-            if p not in seen:
-                seen.add(p)
+        t = stack.pop()
+        for k in range(starts[t], starts[t + 1]):
+            p = sources[k]
+            if not seen[p]:
+                seen[p] = 1
                 stack.append(p)
-    return [s for s in graph if s not in seen]
+    return [states[i] for i in range(n) if not seen[i]]
