@@ -20,7 +20,7 @@ import pytest
 
 import fsm_core.check
 from fsm_core._paths import models_dir
-from fsm_core.check import Model, Report, _partition, _vector, check, load_model, load_models
+from fsm_core.check import Model, Report, _partition, check, load_model, load_models
 from fsm_core.check._parallel import Source, partitions
 from fsm_core.check._partition import check_partitioned
 from fsm_core.check._system import build
@@ -28,7 +28,6 @@ from fsm_core.tools._mutants import MUTANTS, _copy_tables
 from tests.helpers import sweep, write_model
 from tests.test_check_cli import run
 from tests.test_check_workers import descendants, linux_only, under_way, untimed
-from tests.test_vector_backend import TABLE_MUTANTS, _table_model, _unproven
 
 DEFAULT_MODELS = [m for m in load_models(models_dir()) if m.tier == "default"]
 
@@ -91,44 +90,6 @@ def test_a_state_limit_stops_both_at_the_same_state(backend: str, limit: int) ->
     model = load_model(models_dir() / "bench_M.toml")
     report = assert_partitioned_alike(model, _path(model), max_states=limit, backend=backend)
     assert report.verdict == "incomplete"
-
-
-@pytest.fixture
-def every_level_shared(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Threads share every level of a table's search, however small (the default models'
-    levels are smaller than :data:`~fsm_core.check._vector.SPLIT_FROM`)."""
-    monkeypatch.setattr(_vector, "SPLIT_FROM", 1)
-
-
-TABLE_MODELS = [m for m in DEFAULT_MODELS if m.kind == "table"]
-
-
-@pytest.mark.usefixtures("every_level_shared")
-@pytest.mark.parametrize("threads", [2, 3])
-@pytest.mark.parametrize("model", TABLE_MODELS, ids=lambda m: m.name)
-def test_threads_sharing_a_tables_levels_find_what_one_finds(model: Model, threads: int) -> None:
-    one = check(model, liveness=False)
-    shared = check_partitioned(model, Source(_path(model)), threads)
-    assert outcome(shared) == outcome(one)
-    assert shared.backend == "vector"
-
-
-@pytest.mark.usefixtures("every_level_shared")
-@pytest.mark.parametrize("mutant", TABLE_MUTANTS, ids=[m.name for m in TABLE_MUTANTS])
-def test_threads_sharing_a_mutants_levels_find_the_same_shortest_trace(mutant: Any) -> None:
-    model = _table_model(mutant.name, _unproven(mutant.table, mutant))
-    one = check(model, liveness=False)
-    assert outcome(check_partitioned(model, Source(Path(model.file)), 2)) == outcome(one)
-
-
-@pytest.mark.usefixtures("every_level_shared")
-@pytest.mark.parametrize("limit", [1, 2, 3, 100, 797, 4_321, 30_000])
-def test_threads_sharing_the_levels_stop_at_a_state_limit_alike(limit: int) -> None:
-    model = load_model(models_dir() / "bench_M.toml")
-    one = check(model, liveness=False, max_states=limit)
-    shared = check_partitioned(model, Source(_path(model)), 2, max_states=limit)
-    assert outcome(shared) == outcome(one)
-    assert shared.verdict == "incomplete"
 
 
 class InProcess:

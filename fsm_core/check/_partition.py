@@ -965,14 +965,7 @@ def check_partitioned(
     """``check(model, liveness=False)``'s report, the search partitioned across ``workers``
     shards: this process and ``workers - 1`` worker processes (forked, or loading ``model``
     from ``source``). The same report but for the timings: the shards' keys put every level
-    in the single-process search's order, so even the trace is the same one.
-
-    A table on the vector backend is not sent between processes: each level's work is shared
-    by ``workers`` threads of this process (``threads`` of
-    :meth:`~fsm_core.check._vector.VectorSearch.explore`), which share its arrays and its
-    visited set. Two processes spent 1.55 to 1.8 times one's processor time on bench_XL,
-    copying, hashing and sorting each level's edges twice; two threads spend what one does
-    (``benchmarks/README.md``)."""
+    in the single-process search's order, so even the trace is the same one."""
     if model.symmetry:
         raise UsageError(
             f"{model.name}: a search over sibling orbits ([tree] symmetry) is not partitioned: "
@@ -980,10 +973,7 @@ def check_partitioned(
         )
     built = build(model)
     engine, fallback, table = engine_for(model, built, backend)
-    if table is not None:  # a level's NumPy work, shared by threads of this process
-        result = table.explore(max_states=max_states, progress=progress, threads=workers)
-        return report_of(model, built, result, list(built.moves), engine, fallback)
-    with Local(model, source, built, None, workers) as transport:
+    with Local(model, source, built, table, workers) as transport:
         result, moves = search(
             model.name, transport, width(engine, built), max_states=max_states, progress=progress
         )

@@ -38,15 +38,13 @@ caller then explores it with the default backend.
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -79,7 +77,6 @@ BYTES_LIMIT: Final = 1 << 28
 """The largest domain (in states) whose visited set is a byte array (256 MiB); a larger one
 keeps a sorted array of the codes it has visited."""
 
-_T = TypeVar("_T")
 Codes: TypeAlias = npt.NDArray[np.int64]
 Mask: TypeAlias = npt.NDArray[np.bool_]
 Indices: TypeAlias = npt.NDArray[np.int32]
@@ -867,134 +864,6 @@ def _first_discoveries(
     level.parents, level.labels = parents.astype(np.int32), labels.astype(np.int32)
 
 
-SPLIT_FROM: Final = 1 << 14
-"""The fewest states of a frontier whose level :class:`_Threads` shares among its threads (a
-smaller level costs less than handing it over); its edges are shared from this many times
-the threads on."""
-
-
-class _Threads:
-    """A level's work shared among ``count`` threads, this one and ``count - 1`` of a pool:
-    the frontier cut into consecutive slices, each expanded by a thread (:meth:`level`), then
-    the edges cut by code into ranges, each range's first discoveries found by a thread
-    (:meth:`first_discoveries`). Every key is the one the whole frontier gives its edge, and
-    the ranges' discoveries, each in key order, merge into the order of the whole level's, so
-    the next level is the one a single thread finds. With ``count`` 1, nothing is shared.
-    Use it as a context manager: leaving it stops the pool."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.pool = ThreadPoolExecutor(count - 1, "fsm-core vector") if count > 1 else None
-
-    def __enter__(self) -> _Threads:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-
-    def _all(self, work: Sequence[Callable[[], _T]]) -> list[_T]:
-        """Every call's answer, in order: the first made here, the others in the pool."""
-        assert self.pool is not None
-        futures = [self.pool.submit(w) for w in work[1:]]
-        try:
-            here = work[0]()
-        finally:  # an exception here leaves no thread writing what the caller drops
-            wait(futures)
-        return [here, *(f.result() for f in futures)]
-
-    def level(self, search: VectorSearch, frontier: Codes, shift: int, count: int) -> _Level:
-        """:meth:`VectorSearch._level` of ``frontier``, a slice of it per thread."""
-        n = frontier.size
-        if self.pool is None or n < SPLIT_FROM:
-            return search._level(frontier, shift, count)
-        cuts = [n * i // self.count for i in range(self.count + 1)]
-        slices = list(itertools.pairwise(cuts))
-        levels = self._all(
-            [
-                partial(search._level, frontier[a:b], shift, count, np.arange(a, b))
-                for a, b in slices
-            ]
-        )
-        bad = next(
-            (a + lv.bad for lv, (a, _) in zip(levels, slices, strict=True) if lv.bad is not None),
-            None,
-        )
-        keys = None if shift else np.concatenate([lv.keys for lv in levels])
-        taken = set().union(*(lv.taken for lv in levels))
-        first = levels[0]
-        edges = np.concatenate([lv.edges for lv in levels])
-        return _Level(bad, edges, keys, shift, taken, first.codes, first.parents, first.labels)
-
-    def first_discoveries(
-        self, level: _Level, size: int, code_bits: int, visited: _Visited, count: int
-    ) -> None:
-        """:func:`_first_discoveries`, a range of codes per thread: the ranges' visited bytes
-        are apart, so the threads write them at once. Edges with their keys apart, and a
-        visited set kept as a sorted array, are left to one thread."""
-        edges, shift = level.edges, level.shift
-        if (
-            self.pool is None
-            or level.keys is not None
-            or visited.bytes is None
-            or edges.size < SPLIT_FROM * self.count
-        ):
-            _first_discoveries(level, size, code_bits, visited, count)
-            return
-        sample = np.sort(edges[:: max(1, edges.size // 4096)] >> shift)
-        bounds = [int(sample[sample.size * i // self.count]) << shift for i in range(1, self.count)]
-        ranges = list(itertools.pairwise([None, *bounds, None]))
-        parts = self._all(
-            [
-                partial(_discovered, edges, lo, hi, size, code_bits, visited, shift)
-                for lo, hi in ranges
-            ]
-        )
-        packed = np.concatenate(parts)
-        packed.sort(kind="stable")  # a merge of the ranges' runs, each in key order
-        codes, keys = packed & ((1 << code_bits) - 1), packed >> code_bits
-        level.codes = codes
-        parents, labels = np.divmod(keys, count)
-        level.parents, level.labels = parents.astype(np.int32), labels.astype(np.int32)
-
-
-def _discovered(
-    edges: Codes,
-    lo: int | None,
-    hi: int | None,
-    size: int,
-    code_bits: int,
-    visited: _Visited,
-    shift: int,
-) -> Codes:
-    """The first discoveries among the packed ``edges`` from ``lo`` up to ``hi`` (None: no
-    bound) as :func:`_first_discoveries` finds them, added to ``visited``: each unvisited
-    code once with its least key, as ``key << code_bits | code``, sorted."""
-    mask: Mask | None = None
-    if lo is not None:
-        mask = edges >= lo
-    if hi is not None:
-        below = edges < hi
-        mask = below if mask is None else mask & below
-    ordered = edges.copy() if mask is None else edges[mask]
-    if not ordered.size:
-        return ordered
-    ordered.sort()
-    code = ordered >> shift
-    head = np.empty(ordered.size, dtype=np.bool_)
-    head[0] = True
-    np.not_equal(code[1:], code[:-1], out=head[1:])
-    won = ordered[head]
-    code = won >> shift
-    inside = (code >= 0) & (code < size)
-    if not inside.all():
-        won, code = won[inside], code[inside]
-    new = visited.unseen(code)
-    won = won[new]
-    visited.add(code[new])
-    return np.sort(((won & ((1 << shift) - 1)) << code_bits) | (won >> shift))
-
-
 class VectorSearch:
     """A table model compiled for the vector backend; :meth:`explore` runs the search.
 
@@ -1022,25 +891,9 @@ class VectorSearch:
         max_states: int | None = None,
         keep_graph: bool = False,
         progress: Progress | None = None,
-        threads: int = 1,
     ) -> Result[State]:
         """Explore as :func:`fsm_core.check._explore.explore` does, with the same result; the
-        result holds no parent pointers and no graph (:meth:`unsettled` reads the edges).
-
-        ``threads`` above 1 shares each large level's work among that many threads of this
-        process (:class:`_Threads`): NumPy lets go of the interpreter while it sorts and
-        computes, and the threads share the level's arrays and the visited set, which
-        processes would copy. The result is the same."""
-        with _Threads(threads) as pool:
-            return self._explore(max_states, keep_graph, progress, pool)
-
-    def _explore(
-        self,
-        max_states: int | None,
-        keep_graph: bool,
-        progress: Progress | None,
-        pool: _Threads,
-    ) -> Result[State]:
+        result holds no parent pointers and no graph (:meth:`unsettled` reads the edges)."""
         start = time.perf_counter()
         count = max(1, self.label_count)
         code_bits = max(1, (self.layout.size - 1).bit_length())
@@ -1058,8 +911,8 @@ class VectorSearch:
         while frontier.size:
             key_bits = max(1, (frontier.size * count).bit_length())
             shift = key_bits if code_bits + key_bits <= 63 else 0
-            level = pool.level(self, frontier, shift, count)
-            pool.first_discoveries(level, self.layout.size, code_bits, visited, count)
+            level = self._level(frontier, shift, count)
+            _first_discoveries(level, self.layout.size, code_bits, visited, count)
             keys = level.edge_keys()
             stop = self._stop(level, states, max_states)
             if stop is not None:
