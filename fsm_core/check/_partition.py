@@ -314,16 +314,14 @@ class PythonShard:
             self.portable: Callable[[Any], Any] = portable
             self.local: Callable[[Any], Any] = local
             self._hashed: Callable[[Any], Hashable] = itemgetter(0)
-            budgetless = c.budgetless
-
-            def group(s: Any) -> Hashable:
-                return budgetless(s)[0]
-
-            self._group: Callable[[Any], Hashable] = group
+            # The engine's state numbers over this are its numbers of the states without their
+            # budgets: the budgets' code is the number's remainder, and the initial state's,
+            # the model's budgets, is the largest (budgets only fall).
+            self._codes = c.budgetless(c.initial())[1] + 1
         else:  # states are tuples of values already
             self.portable = self.local = tuple
             self._hashed = tuple
-            self._group = tuple
+            self._codes = 0
         self.owner_of: dict[Hashable, int] = {}
         """The owner of each state this shard met, by the state without its budgets (a
         compiled engine's number of it, which every state differing only in budgets shares):
@@ -343,7 +341,7 @@ class PythonShard:
     def _owner(self, s: Any) -> int:
         """The owner of ``s``: a hash of its text without its budgets (Python's ``hash`` of
         a string differs from one process to the next)."""
-        group = self._group(s)
+        group = s // self._codes if self._codes else s
         found = self.owner_of.get(group)
         if found is None:
             text = repr(self._hashed(self.portable(s))).encode()
@@ -430,9 +428,9 @@ class PythonShard:
         """``first`` by owner, in key order: ours as they are, the others' portable (and
         met from now on: their owners will have visited them once this level is merged)."""
         out: list[list[tuple[Any, int]]] = [[] for _ in range(self.owners)]
-        owner_of, owner, budgetless = self.owner_of, self._owner, self._group
+        owner_of, owner, codes = self.owner_of, self._owner, self._codes
         for t, k in first.items():
-            o = owner_of.get(budgetless(t))
+            o = owner_of.get(t // codes if codes else t)
             if o is None:
                 o = owner(t)
             out[o].append((t, k))
