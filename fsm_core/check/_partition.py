@@ -7,6 +7,9 @@ states with the key that first reached each (the parent records). Each level is 
 
 1. expand: each shard ranks its slice of the frontier (below), checks each state (the
    invariants, then deadlock) and sends each successor, with its key, to the successor's owner;
+   a state-at-a-time shard sends a successor it has not met before only (not one of its own
+   visited states, nor one it sent its owner in an earlier level), so a shard sends a state
+   at most once, in the level that first reaches it;
 2. merge: each shard keeps, of what it received, each unvisited state once with its least key,
    and sorts them by key: its slice of the next level, whose keys every shard is sent.
 
