@@ -23,6 +23,7 @@ from fsm_core._paths import models_dir
 from fsm_core.check import Model, Report, _partition, check, load_model
 from fsm_core.check._parallel import Source, partitions
 from fsm_core.check._partition import check_partitioned
+from fsm_core.check._system import build
 from fsm_core.tools._mutants import MUTANTS, _copy_tables
 from tests.helpers import shipped_models, sweep, write_model
 from tests.test_check_cli import run
@@ -89,6 +90,58 @@ def test_a_state_limit_stops_both_at_the_same_state(backend: str, limit: int) ->
     model = load_model(models_dir() / "bench_M.toml")
     report = assert_partitioned_alike(model, _path(model), max_states=limit, backend=backend)
     assert report.verdict == "incomplete"
+
+
+class InProcess:
+    """A :class:`~fsm_core.check._partition.Transport` running every shard here, each on an
+    engine of its own (as each process has), counting the states the shards send each other."""
+
+    def __init__(self, model: Model, owners: int) -> None:
+        self.owners = owners
+        self.held = [
+            _partition.Held(_partition.PythonShard(build(model), i, owners), i)
+            for i in range(owners)
+        ]
+        self.sent = 0
+        self._keys: list[Any] = []
+        self._payloads: list[list[Any]] = []
+
+    def begin(self) -> None:
+        self._keys = [h.step("begin") for h in self.held]
+
+    def expand(self) -> list[Any]:
+        answers = [
+            h.expand([None if j == i else k for j, k in enumerate(self._keys)])
+            for i, h in enumerate(self.held)
+        ]
+        self._payloads = [payloads for _, payloads in answers]
+        self.sent += sum(len(p) for ps in self._payloads for p in ps if p is not None)
+        return [expanded for expanded, _ in answers]
+
+    def merge(self) -> list[int]:
+        self._keys = [h.merge([p[j] for p in self._payloads]) for j, h in enumerate(self.held)]
+        return [int(k.size) for k in self._keys]
+
+    def keys(self) -> list[Any]:
+        return self._keys
+
+    def ask(self, shard: int, what: str, *args: Any) -> Any:
+        return self.held[shard].step(what, *args)
+
+
+def test_a_shard_sends_each_state_another_owns_once_however_often_it_reaches_it() -> None:
+    model = load_model(models_dir() / "agent_races.toml")
+    transport = InProcess(model, 2)
+    result, _ = _partition.search(model.name, transport, _partition.WIDTH)
+    one = check(model, liveness=False).result
+    assert (result.states, result.transitions, result.depth) == (
+        one.states,
+        one.transitions,
+        one.depth,
+    )
+    # Every state but the initial one is sent by at most one shard (the one whose level first
+    # reaches it, when the other owns it), never again by a later level that reaches it.
+    assert 0 < transport.sent < one.states
 
 
 SAMPLE = [

@@ -7,6 +7,9 @@ states with the key that first reached each (the parent records). Each level is 
 
 1. expand: each shard ranks its slice of the frontier (below), checks each state (the
    invariants, then deadlock) and sends each successor, with its key, to the successor's owner;
+   a state-at-a-time shard sends a successor it has not met before only (not one of its own
+   visited states, nor one it sent its owner in an earlier level), so a shard sends a state
+   at most once, in the level that first reaches it;
 2. merge: each shard keeps, of what it received, each unvisited state once with its least key,
    and sorts them by key: its slice of the next level, whose keys every shard is sent.
 
@@ -314,16 +317,23 @@ class PythonShard:
             self.portable: Callable[[Any], Any] = portable
             self.local: Callable[[Any], Any] = local
             self._hashed: Callable[[Any], Hashable] = itemgetter(0)
+            # The engine's state numbers over this are its numbers of the states without their
+            # budgets: the budgets' code is the number's remainder, and the initial state's,
+            # the model's budgets, is the largest (budgets only fall).
+            self._codes = c.budgetless(c.initial())[1] + 1
         else:  # states are tuples of values already
             self.portable = self.local = tuple
             self._hashed = tuple
-        self.owner_of: dict[Any, int] = {}
-        """The owner of each state this shard met, as :meth:`_owner` found it: for the states
-        it owns, for the whole search; for the others, for the level being expanded only (so
-        a shard's memory stays its share of the states, not every successor it generates)."""
-        self._theirs: list[Any] = []
-        """The states of :attr:`owner_of` that other shards own, met in this level."""
-        self.visited: set[Any] = set()
+            self._codes = 0
+        self.owner_of: dict[Hashable, int] = {}
+        """The owner of each state this shard met, by the state without its budgets (a
+        compiled engine's number of it, which every state differing only in budgets shares):
+        each is hashed once, whatever level meets it again."""
+        self.met: set[Any] = set()
+        """The states this shard never keeps or sends again: those it owns and has visited,
+        and those it sent their owners in an earlier level (which has visited them since).
+        A state is sent at most once, then: a successor another shard owns is sent in the
+        level that first reaches it, not in every level that reaches it again."""
         self.levels: list[tuple[list[Any], Keys]] = []
         self.ranks: list[npt.NDArray[np.int64]] = []
         self.taken: set[int] = set()
@@ -332,21 +342,20 @@ class PythonShard:
         """Labels taken so far, as the coordinator has been told them."""
 
     def _owner(self, s: Any) -> int:
-        """The owner of ``s``: a hash of its text (Python's ``hash`` of a string differs
-        from one process to the next)."""
-        found = self.owner_of.get(s)
+        """The owner of ``s``: a hash of its text without its budgets (Python's ``hash`` of
+        a string differs from one process to the next)."""
+        group = s // self._codes if self._codes else s
+        found = self.owner_of.get(group)
         if found is None:
             text = repr(self._hashed(self.portable(s))).encode()
-            found = self.owner_of[s] = zlib.crc32(text) % self.owners
-            if found != self.me:
-                self._theirs.append(s)
+            found = self.owner_of[group] = zlib.crc32(text) % self.owners
         return found
 
     def begin(self) -> Keys:
         s = self.system.initial
         ours = self._owner(s) == self.me
         if ours:
-            self.visited.add(s)
+            self.met.add(s)
         keys = np.zeros(int(ours), dtype=np.int64)
         self.levels.append(([s] if ours else [], keys))
         return keys
@@ -375,14 +384,12 @@ class PythonShard:
         return frozenset(self.system.labels[i] for i in labels)  # type: ignore[misc]
 
     def expand(self, others: Sequence[Keys | None]) -> tuple[Expanded, list[Any]]:
-        for t in self._theirs:  # the last level's: forgotten
-            del self.owner_of[t]
-        self._theirs.clear()
         states, keys = self.levels[-1]
         ranks = _ranks(self.me, keys, others)
         self.ranks.append(ranks)
-        out: list[dict[Any, int]] = [{} for _ in range(self.owners)]
-        me, visited, owner_of, owner = self.me, self.visited, self.owner_of, self._owner
+        # Each successor of the slice not met before, with the least key that reached it.
+        first: dict[Any, int] = {}
+        met = self.met
         system = self.system
         succ, grouped, violated = system.successors, system.grouped, system.first_violated
         labels, taken = system.labels, self.taken
@@ -413,37 +420,45 @@ class PythonShard:
                 assert len(nexts) < WIDTH, f"{len(nexts)} successors of one state"
                 base = rank * WIDTH
                 for i, (_, t) in enumerate(nexts):
-                    o = owner_of.get(t)
-                    if o is None:
-                        o = owner(t)
-                    if o == me and t in visited:
-                        continue
-                    sent = out[o]
-                    if t not in sent:
-                        sent[t] = base + i
-            payloads: list[Any] = [
-                list(sent.items()) if j == me else [(self.portable(t), k) for t, k in sent.items()]
-                for j, sent in enumerate(out)
-            ]
+                    if t not in first and t not in met:
+                        first[t] = base + i
+            payloads = self._split(first)
         new = taken - self.reported
         self.reported |= new
         return Expanded(bad, transitions, self._moves(new)), payloads
 
+    def _split(self, first: dict[Any, int]) -> list[Any]:
+        """``first`` by owner, in key order: ours as they are, the others' portable (and
+        met from now on: their owners will have visited them once this level is merged)."""
+        out: list[list[tuple[Any, int]]] = [[] for _ in range(self.owners)]
+        owner_of, owner, codes = self.owner_of, self._owner, self._codes
+        for t, k in first.items():
+            o = owner_of.get(t // codes if codes else t)
+            if o is None:
+                o = owner(t)
+            out[o].append((t, k))
+        portable = self.portable
+        for j, sent in enumerate(out):
+            if j != self.me:
+                self.met.update(t for t, _ in sent)
+                out[j] = [(portable(t), k) for t, k in sent]
+        return out
+
     def merge(self, payloads: Sequence[Any]) -> Keys:
         best: dict[Any, int] = {}
-        visited = self.visited
+        met = self.met
         with paused_gc():
             for j, payload in enumerate(payloads):
                 local = None if j == self.me else self.local
                 for sent, k in payload:
                     t = sent if local is None else local(sent)
-                    if t in visited:
+                    if t in met:
                         continue
                     old = best.get(t)
                     if old is None or k < old:
                         best[t] = k
             ordered = sorted(best.items(), key=itemgetter(1))
-            visited.update(best)
+            met.update(best)
         keys = np.fromiter((k for _, k in ordered), dtype=np.int64, count=len(ordered))
         self.levels.append(([t for t, _ in ordered], keys))
         return keys
