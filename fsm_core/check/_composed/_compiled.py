@@ -328,9 +328,10 @@ class _Searched:
         """False iff the bound left listener calls out."""
 
 
-_Known = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, _Searched]]
-"""Scoped searches of one call that read the positions named (sorted): the positions, what
-gives the values there, and the searches by those values."""
+_Known = tuple[int, tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, _Searched]]
+"""Scoped searches of one call within one bound that read the positions named (sorted): the
+bound's code (the code of the model's budgets when they left nothing out), the positions,
+what gives the values there, and the searches by those values."""
 
 
 class _Code:
@@ -497,7 +498,6 @@ class CompiledEngine(Engine):
         """True iff a call's search may be scoped (:meth:`_scoped`): a flat instance is the
         whole state, so a flat search reads all of it anyway."""
         parts: dict[int, list[Predicate]] = {}
-        scopes: dict[int, set[int]] = {}
         self._whole: list[Predicate] = []
         """The ``always`` properties not split into parts: a scoped notification checks them
         whole."""
@@ -510,13 +510,14 @@ class CompiledEngine(Engine):
             for scope, holds in prop.parts:
                 for k in scope:
                     parts.setdefault(k, []).append(holds)
-                    scopes.setdefault(k, set()).update(scope)
-        self._recheck = {k: (tuple(found), tuple(sorted(scopes[k]))) for k, found in parts.items()}
-        """Per position, the parts of ``always`` properties that read it, and every position
-        they read: what a scoped notification rechecks when a step changed the position."""
+        self._recheck = {k: tuple(found) for k, found in parts.items()}
+        """Per position, the parts of ``always`` properties whose scope holds it: what a
+        scoped notification rechecks when a step changed the position."""
         self._searched: dict[tuple[Any, ...], list[_Known]] = {}
-        """Scoped searches' outcomes (:class:`_Searched`), by the call and its bound, then by
-        the positions the search read, then by the values there."""
+        """Scoped searches' outcomes (:class:`_Searched`), by the call, then by the bound and
+        the positions the search read, then by the values there. A search within a bound
+        serves every state whose budgets the bound covers: steps its budgets do not cover are
+        none of its steps anyway."""
         self._written: set[int] = set()
         """The positions the scoped search in progress may have changed, on any path."""
 
@@ -935,12 +936,22 @@ class CompiledEngine(Engine):
         decided by those, so a search from a state that agrees there makes the same choices
         and writes the same values: its next states are ``state`` with those values written.
         """
-        memo = self._searched.get((c.i, c.found, c.event, c.args, c.target, c.spent, c.bound))
+        memo = self._searched.get((c.i, c.found, c.event, c.args, c.target, c.spent))
         if memo is None:
             return False
-        for _, project, known in memo:
+        code, covers = c.bound, self._covers
+        for bound, _, project, known in memo:
+            if bound != code:
+                where = bound * self._codes + code
+                fits = covers.get(where)
+                if fits is None:
+                    left = _left(self._budget(bound), self._budget(code))
+                    fits = covers[where] = left is not None
+                if not fits:
+                    continue
             found = known.get(project(state))
             if found is not None:
+                c.bound = bound
                 rest = list(state[: self._lo] + state[self._hi :])
                 bases: list[int] = []
                 for values in found.groups:
@@ -972,14 +983,13 @@ class CompiledEngine(Engine):
             not c.pruned,
         )
         where = tuple(sorted(reads))
-        memo = self._searched.setdefault(
-            (c.i, c.found, c.event, c.args, c.target, c.spent, c.bound), []
-        )
-        entry = next((e for e in memo if e[0] == where), None)
+        memo = self._searched.setdefault((c.i, c.found, c.event, c.args, c.target, c.spent), [])
+        bound = c.bound if c.pruned else self._top
+        entry = next((e for e in memo if e[0] == bound and e[1] == where), None)
         if entry is None:
-            entry = (where, _projection(where), {})
+            entry = (bound, where, _projection(where), {})
             memo.append(entry)
-        entry[2][entry[1](state)] = searched
+        entry[3][entry[2](state)] = searched
 
     def _local_step(
         self, state: tuple[Any, ...], start: _Start, rest: tuple[Any, ...] | None = None
@@ -1267,9 +1277,9 @@ class CompiledEngine(Engine):
     ) -> tuple[str | None, ...]:
         """:meth:`_notice` in a scoped search, whose start breaks no property: of the tables'
         invariants and the ``always`` properties split into parts, only an instance or a part
-        that reads a position the path changed can break, and only those are checked (the
-        parts' scopes join the search's reads). The rest is checked whole, its reads
-        recorded."""
+        whose scope holds a position the path changed can break, and only those are checked,
+        what they read recorded (a part may read less than its scope: what it read decides
+        it). The properties not split are checked whole."""
         k = code.first_unstable(before, now)
         if k >= 0:
             return (self._named(code.stable[k], i),)
@@ -1285,13 +1295,9 @@ class CompiledEngine(Engine):
                 values = store[p]
                 if values is not None and tables[p].violated(values) is not None:
                     return (None,)
-            found = recheck.get(p)
-            if found is not None:
-                parts, scope = found
-                reads.update(scope)
-                for holds in parts:
-                    if not holds(store, None):
-                        return (None,)
+            for holds in recheck.get(p, ()):
+                if not holds(seen, None):
+                    return (None,)
         for holds in self._whole:
             if not holds(seen, None):
                 return (None,)
