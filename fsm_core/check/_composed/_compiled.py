@@ -313,7 +313,7 @@ class _Searched:
     the values there of each next state, and each step as (label, next state's index, the
     number of what it spent), with each step's :attr:`_Path.order`."""
 
-    __slots__ = ("complete", "groups", "orders", "places", "steps")
+    __slots__ = ("bound", "groups", "orders", "places", "steps")
 
     def __init__(
         self,
@@ -321,17 +321,17 @@ class _Searched:
         groups: tuple[tuple[Any, ...], ...],
         steps: list[tuple[int, int, int]],
         orders: list[tuple[int, ...]],
-        complete: bool,
+        bound: int,
     ) -> None:
         self.places, self.groups, self.steps, self.orders = places, groups, steps, orders
-        self.complete = complete
-        """False iff the bound left listener calls out."""
+        self.bound = bound
+        """The code of the budgets the search was within; the model's when it left no
+        listener call out (then it serves every budgets)."""
 
 
-_Known = tuple[int, tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, _Searched]]
-"""Scoped searches of one call within one bound that read the positions named (sorted): the
-bound's code (the code of the model's budgets when they left nothing out), the positions,
-what gives the values there, and the searches by those values."""
+_Known = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, list[_Searched]]]
+"""Scoped searches of one call that read the positions named (sorted): the positions, what
+gives the values there, and the searches by those values (one per bound)."""
 
 
 class _Code:
@@ -494,6 +494,8 @@ class CompiledEngine(Engine):
         """For a bound's code times the number of codes plus budgets' code: True iff the
         bound covers the budgets."""
         self._count = len(w.instances)
+        self._free = self._number((0,) * len(budgets))
+        """The number of spending nothing."""
         self._scoping = not w.flat
         """True iff a call's search may be scoped (:meth:`_scoped`): a flat instance is the
         whole state, so a flat search reads all of it anyway."""
@@ -514,10 +516,10 @@ class CompiledEngine(Engine):
         """Per position, the parts of ``always`` properties whose scope holds it: what a
         scoped notification rechecks when a step changed the position."""
         self._searched: dict[tuple[Any, ...], list[_Known]] = {}
-        """Scoped searches' outcomes (:class:`_Searched`), by the call, then by the bound and
-        the positions the search read, then by the values there. A search within a bound
-        serves every state whose budgets the bound covers: steps its budgets do not cover are
-        none of its steps anyway."""
+        """Scoped searches' outcomes (:class:`_Searched`), by the call, then by the positions
+        the search read, then by the values there. A search within a bound serves every state
+        whose budgets the bound covers: steps its budgets do not cover are none of its steps
+        anyway."""
         self._written: set[int] = set()
         """The positions the scoped search in progress may have changed, on any path."""
 
@@ -667,16 +669,22 @@ class CompiledEngine(Engine):
         covers, codes, top = self._covers, self._codes, self._top
         if calls is None:
             full_state = self.unpack(key * self._codes + code)
-            calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
-            if not full_state[self.broken]:
+            calls = self._calls_of[key] = []
+            broken, rest = full_state[self.broken], self._keys[key]
+            run: _Call | None = None
+            for start in self._starts(full_state):
+                if start[5] is None or broken:
+                    run = None
+                    calls.append(_Call(*start))
+                    continue
                 # A local call has one step, whatever the budgets: done now, never widened.
-                rest = self._keys[key]
-                for c in calls:
-                    if c.local is not None:
-                        start = (c.i, c.found, c.event, c.args, c.spent, c.local, c.target)
-                        c.steps = [step] = [self._local_step(full_state, start, rest)]
-                        c.groups = [(step[0], step[1], step[2], 1, (step[0],))]
-                        c.bound = top
+                # Calls in a row that are local make one call of their steps, each spending
+                # what its call does (a step the budgets do not cover is dropped anyway).
+                if run is None:
+                    run = _Call(*start)
+                    run.spent, run.bound, run.local = self._free, top, None
+                    calls.append(run)
+                run.steps.append(self._local_step(full_state, start, rest))
         after = self._spend(code)
         ready: list[_Call] = []
         for c in calls:
@@ -926,31 +934,31 @@ class CompiledEngine(Engine):
             self._keep(state, c, reads, out)
 
     def _recall(self, state: tuple[Any, ...], c: _Call) -> bool:
-        """Take ``c``'s steps from a scoped search of the same call within the same bound from
-        a state that agrees with ``state`` on every position that search read; False if none
-        was kept.
+        """Take ``c``'s steps from a scoped search of the same call, within a bound that covers
+        ``c``'s, from a state that agrees with ``state`` on every position that search read;
+        False if none was kept.
 
         A scoped search (from a state that breaks nothing) records every position it reads:
-        the instances it runs, what the wiring's hooks and the whole properties read, and the
-        scopes of the parts it rechecks (:meth:`_scoped_notice`). Every choice in it is
-        decided by those, so a search from a state that agrees there makes the same choices
-        and writes the same values: its next states are ``state`` with those values written.
+        the instances it runs, and what the wiring's hooks, the properties and the parts it
+        rechecks read (:meth:`_scoped_notice`). Every choice in it is decided by those, so a
+        search from a state that agrees there makes the same choices and writes the same
+        values: its next states are ``state`` with those values written.
         """
         memo = self._searched.get((c.i, c.found, c.event, c.args, c.target, c.spent))
         if memo is None:
             return False
         code, covers = c.bound, self._covers
-        for bound, _, project, known in memo:
-            if bound != code:
-                where = bound * self._codes + code
-                fits = covers.get(where)
-                if fits is None:
-                    left = _left(self._budget(bound), self._budget(code))
-                    fits = covers[where] = left is not None
-                if not fits:
-                    continue
-            found = known.get(project(state))
-            if found is not None:
+        for _, project, known in memo:
+            for found in known.get(project(state), ()):
+                bound = found.bound
+                if bound != code:
+                    where = bound * self._codes + code
+                    fits = covers.get(where)
+                    if fits is None:
+                        left = _left(self._budget(bound), self._budget(code))
+                        fits = covers[where] = left is not None
+                    if not fits:
+                        continue
                 c.bound = bound
                 rest = list(state[: self._lo] + state[self._hi :])
                 bases: list[int] = []
@@ -961,7 +969,7 @@ class CompiledEngine(Engine):
                     bases.append(self._key(tuple(after)) * self._codes)
                 c.steps = [(label, bases[g], k) for label, g, k in found.steps]
                 c.orders, c.pruned, c.groups = found.orders, [], None
-                c.stale = not found.complete
+                c.stale = bound != self._top
                 return True
         return False
 
@@ -980,16 +988,15 @@ class CompiledEngine(Engine):
             tuple(groups),
             steps,
             c.orders,
-            not c.pruned,
+            c.bound if c.pruned else self._top,
         )
         where = tuple(sorted(reads))
         memo = self._searched.setdefault((c.i, c.found, c.event, c.args, c.target, c.spent), [])
-        bound = c.bound if c.pruned else self._top
-        entry = next((e for e in memo if e[0] == bound and e[1] == where), None)
+        entry = next((e for e in memo if e[0] == where), None)
         if entry is None:
-            entry = (bound, where, _projection(where), {})
+            entry = (where, _projection(where), {})
             memo.append(entry)
-        entry[3][entry[2](state)] = searched
+        entry[2].setdefault(entry[1](state), []).append(searched)
 
     def _local_step(
         self, state: tuple[Any, ...], start: _Start, rest: tuple[Any, ...] | None = None
