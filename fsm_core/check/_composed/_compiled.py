@@ -313,7 +313,7 @@ class _Searched:
     the values there of each next state, and each step as (label, next state's index, the
     number of what it spent), with each step's :attr:`_Path.order`."""
 
-    __slots__ = ("bound", "groups", "orders", "places", "steps")
+    __slots__ = ("bound", "folded", "groups", "orders", "places", "steps")
 
     def __init__(
         self,
@@ -327,6 +327,9 @@ class _Searched:
         self.bound = bound
         """The code of the budgets the search was within; the model's when it left no
         listener call out (then it serves every budgets)."""
+        self.folded = _fold(steps)
+        """The steps folded (:func:`_fold`), a next state's number standing for the next state
+        (distinct values make distinct next states)."""
 
 
 _Known = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, list[_Searched]]]
@@ -968,7 +971,8 @@ class CompiledEngine(Engine):
                         after[k] = v
                     bases.append(self._key(tuple(after)) * self._codes)
                 c.steps = [(label, bases[g], k) for label, g, k in found.steps]
-                c.orders, c.pruned, c.groups = found.orders, [], None
+                c.groups = [(x, bases[g], k, n, e) for x, g, k, n, e in found.folded]
+                c.orders, c.pruned = found.orders, []
                 c.stale = bound != self._top
                 return True
         return False

@@ -414,6 +414,8 @@ class TreeWiring:
         self._keep = (
             0 if a is None else [p for p, _ in a.table.events["cancel"].params].index("keep_inbox")
         )
+        self._refusals: dict[tuple[Any, ...], str | None] = {}
+        """:meth:`_code`'s answers."""
         self.own: tuple[Property, ...] = self._properties()
 
     def _properties(self) -> tuple[Property, ...]:
@@ -567,7 +569,7 @@ class TreeWiring:
         drained = self._is_drained(s)
         draining, by_drain = self._draining, self._by_drain
         covered = [drained] * self._n  # the node and its subtree are a drain's
-        door = _code(self.door, s[self._door], "admit", ("activation",))  # one door for all
+        door = self._code(self.door, s[self._door], "admit", ("activation",))  # one for all
         for i in self._slots:
             node = s[i]
             if node is None:
@@ -578,12 +580,20 @@ class TreeWiring:
             covered[i] = covered[i] or node[by_drain]
             if not node[self._resident] or not (covered[i] or node[draining] != NO_DRAIN):
                 continue
-            if covered[i] and _code(self.machine, node, "deliver", (drained,)) != "DRAINING":
+            if covered[i] and self._code(self.machine, node, "deliver", (drained,)) != "DRAINING":
                 return False
-            admit = door if door is not None else _code(self.machine, node, "admit", ())
+            admit = door if door is not None else self._code(self.machine, node, "admit", ())
             if admit != "DRAINING":
                 return False
         return True
+
+    def _code(self, machine: Machine, state: Sequence[Any], event: str, args: Args) -> str | None:
+        """:func:`_code`, kept by the instance's variables (a refusal is an exception raised
+        and caught: the between-steps properties ask the same few thousand times)."""
+        where = (machine is self.door, tuple(state), event, args)
+        if where not in self._refusals:
+            self._refusals[where] = _code(machine, state, event, args)
+        return self._refusals[where]
 
     def _shut(self, agent: Sequence[Any]) -> bool:
         """True iff no send wakes ``agent`` any more: disposing, or shut by its activation (an
