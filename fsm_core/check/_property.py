@@ -81,11 +81,6 @@ class Property:
     clauses: tuple[str, ...] = ()
     """The clauses of specs/clauses.toml the property proves (an invariant's tags; a
     composition's promises name theirs)."""
-    parts: tuple[Part, ...] = ()
-    """The ``always`` property as a conjunction, each part with its scope (empty: not split).
-    The predicate holds iff every part does; the compiled engine, at a notification inside
-    a step from a state that breaks nothing, rechecks only the parts whose scope the step
-    changed (:func:`unscoped_reads` audits a scope)."""
 
     @property
     def statement(self) -> str:
@@ -107,12 +102,26 @@ def predicates(
     return tuple(out)
 
 
+@final
+class Conjunction:
+    """A predicate that holds iff each of its :attr:`parts` does, each part declaring the
+    positions it reads. The compiled engine, at a notification inside a step from a state that
+    breaks nothing, rechecks only the parts whose scope the step changed
+    (:func:`unscoped_reads` audits a scope)."""
+
+    __slots__ = ("_tests", "parts")
+
+    def __init__(self, parts: Sequence[Part]) -> None:
+        self.parts = tuple(parts)
+        self._tests = tuple(holds for _, holds in parts)
+
+    def __call__(self, state: Sequence[Any], at: Notice | None) -> bool:
+        return all(t(state, at) for t in self._tests)
+
+
 def conjunction(name: str, meaning: str, parts: Sequence[Part]) -> Property:
     """The ``always`` property ``name`` that holds iff every one of ``parts`` does."""
-    tests = tuple(holds for _, holds in parts)
-    return Property(
-        name, "always", meaning, lambda s, at: all(t(s, at) for t in tests), parts=tuple(parts)
-    )
+    return Property(name, "always", meaning, Conjunction(parts))
 
 
 def at_node(name: str, node: str) -> str:

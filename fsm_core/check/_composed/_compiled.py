@@ -25,6 +25,14 @@ same steps, in the same order, with the same moves and the same properties;
   are merged in by their order; a search that left nothing out is complete, and no bound
   resumes it. A call whose row performs no effect changes only its instance's variables, so
   its step is also cached by those variables (with the call, which is memoized by them).
+- **Searches scoped by what they read.** In a tree, a call's search from a state that breaks
+  no property records the positions it reads (:attr:`_Path.reads`: the instances it runs, what
+  the wiring's hooks and the properties read); a state that agrees there takes its steps from
+  that search (:meth:`CompiledEngine._recall`), its next states being that state with what the
+  search wrote. Such a search rechecks, at a notification, only the invariants of the
+  instances it changed and the parts of ``always`` properties whose declared scope it changed
+  (:class:`~fsm_core.check._property.Conjunction`): the rest held at its start and reads
+  nothing it changed.
 - **Offers decided once.** Which calls a state offers naming an instance is decided by
   reading a few positions (the instances the calls are fired on, what
   :meth:`~._compose.Wiring.offers` reads): deciding is deterministic, so the answer is kept by
@@ -50,7 +58,7 @@ from typing import Any, overload
 
 from fsm_core.check._composed._compose import Args, Engine, Wiring
 from fsm_core.check._moves import Move
-from fsm_core.check._property import Predicate, Reading, requires_name
+from fsm_core.check._property import Conjunction, Predicate, Reading, requires_name
 from fsm_core.table._codegen import (
     IGNORED,
     REFUSED,
@@ -509,10 +517,11 @@ class CompiledEngine(Engine):
         for prop in w.own:
             if prop.kind != "always":
                 continue
-            if not prop.parts:
+            if not isinstance(prop.predicate, Conjunction):
                 assert prop.predicate is not None  # an always property has one
                 self._whole.append(prop.predicate)
-            for scope, holds in prop.parts:
+                continue
+            for scope, holds in prop.predicate.parts:
                 for k in scope:
                     parts.setdefault(k, []).append(holds)
         self._recheck = {k: tuple(found) for k, found in parts.items()}
