@@ -48,6 +48,7 @@ from fsm_core.check._composed._compose import (
     Layout,
     Offer,
     Reaction,
+    Store,
 )
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
@@ -191,7 +192,7 @@ class AgentWiring:
 
     # --- ghosts ----------------------------------------------------------------------------------
 
-    def before(self, store: list[Any], instance: int, event: str, args: Args) -> None:
+    def before(self, store: Store, instance: int, event: str, args: Args) -> None:
         """A waking send owes a wake as it is accepted (and replaces a pre-run cancel); a
         cancel on an idle agent with a driver scheduled is a pre-run cancel; a halting
         driver excuses what was owed as it *starts*: its own idle notification is checked."""
@@ -204,7 +205,7 @@ class AgentWiring:
         elif event == "halt":
             store[self._owed] = False
 
-    def after(self, store: list[Any], instance: int, event: str, args: Args) -> None:
+    def after(self, store: Store, instance: int, event: str, args: Args) -> None:
         """The driver's start ends a pre-run cancel's window. A ``keep_inbox`` cancel parks,
         and disposal or the hosting activation's shut excuses, whatever was owed when it
         *finishes*, so work a cancel-requested observer queues inside that cancel is parked
@@ -214,7 +215,7 @@ class AgentWiring:
         if (event == "cancel" and args[self._keep_inbox]) or event in ("dispose", "shut"):
             store[self._owed] = False
 
-    def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None:
+    def effect(self, store: Store, instance: int, name: str, values: Args) -> None:
         """Discarding the inbox, or a claim or a removal that leaves nothing pending, settles
         what was owed, before it is observed: a wake a listener sends inside it is owed again.
         A claim takes one next-turn message and its row has already set ``pending`` to what is
@@ -223,7 +224,7 @@ class AgentWiring:
             store[self._owed] = False
 
     def wire(
-        self, store: list[Any], instance: int, name: str, values: Args, target: int | None
+        self, store: Store, instance: int, name: str, values: Args, target: int | None
     ) -> Sequence[Reaction]:
         return ()
 

@@ -25,6 +25,14 @@ same steps, in the same order, with the same moves and the same properties;
   are merged in by their order; a search that left nothing out is complete, and no bound
   resumes it. A call whose row performs no effect changes only its instance's variables, so
   its step is also cached by those variables (with the call, which is memoized by them).
+- **Searches scoped by what they read.** In a tree, a call's search from a state that breaks
+  no property records the positions it reads (:attr:`_Path.reads`: the instances it runs, what
+  the wiring's hooks and the properties read); a state that agrees there takes its steps from
+  that search (:meth:`CompiledEngine._recall`), its next states being that state with what the
+  search wrote. Such a search rechecks, at a notification, only the invariants of the
+  instances it changed and the parts of ``always`` properties whose declared scope it changed
+  (:class:`~fsm_core.check._property.Conjunction`): the rest held at its start and reads
+  nothing it changed.
 - **Offers decided once.** Which calls a state offers naming an instance is decided by
   reading a few positions (the instances the calls are fired on, what
   :meth:`~._compose.Wiring.offers` reads): deciding is deterministic, so the answer is kept by
@@ -43,19 +51,20 @@ broke among it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from math import prod
 from operator import add, itemgetter, sub
 from typing import Any, overload
 
 from fsm_core.check._composed._compose import Args, Engine, Wiring
 from fsm_core.check._moves import Move
-from fsm_core.check._property import requires_name
+from fsm_core.check._property import Conjunction, Predicate, Reading, requires_name
 from fsm_core.table._codegen import (
     IGNORED,
     REFUSED,
     RowCode,
     compile_contracts,
+    compile_predicates,
     compile_rows,
     compile_stability,
 )
@@ -163,12 +172,23 @@ class _Path:
     """One way a step goes, in progress: copied at each reaction point it branches on."""
 
     __slots__ = (
-        "done", "frames", "nodes", "observed", "order", "refused", "spent", "start", "store",
-        "target", "used",
+        "done", "frames", "nodes", "observed", "order", "reads", "refused", "spent", "start",
+        "store", "target", "used", "wrote",
     )  # fmt: skip
 
-    def __init__(self, start: tuple[Any, ...], spent: tuple[int, ...], target: int | None) -> None:
+    def __init__(
+        self,
+        start: tuple[Any, ...],
+        spent: tuple[int, ...],
+        target: int | None,
+        reads: set[int] | None = None,
+    ) -> None:
         self.start = start
+        self.reads = reads
+        """When the search is scoped (:meth:`CompiledEngine._scoped`): the positions of
+        ``start`` it read, shared by every path of the search; else None."""
+        self.wrote: set[int] = set()
+        """The positions the wiring's hooks wrote on this path (scoped searches only)."""
         self.target = target
         """The instance the step's call named, when the wiring routed it to another."""
         self.refused = -1
@@ -192,6 +212,7 @@ class _Path:
     def fork(self) -> _Path:
         p = _Path.__new__(_Path)
         p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
+        p.reads, p.wrote = self.reads, set(self.wrote)
         p.target, p.refused = self.target, self.refused
         p.order = self.order
         p.store = self.store[:]
@@ -204,7 +225,19 @@ class _Path:
         node = self.nodes.get(i)
         if node is None:
             node = self.nodes[i] = list(self.store[i])
+            if self.reads is not None:
+                self.reads.add(i)
         return node
+
+    def hooked(self) -> MutableSequence[Any]:
+        """The store as the wiring's hooks and predicates get it: recording what they read
+        and write when the search is scoped."""
+        return self.store if self.reads is None else _Tracked(self.store, self.reads, self.wrote)
+
+    def changed(self) -> set[int]:
+        """The positions this path may have changed: the instances it touched, and what the
+        hooks wrote."""
+        return self.wrote.union(self.nodes)
 
     def flush(self) -> None:
         for i, values in self.nodes.items():
@@ -228,7 +261,7 @@ class _Call:
 
     __slots__ = (
         "args", "bound", "event", "found", "groups", "i", "local", "orders", "pruned", "spent",
-        "steps", "target",
+        "stale", "steps", "target",
     )  # fmt: skip
 
     def __init__(
@@ -260,6 +293,9 @@ class _Call:
         self.pruned: list[_Branch] = []
         """The listener calls the bound left out, where the search met them: a wider bound
         resumes the search there."""
+        self.stale = False
+        """True iff :attr:`steps` were recalled from another state's search that left
+        listener calls out (:meth:`CompiledEngine._recall`): a wider bound searches again."""
 
     def fold(self) -> list[_Group]:
         self.groups = _fold(self.steps)
@@ -279,13 +315,43 @@ _Branch = tuple["_Path", list[_Option]]
 """A path as it was at a reaction point, and listener calls to branch on there."""
 
 
+class _Searched:
+    """A scoped search's outcome, as :meth:`CompiledEngine._recall` replays it on another
+    state: the positions (of a state without its budgets) its next states may differ in,
+    the values there of each next state, and each step as (label, next state's index, the
+    number of what it spent), with each step's :attr:`_Path.order`."""
+
+    __slots__ = ("bound", "folded", "groups", "orders", "places", "steps")
+
+    def __init__(
+        self,
+        places: tuple[int, ...],
+        groups: tuple[tuple[Any, ...], ...],
+        steps: list[tuple[int, int, int]],
+        orders: list[tuple[int, ...]],
+        bound: int,
+    ) -> None:
+        self.places, self.groups, self.steps, self.orders = places, groups, steps, orders
+        self.bound = bound
+        """The code of the budgets the search was within; the model's when it left no
+        listener call out (then it serves every budgets)."""
+        self.folded = _fold(steps)
+        """The steps folded (:func:`_fold`), a next state's number standing for the next state
+        (distinct values make distinct next states)."""
+
+
+_Known = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, list[_Searched]]]
+"""Scoped searches of one call that read the positions named (sorted): the positions, what
+gives the values there, and the searches by those values (one per bound)."""
+
+
 class _Code:
     """One table's generated code and what the engine asks of its effects, shared by every
     instance of the table."""
 
     __slots__ = (
         "effects", "first_unstable", "handing", "local_ids", "local_rows", "lookups", "rows",
-        "stable",
+        "stable", "violated",
     )  # fmt: skip
 
     def __init__(self, m: Machine, w: Wiring, notifying: frozenset[str]) -> None:
@@ -294,6 +360,8 @@ class _Code:
         self.rows = code.rows
         contracts = compile_contracts(m)
         self.first_unstable = compile_stability(m)
+        self.violated = compile_predicates(m, {i.id: i.expr for i in m.table.invariants})
+        """The first of the table's invariants an instance's variables break, or None."""
         self.stable = tuple(s.id for s in m.table.stable)
         self.local_rows = [all(site.resume < 0 for site in row.sites) for row in self.rows]
         """Per row: True iff it performs no effect (its code hands none over)."""
@@ -436,6 +504,36 @@ class CompiledEngine(Engine):
         self._covers: dict[int, bool] = {}
         """For a bound's code times the number of codes plus budgets' code: True iff the
         bound covers the budgets."""
+        self._count = len(w.instances)
+        self._free = self._number((0,) * len(budgets))
+        """The number of spending nothing."""
+        self._scoping = not w.flat
+        """True iff a call's search may be scoped (:meth:`_scoped`): a flat instance is the
+        whole state, so a flat search reads all of it anyway."""
+        parts: dict[int, list[Predicate]] = {}
+        self._whole: list[Predicate] = []
+        """The ``always`` properties not split into parts: a scoped notification checks them
+        whole."""
+        for prop in w.own:
+            if prop.kind != "always":
+                continue
+            if not isinstance(prop.predicate, Conjunction):
+                assert prop.predicate is not None  # an always property has one
+                self._whole.append(prop.predicate)
+                continue
+            for scope, holds in prop.predicate.parts:
+                for k in scope:
+                    parts.setdefault(k, []).append(holds)
+        self._recheck = {k: tuple(found) for k, found in parts.items()}
+        """Per position, the parts of ``always`` properties whose scope holds it: what a
+        scoped notification rechecks when a step changed the position."""
+        self._searched: dict[tuple[Any, ...], list[_Known]] = {}
+        """Scoped searches' outcomes (:class:`_Searched`), by the call, then by the positions
+        the search read, then by the values there. A search within a bound serves every state
+        whose budgets the bound covers: steps its budgets do not cover are none of its steps
+        anyway."""
+        self._written: set[int] = set()
+        """The positions the scoped search in progress may have changed, on any path."""
 
     # --- packed states ----------------------------------------------------------------------------
 
@@ -578,20 +676,27 @@ class CompiledEngine(Engine):
         steps memoized within a bound that covers its budgets, and what each numbered spending
         leaves of them (a step whose spending they do not cover is none of this state's)."""
         full_state: tuple[Any, ...] | None = None
+        valid: bool | None = None
         calls = self._calls_of[key]
         covers, codes, top = self._covers, self._codes, self._top
         if calls is None:
             full_state = self.unpack(key * self._codes + code)
-            calls = self._calls_of[key] = [_Call(*start) for start in self._starts(full_state)]
-            if not full_state[self.broken]:
+            calls = self._calls_of[key] = []
+            broken, rest = full_state[self.broken], self._keys[key]
+            run: _Call | None = None
+            for start in self._starts(full_state):
+                if start[5] is None or broken:
+                    run = None
+                    calls.append(_Call(*start))
+                    continue
                 # A local call has one step, whatever the budgets: done now, never widened.
-                rest = self._keys[key]
-                for c in calls:
-                    if c.local is not None:
-                        start = (c.i, c.found, c.event, c.args, c.spent, c.local, c.target)
-                        c.steps = [step] = [self._local_step(full_state, start, rest)]
-                        c.groups = [(step[0], step[1], step[2], 1, (step[0],))]
-                        c.bound = top
+                # Calls in a row that are local make one call of their steps, each spending
+                # what its call does (a step the budgets do not cover is dropped anyway).
+                if run is None:
+                    run = _Call(*start)
+                    run.spent, run.bound, run.local = self._free, top, None
+                    calls.append(run)
+                run.steps.append(self._local_step(full_state, start, rest))
         after = self._spend(code)
         ready: list[_Call] = []
         for c in calls:
@@ -602,15 +707,17 @@ class CompiledEngine(Engine):
                 # Search within the most of each budget the states of this key have had: a
                 # state with more widens it (breadth first, the richest tend to come first).
                 first = c.bound < 0
+                if valid is None:
+                    valid = self._scoping and self._verdict(key * codes + code)[0] is None
                 if first:
                     c.bound = code
                 else:
                     c.bound = self._code(tuple(map(max, self._budget(c.bound), self._budget(code))))
                 if full_state is None:
                     full_state = self.unpack(key * self._codes + code)
-                self._memoize(full_state, c, first)
-                if not c.pruned:  # the bound left nothing out: no wider one adds a step
-                    c.bound = self._top
+                self._memoize(full_state, c, first, valid)
+                if not c.pruned and not c.stale:  # the bound left nothing out: no wider one
+                    c.bound = self._top  # adds a step
                 after = self._spend(code)
             ready.append(c)
         return ready, after
@@ -655,7 +762,7 @@ class CompiledEngine(Engine):
             if found is not None:
                 return found
         ons, _ = self._offers[self._group[i]]
-        reading = _Reading(state)
+        reading = Reading(state)
         if self._flat:
             reading.read.update(range(self._width))
         else:
@@ -792,20 +899,29 @@ class CompiledEngine(Engine):
             self._spendings.append(spent)
         return found
 
-    def _memoize(self, state: tuple[Any, ...], c: _Call, first: bool) -> None:
+    def _memoize(self, state: tuple[Any, ...], c: _Call, first: bool, scoped: bool) -> None:
         """Search the steps ``c`` begins from ``state`` within its bound: all of them the
-        ``first`` time, else only those the last bound left out, merged in."""
+        ``first`` time, else only those the last bound left out, merged in. ``scoped``: the
+        state breaks nothing, so a search from it may be scoped (:meth:`_recall`)."""
         if c.local is not None and not state[self.broken]:
             start = (c.i, c.found, c.event, c.args, c.spent, c.local, c.target)
             c.steps = [self._local_step(state, start)]
             c.groups = None
             return
+        if c.stale:  # its steps are another state's: no snapshot here to resume
+            first, c.stale = True, False
+        scoped = first and scoped and self._scoping
+        if scoped and self._recall(state, c):
+            return
         out: _Out = []
         bound = self._bound = self._budget(c.bound)
         work: list[tuple[_Path, list[_Option], int, bool]] = []
         pruned, self._pruned = self._pruned, []
+        reads: set[int] | None = None
         if first:
-            path = _Path(state, self._spendings[c.spent], c.target)
+            if scoped:
+                reads, self._written = {c.i}, set()
+            path = _Path(state, self._spendings[c.spent], c.target, reads)
             self._enter(path, c.found, c.i, c.event, c.args, None)
             self._run(path, out, work)
         else:
@@ -826,6 +942,74 @@ class CompiledEngine(Engine):
         c.orders = [order for order, _ in found]
         c.steps = [step for _, step in found]
         c.groups = None
+        if reads is not None:
+            self._keep(state, c, reads, out)
+
+    def _recall(self, state: tuple[Any, ...], c: _Call) -> bool:
+        """Take ``c``'s steps from a scoped search of the same call, within a bound that covers
+        ``c``'s, from a state that agrees with ``state`` on every position that search read;
+        False if none was kept.
+
+        A scoped search (from a state that breaks nothing) records every position it reads:
+        the instances it runs, and what the wiring's hooks, the properties and the parts it
+        rechecks read (:meth:`_scoped_notice`). Every choice in it is decided by those, so a
+        search from a state that agrees there makes the same choices and writes the same
+        values: its next states are ``state`` with those values written.
+        """
+        memo = self._searched.get((c.i, c.found, c.event, c.args, c.target, c.spent))
+        if memo is None:
+            return False
+        code, covers = c.bound, self._covers
+        for _, project, known in memo:
+            for found in known.get(project(state), ()):
+                bound = found.bound
+                if bound != code:
+                    where = bound * self._codes + code
+                    fits = covers.get(where)
+                    if fits is None:
+                        left = _left(self._budget(bound), self._budget(code))
+                        fits = covers[where] = left is not None
+                    if not fits:
+                        continue
+                c.bound = bound
+                rest = list(state[: self._lo] + state[self._hi :])
+                bases: list[int] = []
+                for values in found.groups:
+                    after = rest[:]
+                    for k, v in zip(found.places, values, strict=True):
+                        after[k] = v
+                    bases.append(self._key(tuple(after)) * self._codes)
+                c.steps = [(label, bases[g], k) for label, g, k in found.steps]
+                c.groups = [(x, bases[g], k, n, e) for x, g, k, n, e in found.folded]
+                c.orders, c.pruned = found.orders, []
+                c.stale = bound != self._top
+                return True
+        return False
+
+    def _keep(self, state: tuple[Any, ...], c: _Call, reads: set[int], out: _Out) -> None:
+        """Keep the outcome of ``c``'s first search from ``state``, scoped, read ``reads``
+        and stepped ``out`` (whose steps :attr:`_Call.steps` holds), for :meth:`_recall`."""
+        lo, hi = self._lo, self._hi
+        places = sorted((reads | self._written | {self.broken}) - set(range(lo, hi)))
+        groups: dict[tuple[Any, ...], int] = {}
+        steps: list[tuple[int, int, int]] = []
+        for (_, nxt, _, _), (label, _, k) in zip(out, c.steps, strict=True):
+            g = groups.setdefault(tuple(nxt[p] for p in places), len(groups))
+            steps.append((label, g, k))
+        searched = _Searched(
+            tuple(p if p < lo else p - (hi - lo) for p in places),
+            tuple(groups),
+            steps,
+            c.orders,
+            c.bound if c.pruned else self._top,
+        )
+        where = tuple(sorted(reads))
+        memo = self._searched.setdefault((c.i, c.found, c.event, c.args, c.target, c.spent), [])
+        entry = next((e for e in memo if e[0] == where), None)
+        if entry is None:
+            entry = (where, _projection(where), {})
+            memo.append(entry)
+        entry[2].setdefault(entry[1](state), []).append(searched)
 
     def _local_step(
         self, state: tuple[Any, ...], start: _Start, rest: tuple[Any, ...] | None = None
@@ -917,11 +1101,11 @@ class CompiledEngine(Engine):
         return self._offered_now(path, fits), self._offered_now(path, beyond)
 
     def _offered_now(self, path: _Path, options: list[_Option]) -> list[_Option]:
-        offers, aimed = self.wiring.offers, self._aiming
+        offers, aimed, seen = self.wiring.offers, self._aiming, path.hooked()
         return [
             o
             for o in options
-            if o[0] not in aimed or offers(path.store, o[5] if o[6] is None else o[6], o[2], o[3])
+            if o[0] not in aimed or offers(seen, o[5] if o[6] is None else o[6], o[2], o[3])
         ]
 
     def _aimed(self, i: int, name: str) -> tuple[tuple[_Aim, ...], tuple[int, ...]]:
@@ -980,7 +1164,7 @@ class CompiledEngine(Engine):
         target = aimed if aimed is not None or not frames else frames[-1].target
         frames.append(_Frame(i, event, args, self._tables[i].rows[found], via, aimed, target))
         if event in self._hooked_events:
-            self.wiring.before(path.store, i, event, args)
+            self.wiring.before(path.hooked(), i, event, args)
 
     def _run(
         self, path: _Path, out: _Out, work: list[tuple[_Path, list[_Option], int, bool]]
@@ -1001,7 +1185,7 @@ class CompiledEngine(Engine):
                     path.refused = target
                     return  # the step is refused: no step at all
                 for prop, holds in self.delivered:
-                    if not holds(path.store, (event, args)):
+                    if not holds(path.hooked(), (event, args)):
                         self._stop(path, prop, f.effect, out)
                         return
                 continue
@@ -1021,7 +1205,7 @@ class CompiledEngine(Engine):
             if r is None:
                 frames.pop()
                 if f.event in self._hooked_events:
-                    w.after(path.store, f.i, f.event, f.args)
+                    w.after(path.hooked(), f.i, f.event, f.args)
                 move = (f.i, f.event, f.args, f.row.id, f.inside, None, f.aimed)
                 if frames:
                     assert f.via is not None
@@ -1049,7 +1233,7 @@ class CompiledEngine(Engine):
         code = self._tables[i]
         hooked, holds, notifies, reacts = code.effects[name]
         if hooked:
-            w.effect(store, i, name, values)
+            w.effect(path.hooked(), i, name, values)
         if holds is not None and not holds(node, values):
             self._stop(path, self._named(requires_name(name), i), f.effect, out)
             return False
@@ -1061,17 +1245,21 @@ class CompiledEngine(Engine):
             now = path.observed[i] = tuple(node)
             if before is None:  # created inside this step: nothing observed it before
                 before = now
-            where = (i, before, now if self._flat else tuple(store), f.effect)
-            verdict = self._noticed.get(where)
-            if verdict is None:
-                verdict = self._notice(before, now, store, f.effect, i, code)
-                if len(self._noticed) < NOTICED:
-                    self._noticed[where] = verdict
+            if path.reads is not None:
+                verdict = self._scoped_notice(path, before, now, f.effect, i, code)
+            else:
+                where = (i, before, now if self._flat else tuple(store), f.effect)
+                known = self._noticed.get(where)
+                if known is None:
+                    known = self._notice(before, now, store, f.effect, i, code)
+                    if len(self._noticed) < NOTICED:
+                        self._noticed[where] = known
+                verdict = known
             if verdict:
                 self._stop(path, verdict[0], f.effect, out)
                 return False
         if hooked:
-            f.pending = w.wire(store, i, name, values, f.target)
+            f.pending = w.wire(path.hooked(), i, name, values, f.target)
         f.point = reacts
         return True
 
@@ -1098,6 +1286,43 @@ class CompiledEngine(Engine):
             return (None,)
         return ()
 
+    def _scoped_notice(
+        self,
+        path: _Path,
+        before: Sequence[Any],
+        now: Sequence[Any],
+        at: Notice,
+        i: int,
+        code: _Code,
+    ) -> tuple[str | None, ...]:
+        """:meth:`_notice` in a scoped search, whose start breaks no property: of the tables'
+        invariants and the ``always`` properties split into parts, only an instance or a part
+        whose scope holds a position the path changed can break, and only those are checked,
+        what they read recorded (a part may read less than its scope: what it read decides
+        it). The properties not split are checked whole."""
+        k = code.first_unstable(before, now)
+        if k >= 0:
+            return (self._named(code.stable[k], i),)
+        seen = path.hooked()
+        for prop, holds_at in self.notified:
+            if not holds_at(seen, at):
+                return (prop,)
+        store, reads, recheck, tables = path.store, path.reads, self._recheck, self._tables
+        assert reads is not None
+        for p in sorted(path.changed()):
+            if p < self._count:
+                reads.add(p)
+                values = store[p]
+                if values is not None and tables[p].violated(values) is not None:
+                    return (None,)
+            for holds in recheck.get(p, ()):
+                if not holds(seen, None):
+                    return (None,)
+        for holds in self._whole:
+            if not holds(seen, None):
+                return (None,)
+        return ()
+
     def _named(self, prop: str, i: int) -> str:
         node = self.wiring.instances[i]
         return f"{prop}@{node}" if node else prop
@@ -1106,6 +1331,8 @@ class CompiledEngine(Engine):
         """End the step at the effect ``at``, recording ``prop`` as broken (None: the state
         there breaks a property between steps, which needs no record)."""
         path.flush()
+        if path.reads is not None:
+            self._written |= path.changed()
         if prop is not None:
             path.store[self.broken] = prop
         nested: MoveKey | None = None
@@ -1126,6 +1353,8 @@ class CompiledEngine(Engine):
     def _finish(self, path: _Path, out: _Out) -> None:
         """The step ran out: prove the step invariants of every instance it touched."""
         store = path.store
+        if path.reads is not None:
+            self._written |= path.changed()
         for i in (0,) if self._flat else tuple(path.nodes):
             before = path.observed.get(i)
             if before is None:
@@ -1155,28 +1384,44 @@ def _projection(reads: tuple[int, ...]) -> Callable[[Sequence[Any]], Any]:
     return lambda _: ()
 
 
-class _Reading(Sequence[Any]):
-    """A state that records the positions read of it (a slice, or iterating, reads all)."""
+class _Tracked(MutableSequence[Any]):
+    """A scoped search's store as the wiring's hooks and predicates see it: what they read is
+    added to the search's reads, what they write to the path's writes."""
 
-    __slots__ = ("read", "state")
+    __slots__ = ("reads", "store", "wrote")
 
-    def __init__(self, state: Sequence[Any]) -> None:
-        self.state = state
-        self.read: set[int] = set()
+    def __init__(self, store: list[Any], reads: set[int], wrote: set[int]) -> None:
+        self.store, self.reads, self.wrote = store, reads, wrote
 
     def __len__(self) -> int:
-        return len(self.state)
+        return len(self.store)
 
     @overload
     def __getitem__(self, k: int) -> Any: ...
     @overload
-    def __getitem__(self, k: slice) -> Sequence[Any]: ...
+    def __getitem__(self, k: slice) -> MutableSequence[Any]: ...
     def __getitem__(self, k: int | slice) -> Any:
         if isinstance(k, slice):
-            self.read.update(range(*k.indices(len(self.state))))
+            self.reads.update(range(*k.indices(len(self.store))))
         else:
-            self.read.add(k % len(self.state))
-        return self.state[k]
+            self.reads.add(k % len(self.store))
+        return self.store[k]
+
+    @overload
+    def __setitem__(self, k: int, value: Any) -> None: ...
+    @overload
+    def __setitem__(self, k: slice, value: Iterable[Any]) -> None: ...
+    def __setitem__(self, k: int | slice, value: Any) -> None:
+        if isinstance(k, slice):
+            raise TypeError("a hook writes one position at a time")
+        self.wrote.add(k % len(self.store))
+        self.store[k] = value
+
+    def __delitem__(self, k: int | slice) -> None:
+        raise TypeError("a hook never removes a position")
+
+    def insert(self, index: int, value: Any) -> None:
+        raise TypeError("a hook never inserts a position")
 
 
 def _left(have: tuple[int, ...], spent: tuple[int, ...]) -> tuple[int, ...] | None:

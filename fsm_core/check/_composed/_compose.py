@@ -39,7 +39,7 @@ runs every step of every such kind the same way:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, final
@@ -57,6 +57,10 @@ from fsm_core.table._expr import Value, show
 from fsm_core.table._machine import REFUSED, Machine
 
 Args = tuple[Value, ...]
+
+Store = MutableSequence[Any]
+"""The composite state of a step in progress, as the wiring's hooks change it (a list; the
+compiled engine's may record what the hooks read and write)."""
 
 Reaction = tuple[int, str, Args]
 """An event fired inside an effect: (instance, event, arguments)."""
@@ -201,14 +205,14 @@ class Wiring(Protocol):
 
     def quiescent(self, state: Sequence[Any]) -> bool: ...
 
-    def before(self, store: list[Any], instance: int, event: str, args: Args) -> None: ...
+    def before(self, store: Store, instance: int, event: str, args: Args) -> None: ...
 
-    def after(self, store: list[Any], instance: int, event: str, args: Args) -> None: ...
+    def after(self, store: Store, instance: int, event: str, args: Args) -> None: ...
 
-    def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None: ...
+    def effect(self, store: Store, instance: int, name: str, values: Args) -> None: ...
 
     def wire(
-        self, store: list[Any], instance: int, name: str, values: Args, target: int | None
+        self, store: Store, instance: int, name: str, values: Args, target: int | None
     ) -> Sequence[Reaction]:
         """The events the effect fires; ``target`` is the step's (None unless routed)."""
         ...

@@ -112,10 +112,11 @@ from fsm_core.check._composed._compose import (
     Layout,
     Offer,
     Reaction,
+    Store,
 )
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
-from fsm_core.check._property import Notice, Property, at_node
+from fsm_core.check._property import Notice, Part, Property, at_node, conjunction
 from fsm_core.check._reactions import listened
 from fsm_core.table import Machine, WiredCall, Wiring
 from fsm_core.table._codegen import compile_predicates
@@ -413,15 +414,16 @@ class TreeWiring:
         self._keep = (
             0 if a is None else [p for p, _ in a.table.events["cancel"].params].index("keep_inbox")
         )
+        self._refusals: dict[tuple[Any, ...], str | None] = {}
+        """:meth:`_code`'s answers."""
         self.own: tuple[Property, ...] = self._properties()
 
     def _properties(self) -> tuple[Property, ...]:
         own = [
-            Property(
+            conjunction(
                 PARENT_LEAVES_AFTER_CHILDREN,
-                "always",
                 "a node left the registry while an admitted child is in it",
-                self._parent_leaves_after_children,
+                [self._leaves_after_children(i) for i in self._slots],
             ),
             Property(
                 NOTICE_DELIVERED,
@@ -435,23 +437,20 @@ class TreeWiring:
                 "an instance refused a call the wiring says is never refused",
                 lambda _, at: at is not None and at[0] in ("child_settled", "root_settled"),
             ),
-            Property(
+            conjunction(
                 TEARDOWN_ONCE,
-                "always",
                 "a node's memoized close ran twice",
-                lambda s, _: all(s[c] <= 1 for c in self._closes),
+                [_at_most_once(c) for c in self._closes],
             ),
-            Property(
+            conjunction(
                 NOTICE_ONCE,
-                "always",
                 "a node notified its parent twice",
-                lambda s, _: all(s[c] <= 1 for c in self._notices),
+                [_at_most_once(c) for c in self._notices],
             ),
-            Property(
+            conjunction(
                 NOTICE_AFTER_CHILDREN,
-                "always",
                 "a node notified its parent before an admitted child notified it",
-                self._notice_after_children,
+                [self._notified_after_children(i) for i in self._slots],
             ),
             Property(
                 NO_ACTIVE_AFTER_DRAIN,
@@ -477,25 +476,22 @@ class TreeWiring:
         if self.agent is not None:
             late, discarded = cast(int, self._late), cast(int, self._discarded)
             own += [
-                Property(
+                conjunction(
                     NO_TURN_AFTER_CLOSE,
-                    "always",
                     "an agent opened a model turn while its activation was tearing down",
-                    lambda s, _: not s[late],
+                    [_unset(late)],
                 ),
-                Property(
+                conjunction(
                     NO_PARKED_WAKE,
-                    "always",
                     "an active activation's agent is idle with no driver scheduled and still "
                     "owes a waking send its turn",
-                    self._no_parked_wake,
+                    [self._wake_not_parked(i) for i in self._slots],
                 ),
-                Property(
+                conjunction(
                     KEEPS_INBOX,
-                    "always",
                     "an agent's inbox was cleared while its activation was tearing down (its "
                     "queued work and settlement notices never reach the final capture)",
-                    lambda s, _: not s[discarded],
+                    [_unset(discarded)],
                 ),
             ]
         return tuple(replace(p, clauses=PROPERTY_CLAUSES[p.name]) for p in own)
@@ -527,23 +523,26 @@ class TreeWiring:
                     return at_node(bad, self.instances[i])
         return None
 
-    def _parent_leaves_after_children(self, s: Sequence[Any], _: Notice | None) -> bool:
-        """A node out of the registry has every admitted child out."""
-        for i in self._slots:
-            node = s[i]
-            if node is not None and not node[self._resident]:
-                for c in self.shape.children[i]:
-                    child = s[c]
-                    if child is not None and child[self._resident]:
-                        return False
-        return True
+    def _leaves_after_children(self, i: int) -> Part:
+        """Node ``i`` out of the registry has every admitted child out."""
+        children, resident = self.shape.children[i], self._resident
 
-    def _notice_after_children(self, s: Sequence[Any], _: Notice | None) -> bool:
-        notices = self._notices
-        return all(
-            not s[notices[i]] or all(s[c] is None or s[notices[c]] for c in self.shape.children[i])
-            for i in self._slots
-        )
+        def holds(s: Sequence[Any], _: Notice | None) -> bool:
+            node = s[i]
+            if node is None or node[resident]:
+                return True
+            return not any(s[c] is not None and s[c][resident] for c in children)
+
+        return (i, *children), holds
+
+    def _notified_after_children(self, i: int) -> Part:
+        """Node ``i`` notified its parent only after every admitted child notified it."""
+        children, notices = self.shape.children[i], self._notices
+
+        def holds(s: Sequence[Any], _: Notice | None) -> bool:
+            return not s[notices[i]] or all(s[c] is None or s[notices[c]] for c in children)
+
+        return (notices[i], *children, *(notices[c] for c in children)), holds
 
     def _no_active_after_drain(self, s: Sequence[Any], _: Notice | None) -> bool:
         if not self._is_drained(s):
@@ -570,7 +569,7 @@ class TreeWiring:
         drained = self._is_drained(s)
         draining, by_drain = self._draining, self._by_drain
         covered = [drained] * self._n  # the node and its subtree are a drain's
-        door = _code(self.door, s[self._door], "admit", ("activation",))  # one door for all
+        door = self._code(self.door, s[self._door], "admit", ("activation",))  # one for all
         for i in self._slots:
             node = s[i]
             if node is None:
@@ -581,12 +580,20 @@ class TreeWiring:
             covered[i] = covered[i] or node[by_drain]
             if not node[self._resident] or not (covered[i] or node[draining] != NO_DRAIN):
                 continue
-            if covered[i] and _code(self.machine, node, "deliver", (drained,)) != "DRAINING":
+            if covered[i] and self._code(self.machine, node, "deliver", (drained,)) != "DRAINING":
                 return False
-            admit = door if door is not None else _code(self.machine, node, "admit", ())
+            admit = door if door is not None else self._code(self.machine, node, "admit", ())
             if admit != "DRAINING":
                 return False
         return True
+
+    def _code(self, machine: Machine, state: Sequence[Any], event: str, args: Args) -> str | None:
+        """:func:`_code`, kept by the instance's variables (a refusal is an exception raised
+        and caught: the between-steps properties ask the same few thousand times)."""
+        where = (machine is self.door, tuple(state), event, args)
+        if where not in self._refusals:
+            self._refusals[where] = _code(machine, state, event, args)
+        return self._refusals[where]
 
     def _shut(self, agent: Sequence[Any]) -> bool:
         """True iff no send wakes ``agent`` any more: disposing, or shut by its activation (an
@@ -594,14 +601,19 @@ class TreeWiring:
         shut = self._shut_index is not None and agent[self._shut_index]
         return bool(shut or agent[self._closing_index])
 
-    def _no_parked_wake(self, s: Sequence[Any], _: Notice | None) -> bool:
-        for i in self._slots:
-            agent = s[self._n + i]
-            if agent is None or not s[self._owed[i]] or s[i][self._stage] != self._active:
-                continue
-            if agent[0] == "idle" and self._unsettled[2](agent) is None:
-                return False
-        return True
+    def _wake_not_parked(self, i: int) -> Part:
+        """Node ``i``'s agent, its activation active, is not idle with no driver scheduled
+        while it owes a waking send its turn."""
+        agent, owed, stage, active = self._n + i, self._owed[i], self._stage, self._active
+        unsettled = self._unsettled[2]
+
+        def holds(s: Sequence[Any], _: Notice | None) -> bool:
+            a = s[agent]
+            if a is None or not s[owed] or s[i][stage] != active:
+                return True
+            return not (a[0] == "idle" and unsettled(a) is None)
+
+        return (agent, owed, i), holds
 
     def _is_drained(self, s: Sequence[Any]) -> bool:
         return bool(s[self._door][self._registry] == DRAINED)
@@ -689,7 +701,7 @@ class TreeWiring:
 
     # --- ghosts ----------------------------------------------------------------------------------
 
-    def before(self, store: list[Any], instance: int, event: str, args: Args) -> None:
+    def before(self, store: Store, instance: int, event: str, args: Args) -> None:
         """An agent's waking send owes a wake as it is accepted, unless disposal or its
         activation's teardown began (the agent model's ``owed``, per node)."""
         if self.agent is None or not self._n <= instance < self._door:
@@ -702,7 +714,7 @@ class TreeWiring:
         elif event == "halt":
             store[self._owed[node]] = False
 
-    def after(self, store: list[Any], instance: int, event: str, args: Args) -> None:
+    def after(self, store: Store, instance: int, event: str, args: Args) -> None:
         """A ``keep_inbox`` cancel parks, and disposal, the shut or removing the last message
         excuses, what was owed when it finishes."""
         if self.agent is None or not self._n <= instance < self._door:
@@ -714,7 +726,7 @@ class TreeWiring:
         ):
             store[self._owed[instance - self._n]] = False
 
-    def effect(self, store: list[Any], instance: int, name: str, values: Args) -> None:
+    def effect(self, store: Store, instance: int, name: str, values: Args) -> None:
         """Discarding an agent's inbox settles what was owed; discarding it while its
         activation tears down is ``teardown_keeps_inbox``'s to report."""
         if self.agent is None or not self._n <= instance < self._door:
@@ -728,7 +740,7 @@ class TreeWiring:
     # --- wiring ----------------------------------------------------------------------------------
 
     def wire(
-        self, store: list[Any], instance: int, name: str, values: Args, target: int | None
+        self, store: Store, instance: int, name: str, values: Args, target: int | None
     ) -> Sequence[Reaction]:
         """The events the effect ``name`` of ``instance`` fires, as the wiring declares them,
         on the instances its targets name; counting closes and notices, and creating the
@@ -757,7 +769,7 @@ class TreeWiring:
 
     def _fire(
         self,
-        store: list[Any],
+        store: Store,
         machine: str,
         name: str,
         values: Args,
@@ -772,7 +784,7 @@ class TreeWiring:
         return out
 
     def _resolve(
-        self, store: list[Any], call: WiredCall, i: int, target: int | None, extra: int | None
+        self, store: Store, call: WiredCall, i: int, target: int | None, extra: int | None
     ) -> list[int]:
         """The instances ``call.target`` names, from the effect of instance ``i``."""
         n, shape, t = self._n, self.shape, call.target
@@ -804,7 +816,7 @@ class TreeWiring:
             return [n + extra] if agents and extra is not None else []
         raise AssertionError(f"the wiring loader admits no target {t!r} for an activation")
 
-    def _facts(self, store: list[Any], call: WiredCall, i: int) -> dict[str, Any]:
+    def _facts(self, store: Store, call: WiredCall, i: int) -> dict[str, Any]:
         facts: dict[str, Any] = {}
         if "last" in call.facts:
             p = self.shape.parent[i]
@@ -818,6 +830,16 @@ class TreeWiring:
             root = call.machine == "activation" and self.shape.parent[i] is None
             facts["parent"] = "host" if root else "activation"
         return facts
+
+
+def _at_most_once(ghost: int) -> Part:
+    """The counter at ``ghost`` is at most 1."""
+    return (ghost,), lambda s, _: bool(s[ghost] <= 1)
+
+
+def _unset(ghost: int) -> Part:
+    """The flag at ``ghost`` is unset."""
+    return (ghost,), lambda s, _: not s[ghost]
 
 
 def _code(machine: Machine, state: Sequence[Any], event: str, args: Args) -> str | None:
