@@ -8,6 +8,7 @@ states. The reference below is the explorer as it was before the store, kept her
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,20 @@ def test_a_deadlock_two_steps_in_has_its_shortest_trace() -> None:
     system = _line([(0, 0, 1), (0, 1, 2), (1, 2, 3), (2, 3, 3)], set())
     *_, name, trace, _, _ = agree(system)
     assert (name, trace) == ("deadlock", ((None, 0), (0, 1), (2, 3)))
+
+
+def test_a_search_leaves_what_its_caller_froze_frozen() -> None:
+    """paused_gc thawed every frozen object as it ended, the caller's too: a test session's
+    frozen collection was scanned again by every later collection."""
+    from fsm_core.check._explore import paused_gc
+
+    kept = [[n] for n in range(1000)]
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with paused_gc():
+            made = [[n] for n in range(10)]
+        assert gc.get_freeze_count() >= before
+    finally:
+        gc.unfreeze()
+    assert kept and made

@@ -170,15 +170,19 @@ def paused_gc() -> Iterator[None]:
     collector would scan the growing heap again and again for garbage it never finds (a
     third of a check's time). Reference counting still frees everything as usual. Afterwards
     what the block allocated joins the oldest generation unscanned (``freeze`` then
-    ``unfreeze``), instead of being scanned all at once by the first collection.
+    ``unfreeze``), instead of being scanned all at once by the first collection. Where the
+    caller had frozen objects already (a test session freezes what it collected), everything
+    stays frozen: ``unfreeze`` would thaw the caller's objects too.
     """
     enabled = gc.isenabled()
+    frozen = gc.get_freeze_count()
     gc.disable()
     try:
         yield
     finally:
         gc.freeze()
-        gc.unfreeze()
+        if not frozen:
+            gc.unfreeze()
         if enabled:
             gc.enable()
 
