@@ -194,13 +194,14 @@ def unscoped_reads(part: Part, state: Sequence[Any]) -> set[int]:
 
 
 class Reading(Sequence[Any]):
-    """A state that records the positions read of it (a slice, or iterating, reads all)."""
+    """A state that records the positions read of it in ``read`` (a slice, or iterating, reads
+    all); ``read`` may be a set the caller keeps adding to from several readings."""
 
     __slots__ = ("read", "state")
 
-    def __init__(self, state: Sequence[Any]) -> None:
+    def __init__(self, state: Sequence[Any], read: set[int] | None = None) -> None:
         self.state = state
-        self.read: set[int] = set()
+        self.read: set[int] = set() if read is None else read
 
     def __len__(self) -> int:
         return len(self.state)

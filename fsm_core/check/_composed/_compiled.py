@@ -1384,28 +1384,16 @@ def _projection(reads: tuple[int, ...]) -> Callable[[Sequence[Any]], Any]:
     return lambda _: ()
 
 
-class _Tracked(MutableSequence[Any]):
+# Reading types a slice as a Sequence; over a list store it is one, mutable as the ABC says.
+class _Tracked(Reading, MutableSequence[Any]):  # type: ignore[misc]
     """A scoped search's store as the wiring's hooks and predicates see it: what they read is
-    added to the search's reads, what they write to the path's writes."""
+    added to the search's reads (``read``), what they write to the path's writes."""
 
-    __slots__ = ("reads", "store", "wrote")
+    __slots__ = ("store", "wrote")
 
     def __init__(self, store: list[Any], reads: set[int], wrote: set[int]) -> None:
-        self.store, self.reads, self.wrote = store, reads, wrote
-
-    def __len__(self) -> int:
-        return len(self.store)
-
-    @overload
-    def __getitem__(self, k: int) -> Any: ...
-    @overload
-    def __getitem__(self, k: slice) -> MutableSequence[Any]: ...
-    def __getitem__(self, k: int | slice) -> Any:
-        if isinstance(k, slice):
-            self.reads.update(range(*k.indices(len(self.store))))
-        else:
-            self.reads.add(k % len(self.store))
-        return self.store[k]
+        super().__init__(store, reads)
+        self.store, self.wrote = store, wrote
 
     @overload
     def __setitem__(self, k: int, value: Any) -> None: ...
