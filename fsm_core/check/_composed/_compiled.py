@@ -107,14 +107,17 @@ every label in order)."""
 def _fold(steps: list[_Step]) -> list[_Group]:
     """``steps`` grouped by where they lead (the state without its budgets, and what they spend),
     in the order of each group's first step."""
-    where: dict[tuple[int, int], list[Any]] = {}
+    if len(steps) == 1:
+        ((label, base, k),) = steps
+        return [(label, base, k, 1, (label,))]
+    where: dict[tuple[int, int], list[int]] = {}
     for label, base, k in steps:
-        group = where.get((base, k))
-        if group is None:
-            where[base, k] = [label, base, k, [label]]
+        every = where.get((base, k))
+        if every is None:
+            where[base, k] = [label]
         else:
-            group[3].append(label)
-    return [(label, base, k, len(every), tuple(every)) for label, base, k, every in where.values()]
+            every.append(label)
+    return [(every[0], base, k, len(every), tuple(every)) for (base, k), every in where.items()]
 
 
 class _Frame:
@@ -661,11 +664,10 @@ class CompiledEngine(Engine):
         found = self._steps_of[key]
         if found is None:
             full = self.unpack(key * self._codes + code)
-            rest = self._keys[key]
             found = []
             for start in self._starts(full):
                 if start[5] is not None and not full[self.broken]:
-                    found.append(self._local_step(full, start, rest))
+                    found.append(self._local_step(full, start, key))
                 else:
                     found += self._steps(full, start)
             self._steps_of[key] = found
@@ -682,7 +684,7 @@ class CompiledEngine(Engine):
         if calls is None:
             full_state = self.unpack(key * self._codes + code)
             calls = self._calls_of[key] = []
-            broken, rest = full_state[self.broken], self._keys[key]
+            broken = full_state[self.broken]
             run: _Call | None = None
             for start in self._starts(full_state):
                 if start[5] is None or broken:
@@ -696,7 +698,7 @@ class CompiledEngine(Engine):
                     run = _Call(*start)
                     run.spent, run.bound, run.local = self._free, top, None
                     calls.append(run)
-                run.steps.append(self._local_step(full_state, start, rest))
+                run.steps.append(self._local_step(full_state, start, key))
         after = self._spend(code)
         ready: list[_Call] = []
         for c in calls:
@@ -1011,13 +1013,14 @@ class CompiledEngine(Engine):
             memo.append(entry)
         entry[2].setdefault(entry[1](state), []).append(searched)
 
-    def _local_step(
-        self, state: tuple[Any, ...], start: _Start, rest: tuple[Any, ...] | None = None
-    ) -> _Step:
-        """The one step of a local call from ``state`` (``rest``: the state without its
-        budgets, when the caller has it): the instance's variables after it, and what it
-        recorded broken, are those of the step searched from the same variables, which the
-        call keeps (it is memoized by them)."""
+    def _local_step(self, state: tuple[Any, ...], start: _Start, key: int = -1) -> _Step:
+        """The one step of a local call from ``state`` (``key``: the number of the state
+        without its budgets, when the caller has it): the instance's variables after it, and
+        what it recorded broken, are those of the step searched from the same variables,
+        which the call keeps (it is memoized by them).
+
+        Most local calls change nothing (a query a table answers from its variables): their
+        step leads back to ``state`` itself, whose number needs no new key."""
         i, found, event, args, spent, local, target = start
         assert local is not None
         lo, hi = self._lo, self._hi
@@ -1027,12 +1030,17 @@ class CompiledEngine(Engine):
             path = _Path(state, self._spendings[spent], target)
             self._enter(path, found, i, event, args, None)
             self._run(path, out, [])
-            ((key, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
+            ((move, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
             after = nxt[: self._width] if self._flat else nxt[i]
-            known = local[0] = (self._label(key), after, nxt[self.broken])
+            known = local[0] = (self._label(move), after, nxt[self.broken])
         label, after, record = known
+        was = state[: self._width] if self._flat else state[i]
+        if was == after and state[self.broken] == record:
+            if key < 0:
+                key = self._key(state[:lo] + state[hi:])
+            return label, key * self._codes, spent
         # The instance and the record come before or after the budgets.
-        changed = list(state[:lo] + state[hi:] if rest is None else rest)
+        changed = list(state[:lo] + state[hi:] if key < 0 else self._keys[key])
         if self._flat:
             changed[: self._width] = after
         else:
