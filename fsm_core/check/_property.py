@@ -211,6 +211,10 @@ class Reading(Sequence[Any]):
     @overload
     def __getitem__(self, k: slice) -> Sequence[Any]: ...
     def __getitem__(self, k: int | slice) -> Any:
+        if k.__class__ is int and k >= 0:  # the common case, first: a position as it is
+            value = self.state[k]
+            self.read.add(k)
+            return value
         if isinstance(k, slice):
             self.read.update(range(*k.indices(len(self.state))))
         else:

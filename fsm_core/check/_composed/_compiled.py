@@ -176,7 +176,7 @@ class _Path:
 
     __slots__ = (
         "done", "frames", "nodes", "observed", "order", "reads", "refused", "spent", "start",
-        "store", "target", "used", "wrote",
+        "store", "target", "used", "view", "wrote",
     )  # fmt: skip
 
     def __init__(
@@ -197,6 +197,8 @@ class _Path:
         self.refused = -1
         """The instance whose table refused a call a binding effect handed on (-1: none)."""
         self.store: list[Any] = list(start)
+        self.view: MutableSequence[Any] | None = None
+        """:meth:`hooked`'s answer, once asked (:attr:`store` is never replaced)."""
         self.nodes: dict[int, list[Value]] = {}
         """A tree's instances touched by the step, as mutable copies of their slots."""
         self.observed: dict[int, Sequence[Any]] = {}
@@ -219,6 +221,7 @@ class _Path:
         p.target, p.refused = self.target, self.refused
         p.order = self.order
         p.store = self.store[:]
+        p.view = None
         p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
         p.observed = self.observed.copy()
         p.frames = [f.copy() for f in self.frames]
@@ -235,7 +238,13 @@ class _Path:
     def hooked(self) -> MutableSequence[Any]:
         """The store as the wiring's hooks and predicates get it: recording what they read
         and write when the search is scoped."""
-        return self.store if self.reads is None else _Tracked(self.store, self.reads, self.wrote)
+        view = self.view
+        if view is None:
+            reads = self.reads
+            view = self.view = (
+                self.store if reads is None else _Tracked(self.store, reads, self.wrote)
+            )
+        return view
 
     def changed(self) -> set[int]:
         """The positions this path may have changed: the instances it touched, and what the
@@ -324,7 +333,7 @@ class _Searched:
     the values there of each next state, and each step as (label, next state's index, the
     number of what it spent), with each step's :attr:`_Path.order`."""
 
-    __slots__ = ("bound", "folded", "groups", "orders", "places", "steps")
+    __slots__ = ("bound", "folded", "groups", "orders", "pick", "places", "steps")
 
     def __init__(
         self,
@@ -335,6 +344,11 @@ class _Searched:
         bound: int,
     ) -> None:
         self.places, self.groups, self.steps, self.orders = places, groups, steps, orders
+        self.pick: Callable[[Sequence[Any]], tuple[Any, ...]] = (
+            itemgetter(*places) if len(places) > 1 else lambda state: (state[places[0]],)
+        )
+        """The values at :attr:`places` of a state without its budgets, as :attr:`groups`
+        holds them (there is always one place: the record of what broke)."""
         self.bound = bound
         """The code of the budgets the search was within; the model's when it left no
         listener call out (then it serves every budgets)."""
@@ -717,7 +731,7 @@ class CompiledEngine(Engine):
                     c.bound = self._code(tuple(map(max, self._budget(c.bound), self._budget(code))))
                 if full_state is None:
                     full_state = self.unpack(key * self._codes + code)
-                self._memoize(full_state, c, first, valid)
+                self._memoize(full_state, c, first, valid, key)
                 if not c.pruned and not c.stale:  # the bound left nothing out: no wider one
                     c.bound = self._top  # adds a step
                 after = self._spend(code)
@@ -891,8 +905,17 @@ class CompiledEngine(Engine):
             self._handed[(*call, *(state[k] for k in to))] = outcome
 
     def _step(self, key: MoveKey, nxt: tuple[Any, ...], spent: tuple[int, ...]) -> _Step:
-        lo, hi = self._lo, self._hi
-        return self._label(key), self._key(nxt[:lo] + nxt[hi:]) * self._codes, self._number(spent)
+        label = self._label_of.get(key)
+        if label is None:
+            label = self._label(key)
+        rest = nxt[: self._lo] + nxt[self._hi :]
+        number = self._key_of.get(rest)
+        if number is None:
+            number = self._key(rest)
+        k = self._numbers.get(spent)
+        if k is None:
+            k = self._number(spent)
+        return label, number * self._codes, k
 
     def _number(self, spent: tuple[int, ...]) -> int:
         found = self._numbers.get(spent)
@@ -901,10 +924,13 @@ class CompiledEngine(Engine):
             self._spendings.append(spent)
         return found
 
-    def _memoize(self, state: tuple[Any, ...], c: _Call, first: bool, scoped: bool) -> None:
-        """Search the steps ``c`` begins from ``state`` within its bound: all of them the
-        ``first`` time, else only those the last bound left out, merged in. ``scoped``: the
-        state breaks nothing, so a search from it may be scoped (:meth:`_recall`)."""
+    def _memoize(
+        self, state: tuple[Any, ...], c: _Call, first: bool, scoped: bool, key: int
+    ) -> None:
+        """Search the steps ``c`` begins from ``state`` (numbered ``key`` without its budgets)
+        within its bound: all of them the ``first`` time, else only those the last bound left
+        out, merged in. ``scoped``: the state breaks nothing, so a search from it may be
+        scoped (:meth:`_recall`)."""
         if c.local is not None and not state[self.broken]:
             start = (c.i, c.found, c.event, c.args, c.spent, c.local, c.target)
             c.steps = [self._local_step(state, start)]
@@ -913,7 +939,7 @@ class CompiledEngine(Engine):
         if c.stale:  # its steps are another state's: no snapshot here to resume
             first, c.stale = True, False
         scoped = first and scoped and self._scoping
-        if scoped and self._recall(state, c):
+        if scoped and self._recall(state, c, key):
             return
         out: _Out = []
         bound = self._bound = self._budget(c.bound)
@@ -947,10 +973,10 @@ class CompiledEngine(Engine):
         if reads is not None:
             self._keep(state, c, reads, out)
 
-    def _recall(self, state: tuple[Any, ...], c: _Call) -> bool:
+    def _recall(self, state: tuple[Any, ...], c: _Call, key: int) -> bool:
         """Take ``c``'s steps from a scoped search of the same call, within a bound that covers
-        ``c``'s, from a state that agrees with ``state`` on every position that search read;
-        False if none was kept.
+        ``c``'s, from a state that agrees with ``state`` (numbered ``key`` without its budgets)
+        on every position that search read; False if none was kept.
 
         A scoped search (from a state that breaks nothing) records every position it reads:
         the instances it runs, and what the wiring's hooks, the properties and the parts it
@@ -974,11 +1000,16 @@ class CompiledEngine(Engine):
                     if not fits:
                         continue
                 c.bound = bound
-                rest = list(state[: self._lo] + state[self._hi :])
+                rest = self._keys[key]
+                places, own = found.places, key * self._codes
+                now = found.pick(rest)
                 bases: list[int] = []
                 for values in found.groups:
-                    after = rest[:]
-                    for k, v in zip(found.places, values, strict=True):
+                    if values == now:  # the search changed nothing here: back to ``state``
+                        bases.append(own)
+                        continue
+                    after = list(rest)
+                    for k, v in zip(places, values, strict=True):
                         after[k] = v
                     bases.append(self._key(tuple(after)) * self._codes)
                 c.steps = [(label, bases[g], k) for label, g, k in found.steps]
