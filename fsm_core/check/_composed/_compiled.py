@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from math import prod
-from operator import add, itemgetter, sub
+from operator import add, ge, itemgetter, sub
 from typing import Any, overload
 
 from fsm_core.check._composed._compose import Args, Engine, Wiring
@@ -753,7 +753,7 @@ class CompiledEngine(Engine):
     def _covered(self, c: _Call, code: int) -> bool:
         """True iff ``c``'s bound covers the budgets coded ``code``."""
         where = c.bound * self._codes + code
-        found = _left(self._budget(c.bound), self._budget(code)) is not None
+        found = _affords(self._budget(c.bound), self._budget(code))
         self._covers[where] = found
         return found
 
@@ -954,7 +954,7 @@ class CompiledEngine(Engine):
             self._run(path, out, work)
         else:
             for snap, options in c.pruned:
-                fits = [o for o in options if _left(bound, o[4]) is not None]
+                fits = [o for o in options if _affords(bound, o[4])]
                 if len(fits) < len(options):
                     self._pruned.append((snap, [o for o in options if o not in fits]))
                 if fits:
@@ -995,8 +995,7 @@ class CompiledEngine(Engine):
                     where = bound * self._codes + code
                     fits = covers.get(where)
                     if fits is None:
-                        left = _left(self._budget(bound), self._budget(code))
-                        fits = covers[where] = left is not None
+                        fits = covers[where] = _affords(self._budget(bound), self._budget(code))
                     if not fits:
                         continue
                 c.bound = bound
@@ -1172,7 +1171,7 @@ class CompiledEngine(Engine):
             found = self._tables[on].lookups[event](node, args)
             if found != REFUSED:
                 total = tuple(map(add, spent, cost))
-                (fits if _left(bound, total) is not None else beyond).append(
+                (fits if _affords(bound, total) else beyond).append(
                     (q, found, event, args, total, on, named)
                 )
         return fits, beyond
@@ -1211,12 +1210,13 @@ class CompiledEngine(Engine):
         """Run ``path`` to its end and record its step in ``out``; its reaction points push
         their branches on ``work``."""
         frames, w, flat, code = path.frames, self.wiring, self._flat, self._tables
+        store, live, hooked_events = path.store, path.live, self._hooked_events
         while frames:
             f = frames[-1]
             if f.pending:
                 (target, event, args), *rest = f.pending
                 f.pending = rest
-                found = code[target].lookups[event](path.store if flat else path.live(target), args)
+                found = code[target].lookups[event](store if flat else live(target), args)
                 if found != REFUSED:
                     self._enter(path, found, target, event, args, f.effect)
                     continue
@@ -1240,10 +1240,10 @@ class CompiledEngine(Engine):
                             self._pruned.append((snap, beyond))
                         path.order += (0,)
                 continue
-            r = f.row.segments[f.resume](path.store if flat else path.live(f.i), f.args)
+            r = f.row.segments[f.resume](store if flat else live(f.i), f.args)
             if r is None:
                 frames.pop()
-                if f.event in self._hooked_events:
+                if f.event in hooked_events:
                     w.after(path.hooked(), f.i, f.event, f.args)
                 move = (f.i, f.event, f.args, f.row.id, f.inside, None, f.aimed)
                 if frames:
@@ -1449,6 +1449,11 @@ class _Tracked(Reading, MutableSequence[Any]):  # type: ignore[misc]
 
     def insert(self, index: int, value: Any) -> None:
         raise TypeError("a hook never inserts a position")
+
+
+def _affords(have: tuple[int, ...], spent: tuple[int, ...]) -> bool:
+    """True iff budgets ``have`` cover spending ``spent`` (:func:`_left` is not None)."""
+    return all(map(ge, have, spent))
 
 
 def _left(have: tuple[int, ...], spent: tuple[int, ...]) -> tuple[int, ...] | None:
