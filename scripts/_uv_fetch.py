@@ -147,6 +147,9 @@ def main(target: Path) -> None:
 def fetch(index: str, version: str, name: str, pinned: str, target: Path) -> None:
     with open_https(index, timeout=60) as r:
         project = json.load(r)
+    # The project page's "releases" is deprecated in PyPI's JSON API for the release's own page
+    # (/pypi/uv/VERSION/json, its "urls"), but mirrors may serve only the project page (this
+    # workplace's PyPI proxy answers the release's page 404): the page every index serves.
     files = project.get("releases", {}).get(version, [])  # the API's other keys: the latest's
     listed = [f for f in files if f.get("filename") == name]
     if not listed:

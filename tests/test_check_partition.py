@@ -336,3 +336,15 @@ def test_check_cluster_with_no_scheduler_there_exits_2_naming_the_address() -> N
         "fsm-core: --cluster tcp://127.0.0.1:9: cannot reach a Dask scheduler: "
         "nothing listens at 127.0.0.1:9 (connection refused)\n"
     )
+
+
+def test_check_cluster_at_a_host_name_that_does_not_resolve_exits_2_at_once() -> None:
+    """Dask retries a name it cannot resolve for its whole connect timeout (10 s here); the
+    check says so at once (RFC 2606 reserves ``.invalid``: it never resolves)."""
+    pytest.importorskip("distributed")
+    r = run("--cluster", "tcp://no-such-host.invalid:8786", "bench_S")
+    assert (r.code, r.out) == (2, "")
+    assert r.err.startswith(
+        "fsm-core: --cluster tcp://no-such-host.invalid:8786: cannot reach a Dask scheduler: "
+        "cannot resolve the host name 'no-such-host.invalid' ("
+    )

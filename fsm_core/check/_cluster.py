@@ -67,7 +67,8 @@ class ClusterError(FsmError):
 def connect(address: str) -> Client:
     """A client of the scheduler at ``address`` (a context manager that closes it); raises
     :class:`ClusterError` when there is none there within :data:`CONNECT` seconds, at once
-    when a TCP address refuses the connection (Dask would retry it until then)."""
+    when a TCP address's host does not resolve or refuses the connection (Dask would retry
+    it until then)."""
     try:
         _refused(address)
         return Client(address, timeout=CONNECT)  # type: ignore[no-untyped-call]
@@ -76,15 +77,18 @@ def connect(address: str) -> Client:
 
 
 def _refused(address: str) -> None:
-    """Raise ``ConnectionRefusedError`` iff ``address`` is a TCP (or TLS) address whose host
-    refuses a connection to its port: nobody listens there. Anything else (a timeout, a name
-    that does not resolve, another scheme) is left to Dask's own connect and its message."""
+    """Raise ``OSError`` iff ``address`` is a TCP (or TLS) address whose host name does not
+    resolve or refuses a connection to its port: nobody listens there (Dask would retry either
+    until its timeout). Anything else (a timeout, another scheme) is left to Dask's own connect
+    and its message."""
     scheme, _ = parse_address(address)
     if scheme not in ("tcp", "tls"):
         return
     host, port = get_address_host_port(address)
     try:
         socket.create_connection((host, port), timeout=CONNECT).close()
+    except socket.gaierror as e:
+        raise OSError(f"cannot resolve the host name {host!r} ({e.strerror})") from None
     except ConnectionRefusedError:
         refused = f"nothing listens at {host}:{port} (connection refused)"
         raise ConnectionRefusedError(refused) from None

@@ -47,6 +47,11 @@ class System(Generic[S]):
     ``(label, next)`` pair to each next state, in the order of ``successors(s)``, the number
     of pairs, and every pair's label in groups. The search is then the same, pair for pair
     where it matters (the first pair to a state is its parent), for a tenth of the work.
+
+    A system that memoizes per state may give ``level_done``: the search calls it with each
+    level's states once it has expanded all of them, and never asks for their steps again
+    (a search is breadth first: the level after next reaches a state of its own, or one met
+    before, whose steps are not needed). It may drop what it keeps for them.
     """
 
     name: str
@@ -58,6 +63,7 @@ class System(Generic[S]):
     deadlock: str
     unpack: Callable[[S], Hashable] | None = None
     grouped: Grouped[S] | None = None
+    level_done: Callable[[Sequence[S]], None] | None = None
 
 
 @final
@@ -214,6 +220,7 @@ def _explore(
     deadlock = system.deadlock
     init = system.initial
     labels = system.labels
+    level_done = system.level_done
     visited: Visited[S] = Visited()
     index, states = visited._index, visited._states
     parents, labels_of = visited._parents, visited._labels
@@ -282,6 +289,8 @@ def _explore(
                     time.perf_counter() - start, complete=False, labels_taken=taken, graph=graph,
                     parent=visited,
                 )  # fmt: skip
+        if level_done is not None:
+            level_done(states[lo:hi])
         if len(states) > hi:
             depth += 1
         lo, hi = hi, len(states)

@@ -423,6 +423,8 @@ class PythonShard:
                     if t not in first and t not in met:
                         first[t] = base + i
             payloads = self._split(first)
+        if system.level_done is not None:
+            system.level_done(states)
         new = taken - self.reported
         self.reported |= new
         return Expanded(bad, transitions, self._moves(new)), payloads

@@ -119,7 +119,10 @@ def build(model: Model, *, interpreted: bool = False) -> Built:
     properties = c.properties()
     deadlock = next(p.name for p in properties if p.kind == "deadlock-free")
     steps: Callable[[Any], Sequence[tuple[int, Any]]] = c.steps
-    grouped: Grouped[Any] | None = c.grouped if isinstance(c, CompiledEngine) else None
+    grouped: Grouped[Any] | None = None
+    level_done: Callable[[Sequence[Any]], None] | None = None
+    if isinstance(c, CompiledEngine):
+        grouped, level_done = c.grouped, c.level_done
     reduction = None
     if model.symmetry and isinstance(c, Engine):
         reduction = Reduction(c)
@@ -127,6 +130,6 @@ def build(model: Model, *, interpreted: bool = False) -> Built:
         grouped = None if grouped is None else reduced_grouped(grouped, reduction.canonical)
     system = System(
         model.name, c.initial(), steps, c.moves, c.first_violated, c.quiescent, deadlock,
-        c.unpack, grouped,
+        c.unpack, grouped, level_done,
     )  # fmt: skip
     return Built(system, c.layout.names, c.moves, properties, c, reduction)

@@ -42,6 +42,11 @@ same steps, in the same order, with the same moves and the same properties;
   budgets (budgets only fall). A state's steps are then arithmetic on the memo, and its
   verdicts are cached per state without budgets. :meth:`CompiledEngine.unpack` gives a state as
   the layout names it.
+- **Memory by level.** The memo of a state's steps (the calls, their saved search paths) is
+  most of a check's memory, and a breadth-first search needs it only while states of the same
+  key are still met: past :attr:`CompiledEngine.memo_keys` keys, :meth:`CompiledEngine.level_done`
+  drops it for keys no state of the last two levels had. A key met again later is searched
+  again, to the same steps in the same order (a call's steps are sorted by their order).
 
 Instances of different tables (a tree's nodes and its door) each run their own table's code
 (:class:`_Code`, generated once per table). The layout must hold the instances first, then
@@ -406,6 +411,11 @@ class _Code:
 class CompiledEngine(Engine):
     """A :class:`~fsm_core.check._composed._compose.Engine` whose steps run as generated code."""
 
+    memo_keys = 1 << 16
+    """How many states without budgets the memo of steps may grow to before
+    :meth:`level_done` forgets those of past levels: at some 10 kB each (their calls' saved
+    search paths), about 650 MB."""
+
     def __init__(self, name: str, wiring: Wiring) -> None:
         super().__init__(name, wiring)
         w = wiring
@@ -551,6 +561,10 @@ class CompiledEngine(Engine):
         anyway."""
         self._written: set[int] = set()
         """The positions the scoped search in progress may have changed, on any path."""
+        self._last: set[int] = set()
+        """The keys of the last level the search expanded (:meth:`level_done`)."""
+        self._held: set[int] | None = None
+        """The keys whose steps may be memoized, once :meth:`level_done` forgets (None: any)."""
 
     # --- packed states ----------------------------------------------------------------------------
 
@@ -625,6 +639,30 @@ class CompiledEngine(Engine):
                 Engine.quiescent(self, full),
             )
         return found
+
+    def level_done(self, states: Sequence[int]) -> None:
+        """:attr:`~fsm_core.check._explore.System.level_done`: once the memo holds more than
+        :attr:`memo_keys` keys, forget the steps memoized for every key no state of the last
+        two levels had.
+
+        States of one key differ in their budgets only, and budgets only fall: a key's states
+        mostly come in a few adjacent levels, so its memo serves while they come and rarely
+        after. Forgetting costs 5-10% more time on the default trees (a key met again is
+        searched again, and freeing takes time too), so a small search keeps everything.
+        """
+        level = {s // self._codes for s in states}
+        keep = self._last | level
+        self._last = level
+        if len(self._keys) <= self.memo_keys:
+            return
+        # Only the states a level expands get a memo, so after one sweep of every key the
+        # keys that may hold one are those the last sweep kept.
+        held = range(len(self._keys)) if self._held is None else self._held
+        calls, steps, groups = self._calls_of, self._steps_of, self._groups_of
+        for key in held:
+            if key not in keep:
+                calls[key] = steps[key] = groups[key] = None
+        self._held = keep
 
     # --- a state's steps, from its memoized steps -------------------------------------------------
 
