@@ -18,9 +18,16 @@ import pytest
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, check, load_model, load_models
 from fsm_core.check._composed import _tree
-from fsm_core.check._composed._compiled import CompiledEngine
+from fsm_core.check._composed._compiled import CompiledEngine, _Tracked
 from fsm_core.check._explore import System, explore
-from fsm_core.check._property import Conjunction, Part, Property, unscoped_reads
+from fsm_core.check._property import (
+    Conjunction,
+    Part,
+    Property,
+    Reading,
+    tested,
+    unscoped_reads,
+)
 from fsm_core.check._system import compose
 from tests.test_compiled import SAMPLE, agree
 
@@ -103,3 +110,26 @@ def test_a_part_that_reads_outside_its_scope_is_caught(
     c, states = reachable(model)
     (once,) = [p for p in c.properties() if p.name == _tree.TEARDOWN_ONCE]
     assert any(unscoped_reads(part, s) for part in parts_of(once) for s in states)
+
+
+def _vacant(value: object) -> bool:
+    return value is None
+
+
+def test_a_plain_reading_reads_the_position_a_test_asks_of() -> None:
+    reading = Reading(("active", None))
+    assert tested(reading, 1, _vacant)
+    assert reading.read == {1}
+    assert not tested(("active", None), 0, _vacant)
+
+
+def test_a_scoped_search_keeps_the_answer_of_a_test_of_a_position_it_did_not_read() -> None:
+    """Only the answer is kept, so the search serves every state that answers the same; a
+    position the search read (or wrote) is read as usual, its value deciding the test."""
+    tests: list[Any] = []
+    view = _Tracked(["active", ("settled",), None], {0}, set(), tests)
+    assert not tested(view, 1, _vacant)
+    assert tests == [(1, _vacant, False)]
+    assert view.read == {0}
+    assert not tested(view, 0, _vacant)
+    assert tests == [(1, _vacant, False)]

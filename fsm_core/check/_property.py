@@ -220,3 +220,18 @@ class Reading(Sequence[Any]):
         else:
             self.read.add(k % len(self.state))
         return self.state[k]
+
+    def test(self, k: int, test: Callable[[Any], bool]) -> bool:
+        """``test`` of the value at position ``k`` (``k`` >= 0), as :func:`tested` asks it: a
+        plain reading reads the position; a reading that can remember the answer instead
+        (the compiled engine's scoped search) may."""
+        return test(self[k])
+
+
+def tested(state: Sequence[Any], k: int, test: Callable[[Any], bool]) -> bool:
+    """``test(state[k])``, where only the answer matters: a :class:`Reading` may record that
+    answer rather than the value read, so that a memo keyed by what was read serves every
+    state whose value there gives the same answer."""
+    if isinstance(state, Reading):
+        return state.test(k, test)
+    return test(state[k])

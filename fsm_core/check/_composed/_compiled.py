@@ -29,8 +29,11 @@ same steps, in the same order, with the same moves and the same properties;
   no property records the positions it reads (:attr:`_Path.reads`: the instances it runs, what
   the wiring's hooks and the properties read); a state that agrees there takes its steps from
   that search (:meth:`CompiledEngine._recall`), its next states being that state with what the
-  search wrote. Such a search rechecks, at a notification, only the invariants of the
-  instances it changed and the parts of ``always`` properties whose declared scope it changed
+  search wrote. Where a hook only asks a question of a position the search does not otherwise
+  read (is this sibling settled?), the search keeps the answer instead of the position
+  (:func:`~fsm_core.check._property.tested`), and serves every state that answers the same.
+  Such a search rechecks, at a notification, only the invariants of the instances it changed
+  and the parts of ``always`` properties whose declared scope it changed
   (:class:`~fsm_core.check._property.Conjunction`): the rest held at its start and reads
   nothing it changed.
 - **Offers decided once.** Which calls a state offers naming an instance is decided by
@@ -108,6 +111,10 @@ _Group = tuple[int, int, int, int, tuple[int, ...]]
 its budgets times the number of budgets' codes, the number of what each spent, how many, and
 every label in order)."""
 
+_Test = tuple[int, Callable[[Any], bool], bool]
+"""A test a scoped search asked of a position it did not read (:meth:`_Tracked.test`): the
+position, the test, and its answer there."""
+
 
 def _fold(steps: list[_Step]) -> list[_Group]:
     """``steps`` grouped by where they lead (the state without its budgets, and what they spend),
@@ -181,7 +188,7 @@ class _Path:
 
     __slots__ = (
         "done", "frames", "nodes", "observed", "order", "reads", "refused", "spent", "start",
-        "store", "target", "used", "view", "wrote",
+        "store", "target", "tests", "used", "view", "wrote",
     )  # fmt: skip
 
     def __init__(
@@ -190,11 +197,15 @@ class _Path:
         spent: tuple[int, ...],
         target: int | None,
         reads: set[int] | None = None,
+        tests: list[_Test] | None = None,
     ) -> None:
         self.start = start
         self.reads = reads
         """When the search is scoped (:meth:`CompiledEngine._scoped`): the positions of
         ``start`` it read, shared by every path of the search; else None."""
+        self.tests = tests
+        """When the search is scoped: the tests of positions it did not read, with their
+        answers (:meth:`_Tracked.test`), shared by every path of the search."""
         self.wrote: set[int] = set()
         """The positions the wiring's hooks wrote on this path (scoped searches only)."""
         self.target = target
@@ -222,7 +233,7 @@ class _Path:
     def fork(self) -> _Path:
         p = _Path.__new__(_Path)
         p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
-        p.reads, p.wrote = self.reads, set(self.wrote)
+        p.reads, p.wrote, p.tests = self.reads, set(self.wrote), self.tests
         p.target, p.refused = self.target, self.refused
         p.order = self.order
         p.store = self.store[:]
@@ -247,7 +258,9 @@ class _Path:
         if view is None:
             reads = self.reads
             view = self.view = (
-                self.store if reads is None else _Tracked(self.store, reads, self.wrote)
+                self.store
+                if reads is None or self.tests is None
+                else _Tracked(self.store, reads, self.wrote, self.tests)
             )
         return view
 
@@ -336,9 +349,10 @@ class _Searched:
     """A scoped search's outcome, as :meth:`CompiledEngine._recall` replays it on another
     state: the positions (of a state without its budgets) its next states may differ in,
     the values there of each next state, and each step as (label, next state's index, the
-    number of what it spent), with each step's :attr:`_Path.order`."""
+    number of what it spent), with each step's :attr:`_Path.order`; and the tests it asked of
+    positions it did not read, which a state must answer the same to be replayed."""
 
-    __slots__ = ("bound", "folded", "groups", "orders", "pick", "places", "steps")
+    __slots__ = ("bound", "folded", "groups", "orders", "pick", "places", "steps", "tests")
 
     def __init__(
         self,
@@ -347,8 +361,10 @@ class _Searched:
         steps: list[tuple[int, int, int]],
         orders: list[tuple[int, ...]],
         bound: int,
+        tests: tuple[_Test, ...],
     ) -> None:
         self.places, self.groups, self.steps, self.orders = places, groups, steps, orders
+        self.tests = tests
         self.pick: Callable[[Sequence[Any]], tuple[Any, ...]] = (
             itemgetter(*places) if len(places) > 1 else lambda state: (state[places[0]],)
         )
@@ -984,10 +1000,11 @@ class CompiledEngine(Engine):
         work: list[tuple[_Path, list[_Option], int, bool]] = []
         pruned, self._pruned = self._pruned, []
         reads: set[int] | None = None
+        tests: list[_Test] = []
         if first:
             if scoped:
                 reads, self._written = {c.i}, set()
-            path = _Path(state, self._spendings[c.spent], c.target, reads)
+            path = _Path(state, self._spendings[c.spent], c.target, reads, tests)
             self._enter(path, c.found, c.i, c.event, c.args, None)
             self._run(path, out, work)
         else:
@@ -1009,7 +1026,7 @@ class CompiledEngine(Engine):
         c.steps = [step for _, step in found]
         c.groups = None
         if reads is not None:
-            self._keep(state, c, reads, out)
+            self._keep(state, c, reads, tests, out)
 
     def _recall(self, state: tuple[Any, ...], c: _Call, key: int) -> bool:
         """Take ``c``'s steps from a scoped search of the same call, within a bound that covers
@@ -1020,7 +1037,9 @@ class CompiledEngine(Engine):
         the instances it runs, and what the wiring's hooks, the properties and the parts it
         rechecks read (:meth:`_scoped_notice`). Every choice in it is decided by those, so a
         search from a state that agrees there makes the same choices and writes the same
-        values: its next states are ``state`` with those values written.
+        values: its next states are ``state`` with those values written. A test the search
+        asked of a position it did not read (:meth:`_Tracked.test`) must have the same answer
+        in ``state``.
         """
         memo = self._searched.get((c.i, c.found, c.event, c.args, c.target, c.spent))
         if memo is None:
@@ -1028,6 +1047,10 @@ class CompiledEngine(Engine):
         code, covers = c.bound, self._covers
         for _, project, known in memo:
             for found in known.get(project(state), ()):
+                if found.tests and not all(
+                    test(state[k]) == answer for k, test, answer in found.tests
+                ):
+                    continue
                 bound = found.bound
                 if bound != code:
                     where = bound * self._codes + code
@@ -1056,9 +1079,13 @@ class CompiledEngine(Engine):
                 return True
         return False
 
-    def _keep(self, state: tuple[Any, ...], c: _Call, reads: set[int], out: _Out) -> None:
-        """Keep the outcome of ``c``'s first search from ``state``, scoped, read ``reads``
-        and stepped ``out`` (whose steps :attr:`_Call.steps` holds), for :meth:`_recall`."""
+    def _keep(
+        self, state: tuple[Any, ...], c: _Call, reads: set[int], tests: list[_Test], out: _Out
+    ) -> None:
+        """Keep the outcome of ``c``'s first search from ``state``, scoped, read ``reads``,
+        asked ``tests`` and stepped ``out`` (whose steps :attr:`_Call.steps` holds), for
+        :meth:`_recall`. A test of a position the search also read is decided by the value
+        read."""
         lo, hi = self._lo, self._hi
         places = sorted((reads | self._written | {self.broken}) - set(range(lo, hi)))
         groups: dict[tuple[Any, ...], int] = {}
@@ -1072,6 +1099,7 @@ class CompiledEngine(Engine):
             steps,
             c.orders,
             c.bound if c.pruned else self._top,
+            tuple(t for t in dict.fromkeys(tests) if t[0] not in reads),
         )
         where = tuple(sorted(reads))
         memo = self._searched.setdefault((c.i, c.found, c.event, c.args, c.target, c.spent), [])
@@ -1466,11 +1494,23 @@ class _Tracked(Reading, MutableSequence[Any]):  # type: ignore[misc]
     """A scoped search's store as the wiring's hooks and predicates see it: what they read is
     added to the search's reads (``read``), what they write to the path's writes."""
 
-    __slots__ = ("store", "wrote")
+    __slots__ = ("store", "tests", "wrote")
 
-    def __init__(self, store: list[Any], reads: set[int], wrote: set[int]) -> None:
+    def __init__(
+        self, store: list[Any], reads: set[int], wrote: set[int], tests: list[_Test]
+    ) -> None:
         super().__init__(store, reads)
-        self.store, self.wrote = store, wrote
+        self.store, self.wrote, self.tests = store, wrote, tests
+
+    def test(self, k: int, test: Callable[[Any], bool]) -> bool:
+        """A position the search has neither read nor written on this path holds its value in
+        the search's start: the answer is recorded with the test (a state whose value there
+        gives the same answer is searched the same), not the position as read."""
+        if k in self.read or k in self.wrote:
+            return test(self[k])
+        answer = test(self.store[k])
+        self.tests.append((k, test, answer))
+        return answer
 
     @overload
     def __setitem__(self, k: int, value: Any) -> None: ...

@@ -116,7 +116,7 @@ from fsm_core.check._composed._compose import (
 )
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
-from fsm_core.check._property import Notice, Part, Property, at_node, conjunction
+from fsm_core.check._property import Notice, Part, Property, at_node, conjunction, tested
 from fsm_core.check._reactions import listened
 from fsm_core.table import Machine, WiredCall, Wiring
 from fsm_core.table._codegen import compile_predicates
@@ -642,6 +642,10 @@ class TreeWiring:
         # The table's ``quiescent``: the activation reached ``settled``.
         return self._unsettled[0](node) is None
 
+    def _gone(self, node: tuple[Any, ...] | None) -> bool:
+        """A child slot holds no activation, or one that settled."""
+        return node is None or self._unsettled[0](node) is None
+
     # --- environment -----------------------------------------------------------------------------
 
     def charges(self, event: str, args: Args, on: int | None) -> tuple[int, ...]:
@@ -689,7 +693,7 @@ class TreeWiring:
         if instance >= self._n:
             return True
         if event == "admit":
-            return any(state[c] is None for c in self.shape.children[instance])
+            return any(tested(state, c, _vacant) for c in self.shape.children[instance])
         if event == "deliver":
             return bool(args[0]) == self._is_drained(state)
         if event == "dispose":  # a user's dispose is no drain's
@@ -821,8 +825,10 @@ class TreeWiring:
         if "last" in call.facts:
             p = self.shape.parent[i]
             assert p is not None
-            others = [c for c in self.shape.children[p] if c != i and store[c] is not None]
-            facts["last"] = all(self._settled(store[c]) for c in others)
+            # Only whether each sibling is settled matters: asked as a test, a scoped search
+            # serves every state whose siblings answer the same (:func:`tested`).
+            gone = self._gone
+            facts["last"] = all(tested(store, c, gone) for c in self.shape.children[p] if c != i)
         if "parent" in call.facts:
             # A root's parent is the host agent, live throughout; a child's is its parent
             # node's agent, the exact agent of a resident activation (its teardown waits for
@@ -830,6 +836,11 @@ class TreeWiring:
             root = call.machine == "activation" and self.shape.parent[i] is None
             facts["parent"] = "host" if root else "activation"
         return facts
+
+
+def _vacant(node: tuple[Any, ...] | None) -> bool:
+    """A child slot holds no activation."""
+    return node is None
 
 
 def _at_most_once(ghost: int) -> Part:
