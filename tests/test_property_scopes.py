@@ -25,7 +25,7 @@ from fsm_core.check._property import (
     Part,
     Property,
     Reading,
-    tested,
+    ask,
     unscoped_reads,
 )
 from fsm_core.check._system import compose
@@ -118,9 +118,9 @@ def _vacant(value: object) -> bool:
 
 def test_a_plain_reading_reads_the_position_a_test_asks_of() -> None:
     reading = Reading(("active", None))
-    assert tested(reading, 1, _vacant)
+    assert ask(reading, 1, _vacant)
     assert reading.read == {1}
-    assert not tested(("active", None), 0, _vacant)
+    assert not ask(("active", None), 0, _vacant)
 
 
 def test_a_scoped_search_keeps_the_answer_of_a_test_of_a_position_it_did_not_read() -> None:
@@ -128,8 +128,8 @@ def test_a_scoped_search_keeps_the_answer_of_a_test_of_a_position_it_did_not_rea
     position the search read (or wrote) is read as usual, its value deciding the test."""
     tests: list[Any] = []
     view = _Tracked(["active", ("settled",), None], {0}, set(), tests)
-    assert not tested(view, 1, _vacant)
+    assert not ask(view, 1, _vacant)
     assert tests == [(1, _vacant, False)]
     assert view.read == {0}
-    assert not tested(view, 0, _vacant)
+    assert not ask(view, 0, _vacant)
     assert tests == [(1, _vacant, False)]

@@ -222,13 +222,13 @@ class Reading(Sequence[Any]):
         return self.state[k]
 
     def test(self, k: int, test: Callable[[Any], bool]) -> bool:
-        """``test`` of the value at position ``k`` (``k`` >= 0), as :func:`tested` asks it: a
+        """``test`` of the value at position ``k`` (``k`` >= 0), as :func:`ask` asks it: a
         plain reading reads the position; a reading that can remember the answer instead
         (the compiled engine's scoped search) may."""
         return test(self[k])
 
 
-def tested(state: Sequence[Any], k: int, test: Callable[[Any], bool]) -> bool:
+def ask(state: Sequence[Any], k: int, test: Callable[[Any], bool]) -> bool:
     """``test(state[k])``, where only the answer matters: a :class:`Reading` may record that
     answer rather than the value read, so that a memo keyed by what was read serves every
     state whose value there gives the same answer."""

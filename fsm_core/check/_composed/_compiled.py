@@ -31,7 +31,7 @@ same steps, in the same order, with the same moves and the same properties;
   that search (:meth:`CompiledEngine._recall`), its next states being that state with what the
   search wrote. Where a hook only asks a question of a position the search does not otherwise
   read (is this sibling settled?), the search keeps the answer instead of the position
-  (:func:`~fsm_core.check._property.tested`), and serves every state that answers the same.
+  (:func:`~fsm_core.check._property.ask`), and serves every state that answers the same.
   Such a search rechecks, at a notification, only the invariants of the instances it changed
   and the parts of ``always`` properties whose declared scope it changed
   (:class:`~fsm_core.check._property.Conjunction`): the rest held at its start and reads

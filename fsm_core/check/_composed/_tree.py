@@ -116,7 +116,7 @@ from fsm_core.check._composed._compose import (
 )
 from fsm_core.check._config import Model
 from fsm_core.check._needs import Needs
-from fsm_core.check._property import Notice, Part, Property, at_node, conjunction, tested
+from fsm_core.check._property import Notice, Part, Property, ask, at_node, conjunction
 from fsm_core.check._reactions import listened
 from fsm_core.table import Machine, WiredCall, Wiring
 from fsm_core.table._codegen import compile_predicates
@@ -693,7 +693,7 @@ class TreeWiring:
         if instance >= self._n:
             return True
         if event == "admit":
-            return any(tested(state, c, _vacant) for c in self.shape.children[instance])
+            return any(ask(state, c, _vacant) for c in self.shape.children[instance])
         if event == "deliver":
             return bool(args[0]) == self._is_drained(state)
         if event == "dispose":  # a user's dispose is no drain's
@@ -826,9 +826,9 @@ class TreeWiring:
             p = self.shape.parent[i]
             assert p is not None
             # Only whether each sibling is settled matters: asked as a test, a scoped search
-            # serves every state whose siblings answer the same (:func:`tested`).
+            # serves every state whose siblings answer the same (:func:`ask`).
             gone = self._gone
-            facts["last"] = all(tested(store, c, gone) for c in self.shape.children[p] if c != i)
+            facts["last"] = all(ask(store, c, gone) for c in self.shape.children[p] if c != i)
         if "parent" in call.facts:
             # A root's parent is the host agent, live throughout; a child's is its parent
             # node's agent, the exact agent of a resident activation (its teardown waits for
