@@ -37,6 +37,7 @@ __all__ = [
     "head",
     "interrupt",
     "once_per_run",
+    "reached",
     "schema_validator",
     "shipped_models",
     "write_model",
@@ -160,6 +161,26 @@ def shipped_models() -> tuple[Model, ...]:
     """``load_models(models_dir())``, loaded once per process: a dozen test modules list the
     shipped models as they are collected (half a second each time). Models are frozen."""
     return tuple(load_models(models_dir()))
+
+
+@functools.cache
+def reached(name: str) -> tuple[tuple[Any, ...], ...]:
+    """Every state the compiled engine of the shipped model ``name`` reaches, unpacked (plain
+    values, the same from any engine of the model), once per process: the scope audit and the
+    sibling canonicaliser's order test both read every state of ``activation_tree`` (three
+    seconds of search each). The engine is not kept: its memo is a check's largest structure."""
+    from fsm_core.check._composed._compiled import CompiledEngine
+    from fsm_core.check._explore import System, explore
+    from fsm_core.check._system import compose
+
+    model = next(m for m in shipped_models() if m.name == name)
+    c = compose(model)
+    assert isinstance(c, CompiledEngine)
+    system = System(
+        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, "deadlock",
+        c.unpack, c.grouped,
+    )  # fmt: skip
+    return tuple(c.unpack(s) for s in explore(system).parent)
 
 
 T = TypeVar("T")

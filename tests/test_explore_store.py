@@ -18,9 +18,11 @@ import pytest
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, check, load_model
 from fsm_core.check._explore import (
+    FREEZE_FROM,
     System,
     Visited,
     explore,
+    paused_gc,
     trace_to,
     unreachable_quiescence,
 )
@@ -157,13 +159,16 @@ def test_an_invariant_broken_has_the_trace_the_dict_store_found(tmp_path: Path) 
 
 
 def test_states_that_never_settle_are_the_ones_the_dict_graph_found(tmp_path: Path) -> None:
-    model = _planted(tmp_path, "settlement_notice_dropped", "activation_tree")
+    """On the three-generation chain (6,830 states with the mutant, 1,322 of them unsettled):
+    which states settle is a walk back over the graph, whatever the tree's shape, and the
+    two-child activation_tree only made the same walk over four times the states."""
+    model = _planted(tmp_path, "settlement_notice_dropped", "activation_chain")
     system = build(model).system
-    *_, unsettled = agree(system)
+    *_, parent, unsettled = agree(system)  # the parents agree() found in the explorer's store
     assert unsettled
     report = check(model)
     assert report.violation is not None and report.violation.name == "quiescence_reachable"
-    assert report.violation.trace == trace_to(explore(system).parent, unsettled[0], system.unpack)
+    assert report.violation.trace == trace_to(parent, unsettled[0], system.unpack)
 
 
 def _line(edges: Iterable[tuple[int, int, int]], quiet: set[int]) -> System[int]:
@@ -191,18 +196,27 @@ def test_a_deadlock_two_steps_in_has_its_shortest_trace() -> None:
     assert (name, trace) == ("deadlock", ((None, 0), (0, 1), (2, 3)))
 
 
-def test_a_search_leaves_what_its_caller_froze_frozen() -> None:
-    """paused_gc thawed every frozen object as it ended, the caller's too: a test session's
-    frozen collection was scanned again by every later collection."""
-    from fsm_core.check._explore import paused_gc
-
+def test_a_search_leaves_what_its_caller_froze_frozen_and_freezes_nothing_of_its_own() -> None:
+    """paused_gc thawed every frozen object as it ended, the caller's too (a test session's
+    frozen collection was scanned again by every later collection); then it froze what each
+    block left for good, where the caller had frozen anything, and asked how many objects were
+    frozen (a walk over all of them) at every block, every level of a partitioned search."""
     kept = [[n] for n in range(1000)]
     gc.freeze()
     try:
         before = gc.get_freeze_count()
         with paused_gc():
-            made = [[n] for n in range(10)]
-        assert gc.get_freeze_count() >= before
+            made = [[n] for n in range(FREEZE_FROM)]
+        assert gc.get_freeze_count() == before
     finally:
         gc.unfreeze()
     assert kept and made
+
+
+def test_what_a_large_search_left_joins_the_oldest_generation_unscanned() -> None:
+    assert not gc.get_freeze_count()
+    with paused_gc():
+        made = [[n] for n in range(FREEZE_FROM)]
+    assert not gc.get_freeze_count()
+    assert gc.get_count()[0] < FREEZE_FROM // 10  # no longer young: a collection skips them
+    assert made

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fsm_core._paths import models_dir, specs_dir
-from fsm_core.check import Model, check, load_model, load_models
+from fsm_core.check import Model, check, load_model
 from fsm_core.check._composed import _tree
 from fsm_core.check._composed._compiled import CompiledEngine, _Tracked
 from fsm_core.check._explore import System, explore
@@ -29,11 +29,12 @@ from fsm_core.check._property import (
     unscoped_reads,
 )
 from fsm_core.check._system import compose
+from tests.helpers import reached, shipped_models
 from tests.test_compiled import SAMPLE, agree
 
 TREES = [
     m
-    for m in load_models(models_dir())
+    for m in shipped_models()
     if m.kind == "activation-tree" and m.tier == "default" and m.name != "activation_three_levels"
 ]
 
@@ -56,7 +57,9 @@ def parts_of(p: Property) -> tuple[Part, ...]:
 
 @pytest.mark.parametrize("model", TREES, ids=lambda m: m.name)
 def test_every_part_reads_only_its_scope_in_every_reachable_state(model: Model) -> None:
-    c, states = reachable(model)
+    c = compose(model)
+    assert isinstance(c, CompiledEngine)
+    states = reached(model.name)  # shared with test_symmetry's canonicaliser test
     parts = [(p.name, part) for p in c.properties() for part in parts_of(p)]
     assert parts, "a tree's always properties are split into parts"
     for state in states:

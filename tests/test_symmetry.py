@@ -29,7 +29,7 @@ from fsm_core.check._parallel import Source
 from fsm_core.check._partition import check_partitioned
 from fsm_core.check._system import build, compose
 from fsm_core.tools._mutants import MUTANTS, Mutant, _copy_tables
-from tests.helpers import exactly, sweep, write_model
+from tests.helpers import exactly, reached, sweep, write_model
 
 TREES = ("activation_tree", "activation_three_levels", "activation_chain", "agent_tree")
 """The default tree models."""
@@ -284,10 +284,7 @@ def test_every_process_picks_the_same_representative() -> None:
     not depend on the order a process met the others (it did once, by numbering slots as met)."""
     e = compose(_model("activation_tree", symmetry=False))
     assert isinstance(e, Engine) and isinstance(e.wiring, TreeWiring)
-    run = explore(
-        System("x", e.initial(), e.steps, e.moves, e.first_violated, e.quiescent, "deadlock")
-    )
-    states = [e.unpack(s) for s in run.parent]
+    states = reached("activation_tree")  # every state, shared with test_property_scopes
     one, other = Siblings(e.wiring), Siblings(e.wiring)
     forward = [one.canonical(s) for s in states]
     backward = [other.canonical(s) for s in reversed(states)][::-1]

@@ -168,6 +168,13 @@ Progress = Callable[[int, int, int, float], None]
 """Called about once a second with (states, frontier, depth, elapsed seconds)."""
 
 
+FREEZE_FROM = 100_000
+"""How many objects a :func:`paused_gc` block must have left for them to be frozen unscanned:
+below it the collector's scan of them is cheap, and asking whether the caller froze any
+(:func:`gc.get_freeze_count` walks every frozen object) might cost more. A partitioned search
+pauses the collector once a level, and a test session runs thousands of small searches."""
+
+
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """Pause CPython's cyclic garbage collector for the block.
@@ -175,19 +182,21 @@ def paused_gc() -> Iterator[None]:
     A search allocates millions of tuples, none in a cycle, and keeps most of them: the
     collector would scan the growing heap again and again for garbage it never finds (a
     third of a check's time). Reference counting still frees everything as usual. Afterwards
-    what the block allocated joins the oldest generation unscanned (``freeze`` then
-    ``unfreeze``), instead of being scanned all at once by the first collection. Where the
-    caller had frozen objects already (a test session freezes what it collected), everything
-    stays frozen: ``unfreeze`` would thaw the caller's objects too.
+    what a large block allocated (:data:`FREEZE_FROM` objects or more) joins the oldest
+    generation unscanned (``freeze`` then ``unfreeze``), instead of being scanned all at once
+    by the first collection. Where the caller had frozen objects already (a server that
+    freezes before it forks), the block's objects are left to the collector as usual:
+    ``unfreeze`` would thaw the caller's objects too, and leaving them frozen would keep them
+    from the collector for good.
     """
     enabled = gc.isenabled()
-    frozen = gc.get_freeze_count()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
-        if not frozen:
+        # The collector is off, so its young generation's count is what the block left.
+        if gc.get_count()[0] >= FREEZE_FROM and not gc.get_freeze_count():
+            gc.freeze()
             gc.unfreeze()
         if enabled:
             gc.enable()
