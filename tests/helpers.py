@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 from jsonschema import Draft202012Validator, validators
@@ -25,6 +25,9 @@ from fsm_core import Agent
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, load_models
 from fsm_core.runtime._core import AgentCore
+
+if TYPE_CHECKING:
+    from fsm_core.check._composed._compiled import CompiledEngine
 
 __all__ = [
     "FSM_CORE",
@@ -163,24 +166,28 @@ def shipped_models() -> tuple[Model, ...]:
     return tuple(load_models(models_dir()))
 
 
-@functools.cache
-def reached(name: str) -> tuple[tuple[Any, ...], ...]:
-    """Every state the compiled engine of the shipped model ``name`` reaches, unpacked (plain
-    values, the same from any engine of the model), once per process: the scope audit and the
-    sibling canonicaliser's order test both read every state of ``activation_tree`` (three
-    seconds of search each). The engine is not kept: its memo is a check's largest structure."""
+def reachable(model: Model) -> tuple[CompiledEngine, list[tuple[Any, ...]]]:
+    """The compiled engine of ``model`` and every state it reaches, unpacked."""
     from fsm_core.check._composed._compiled import CompiledEngine
     from fsm_core.check._explore import System, explore
     from fsm_core.check._system import compose
 
-    model = next(m for m in shipped_models() if m.name == name)
     c = compose(model)
     assert isinstance(c, CompiledEngine)
     system = System(
         model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, "deadlock",
         c.unpack, c.grouped,
     )  # fmt: skip
-    return tuple(c.unpack(s) for s in explore(system).parent)
+    return c, [c.unpack(s) for s in explore(system).parent]
+
+
+@functools.cache
+def reached(name: str) -> tuple[tuple[Any, ...], ...]:
+    """Every state the compiled engine of the shipped model ``name`` reaches, unpacked (plain
+    values, the same from any engine of the model), once per process: the scope audit and the
+    sibling canonicaliser's order test both read every state of ``activation_tree`` (three
+    seconds of search each). The engine is not kept: its memo is a check's largest structure."""
+    return tuple(reachable(next(m for m in shipped_models() if m.name == name))[1])
 
 
 T = TypeVar("T")

@@ -19,7 +19,6 @@ from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, check, load_model
 from fsm_core.check._composed import _tree
 from fsm_core.check._composed._compiled import CompiledEngine, _Tracked
-from fsm_core.check._explore import System, explore
 from fsm_core.check._property import (
     Conjunction,
     Part,
@@ -29,7 +28,7 @@ from fsm_core.check._property import (
     unscoped_reads,
 )
 from fsm_core.check._system import compose
-from tests.helpers import reached, shipped_models
+from tests.helpers import reachable, reached, shipped_models
 from tests.test_compiled import SAMPLE, agree
 
 TREES = [
@@ -37,17 +36,6 @@ TREES = [
     for m in shipped_models()
     if m.kind == "activation-tree" and m.tier == "default" and m.name != "activation_three_levels"
 ]
-
-
-def reachable(model: Model) -> tuple[CompiledEngine, list[tuple[Any, ...]]]:
-    """The compiled engine of ``model`` and every state it reaches, unpacked."""
-    c = compose(model)
-    assert isinstance(c, CompiledEngine)
-    system = System(
-        model.name, c.initial(), c.steps, c.moves, c.first_violated, c.quiescent, "deadlock",
-        c.unpack, c.grouped,
-    )  # fmt: skip
-    return c, [c.unpack(s) for s in explore(system).parent]
 
 
 def parts_of(p: Property) -> tuple[Part, ...]:
