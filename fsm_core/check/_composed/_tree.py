@@ -627,7 +627,7 @@ class TreeWiring:
             return False
         for i in self._slots:
             node = state[i]
-            if node is None or self._settled(node):
+            if self._gone(node):
                 continue
             if self.agent is None or node[self._stage] != self._active:
                 return False
@@ -644,7 +644,7 @@ class TreeWiring:
 
     def _gone(self, node: tuple[Any, ...] | None) -> bool:
         """A child slot holds no activation, or one that settled."""
-        return node is None or self._unsettled[0](node) is None
+        return node is None or self._settled(node)
 
     # --- environment -----------------------------------------------------------------------------
 
