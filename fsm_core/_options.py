@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from fsm_core._errors import echo
@@ -29,3 +30,27 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, not {echo(text)}")
     return value
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type`` for a finite number of seconds from 0 (``--progress-after``)."""
+    value = _seconds(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"a number of seconds from 0, not {echo(text)}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type`` for a positive, finite number of seconds (a ``--timeout``)."""
+    value = _seconds(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {echo(text)}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """``text`` as a float; NaN (refused by every caller's range) where it is not one."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan

@@ -44,7 +44,7 @@ from fsm_core._errors import (
     named,
 )
 from fsm_core._files import write_whole
-from fsm_core._options import positive_int
+from fsm_core._options import positive_int, seconds
 from fsm_core._paths import models_dir
 
 if TYPE_CHECKING:
@@ -639,6 +639,15 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         "output is the same but for the timings",
     )
     p.add_argument(
+        "--progress-after",
+        type=seconds,
+        default=PROGRESS_AFTER,
+        metavar="SECONDS",
+        help="print a progress line on stderr about once a second once a model's check has run "
+        f"SECONDS (default {PROGRESS_AFTER:g}: a quick check prints none; 0: from its first "
+        "second)",
+    )
+    p.add_argument(
         "--cluster",
         default=None,
         metavar="ADDRESS",
@@ -728,12 +737,13 @@ def _unique(models: list[Model]) -> list[Model]:
 
 
 PROGRESS_AFTER = 2.0
-"""Seconds a check runs before it reports progress: a quick one prints nothing."""
+"""Seconds a check runs before it reports progress (``--progress-after``'s default): a quick
+one prints nothing."""
 
 
-def _progress(name: str) -> Callable[[int, int, int, float], None]:
+def _progress(name: str, after: float = PROGRESS_AFTER) -> Callable[[int, int, int, float], None]:
     """Print a progress line on stderr, as TLC and SPIN do, about once a second once a check
-    has run for :data:`PROGRESS_AFTER` seconds; whole lines, a terminal's or a log's.
+    has run for ``after`` seconds; whole lines, a terminal's or a log's.
 
     The seconds count from when the reporter is made, as a model's check is started (in a
     worker: handed out), or from the search's own start, whichever is earlier: a model whose
@@ -748,7 +758,7 @@ def _progress(name: str) -> Callable[[int, int, int, float], None]:
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
         if _reader_left():
             raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
-        if max(elapsed, time.monotonic() - started) < PROGRESS_AFTER:
+        if max(elapsed, time.monotonic() - started) < after:
             return
         rate = states / elapsed if elapsed > 0 else 0.0
         print(
@@ -792,7 +802,7 @@ def _check_on_cluster(
                 reports.append(
                     check(
                         model,
-                        progress=_progress(model.name),
+                        progress=_progress(model.name, args.progress_after),
                         max_states=args.max_states,
                         backend=args.backend,
                     )
@@ -803,7 +813,7 @@ def _check_on_cluster(
                         client,
                         model,
                         source,
-                        progress=_progress(model.name),
+                        progress=_progress(model.name, args.progress_after),
                         max_states=args.max_states,
                         backend=args.backend,
                     )
@@ -912,7 +922,7 @@ def _check(args: argparse.Namespace) -> int:
             model,
             source,
             args.workers or usable_cores(),
-            progress=_progress(model.name),
+            progress=_progress(model.name, args.progress_after),
             max_states=args.max_states,
             backend=args.backend,
         )
@@ -922,7 +932,7 @@ def _check(args: argparse.Namespace) -> int:
         reports = check_in_workers(
             jobs,
             workers,
-            progress=_progress,
+            progress=lambda name: _progress(name, args.progress_after),
             on_report=done,
             max_states=args.max_states,
             backend=args.backend,
@@ -930,7 +940,10 @@ def _check(args: argparse.Namespace) -> int:
     else:
         for m in models:
             r = check(
-                m, progress=_progress(m.name), max_states=args.max_states, backend=args.backend
+                m,
+                progress=_progress(m.name, args.progress_after),
+                max_states=args.max_states,
+                backend=args.backend,
             )
             done(r)
             reports.append(r)

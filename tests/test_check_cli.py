@@ -402,6 +402,13 @@ def test_a_check_shorter_than_two_seconds_reports_no_progress(
     assert capsys.readouterr().err == ""
 
 
+def test_progress_after_zero_reports_from_the_first_tick(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _progress("bench_M", after=0)(2048, 300, 9, 0.5)
+    assert capsys.readouterr().err == "bench_M: states=2048 frontier=300 depth=9 states/s=4096\n"
+
+
 # --- interrupts ----------------------------------------------------------------------------------
 
 LONG = "bench_L"
@@ -414,6 +421,7 @@ def test_sigint_during_check_exits_130_with_one_line_and_writes_no_trace(tmp_pat
     complete run."""
     trace = tmp_path / "trace.txt"
     argv = ["check", str(broken_model(tmp_path)), LONG, "--backend", "python"]
+    argv += ["--progress-after", "0"]  # under way at its first progress tick
     argv += ["--trace-out", str(trace)]
     code, out, err = interrupt(argv, under_way=f"{LONG}: states=")
     assert code == 130

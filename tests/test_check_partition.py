@@ -27,7 +27,7 @@ from fsm_core.check._system import build
 from fsm_core.tools._mutants import MUTANTS, _copy_tables
 from tests.helpers import shipped_models, sweep, write_model
 from tests.test_check_cli import run
-from tests.test_check_workers import descendants, linux_only, under_way, untimed
+from tests.test_check_workers import AT_ONCE, descendants, linux_only, under_way, untimed
 
 DEFAULT_MODELS = [m for m in shipped_models() if m.tier == "default"]
 
@@ -225,7 +225,9 @@ def only_progress(err: str, name: str) -> bool:
 
 @linux_only
 def test_a_partition_worker_killed_is_an_error_naming_its_part() -> None:
-    p, _, _ = under_way(["check", "--workers", "2", "agent_tree_wide"], "agent_tree_wide: states=")
+    p, _, _ = under_way(
+        ["check", "--workers", "2", "agent_tree_wide", *AT_ONCE], "agent_tree_wide: states="
+    )
     workers = [pid for pid, generation in descendants(p.pid) if generation == 1]
     with p:
         assert len(workers) == 1, workers  # forked by the command itself

@@ -140,6 +140,11 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
+AT_ONCE = ("--progress-after", "0")
+"""Progress from a check's first tick (about a second in), not from its second second: the
+tests that wait for a search to be under way wait on its first progress line."""
+
+
 def under_way(argv: list[str], first: str) -> tuple[subprocess.Popen[str], list[str], list[int]]:
     """Start ``fsm-core ARGV`` and read its stderr to the first line starting with ``first``;
     the process, the lines read, and the workers then running (the forkserver's children)."""
@@ -159,7 +164,8 @@ def under_way(argv: list[str], first: str) -> tuple[subprocess.Popen[str], list[
 @linux_only
 def test_sigint_stops_every_worker_with_one_line_and_130() -> None:
     p, seen, workers = under_way(
-        ["check", "--workers", "2", "--backend", "python", LONG, "bench_M"], f"{LONG}: states="
+        ["check", "--workers", "2", "--backend", "python", LONG, "bench_M", *AT_ONCE],
+        f"{LONG}: states=",
     )
     helpers = [pid for pid, generation in descendants(p.pid) if generation == 1]
     with p:
@@ -181,7 +187,8 @@ def test_a_worker_killed_is_an_error_naming_its_model() -> None:
     """bench_S is reported long before bench_L's first progress line: of the workers killed
     then, one was checking bench_L, and the other waited for work."""
     p, _, workers = under_way(
-        ["check", "--workers", "2", "--backend", "python", "bench_S", LONG], f"{LONG}: states="
+        ["check", "--workers", "2", "--backend", "python", "bench_S", LONG, *AT_ONCE],
+        f"{LONG}: states=",
     )
     with p:
         assert len(workers) == 2, workers

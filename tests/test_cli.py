@@ -211,6 +211,19 @@ def test_a_count_below_one_is_refused_by_argparse_naming_the_flag(
     assert err.splitlines()[-1] == f"{error}must be a positive integer, not {argv[-1]!r}"
 
 
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf", "soon", ""])
+def test_progress_after_is_a_number_of_seconds_from_zero(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--progress-after", bad, "agent_races"])
+    out, err = capsys.readouterr()
+    assert (exited.value.code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        f"fsm-core check: error: argument --progress-after: a number of seconds from 0, not {bad!r}"
+    )
+
+
 @pytest.mark.parametrize(
     ("argv", "error"),
     [

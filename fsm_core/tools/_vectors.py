@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import shlex
 import shutil
@@ -77,6 +76,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fsm_core._errors import FsmError, NotEnabled, Rejected, SpecError, echo, shown
+from fsm_core._options import positive_seconds
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import Model, load_model
 from fsm_core.check._composed._compose import Composition, Engine
@@ -1189,23 +1189,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=REPLAY_TIMEOUT,
         metavar="SECONDS",
         help=f"with --replay: stop a replayer (its whole process tree) that has not finished a "
         f"vector file after SECONDS, naming the vector it was on (default {REPLAY_TIMEOUT:g})",
     )
-
-
-def _seconds(text: str) -> float:
-    """A ``--timeout``: a positive, finite number of seconds."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds < math.inf:
-        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {echo(text)}")
-    return seconds
 
 
 def _command(text: str) -> list[str]:

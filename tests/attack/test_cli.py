@@ -152,7 +152,7 @@ def test_a_check_whose_reader_leaves_while_it_runs_stops_within_a_progress_tick(
     argv, _ = violating_check(tmp_path)  # several models: trace.agent_races.txt
     check = argv.index("check")
     argv[check + 1 : check + 1] = ["bench_L"]  # first, then agent_races
-    argv += ["--backend", "python"]
+    argv += ["--backend", "python", "--progress-after", "0"]
     with subprocess.Popen(
         [*FSM_CORE, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as p:
@@ -178,7 +178,7 @@ def test_a_second_ctrl_c_during_shutdown_is_as_quiet_as_the_first() -> None:
     """The second SIGINT comes once the first has been reported, while the process shuts
     down: it used to print "Exception ignored in threading._shutdown" and a traceback, or
     kill the process by SIGINT."""
-    argv = [*FSM_CORE, "check", "bench_L", "--backend", "python"]
+    argv = [*FSM_CORE, "check", "bench_L", "--backend", "python", "--progress-after", "0"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert p.stderr is not None
         progress: list[str] = []
