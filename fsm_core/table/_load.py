@@ -105,7 +105,9 @@ class _File:
         self.display = display
         self.data: Mapping[str, Any] = {}
         self.faults: list[SpecError] = []
-        self._lines: dict[_lines.Path, int] = {}
+        self._text = ""
+        self._lines: dict[_lines.Path, int] | None = None
+        """Each key's line, read from ``_text`` when a fault first asks (most loads have none)."""
         self._entry: tuple[str, int] | None = None
         """The ``[[rows]]`` or ``[[invariants]]`` entry being read, if any (see :meth:`at`)."""
 
@@ -113,7 +115,7 @@ class _File:
         """The TOML file at ``path`` (see :func:`read_toml`), its keys' lines kept for faults."""
         text = read_text(path, self.display)
         data = _parse_toml(text, self.display)
-        self.data, self._lines = data, _lines.key_lines(text)
+        self.data, self._text, self._lines = data, text, None
         return data
 
     def line(self, where: str, key: str | None = None) -> int | None:
@@ -121,6 +123,8 @@ class _File:
         path = self._place(where)
         if path is None:
             return None
+        if self._lines is None:
+            self._lines = _lines.key_lines(self._text)
         return _lines.line_of(self._lines, (*path, key) if key is not None else path)
 
     def _place(self, where: str) -> _lines.Path | None:
