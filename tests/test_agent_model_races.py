@@ -11,16 +11,16 @@ it by name.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from fsm_core._paths import models_dir, specs_dir
+from fsm_core._paths import models_dir
 from fsm_core.check import Model, load_model
 from fsm_core.check._explore import explore
 from fsm_core.check._moves import Move
 from fsm_core.check._system import build
+from tests.helpers import copy_specs
 
 State = Mapping[str, Any]
 
@@ -116,7 +116,7 @@ def test_an_agent_model_without_listeners_in_a_running_turn_misses_the_replaceme
 ) -> None:
     """The predicates are not vacuous: with listeners only inside ``enqueue`` and disposal,
     no listener of a running turn cancels it, so no replacement is sent from one."""
-    shutil.copytree(specs_dir(), tmp_path / "specs")
+    copy_specs(tmp_path)
     text = (models_dir() / "agent_races.toml").read_text()
     start = text.index("reactions = [")
     end = text.index("]", start) + 1

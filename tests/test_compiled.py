@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from fsm_core._paths import models_dir, specs_dir
+from fsm_core._paths import models_dir
 from fsm_core.check import Model, _system, check, load_model
 from fsm_core.check import _explore as explore_module
 from fsm_core.check._composed import _compiled as compiled_module
@@ -37,7 +37,7 @@ from fsm_core.check._explore import Result, System, explore
 from fsm_core.check._moves import Move
 from fsm_core.check._system import compose
 from fsm_core.tools._mutants import MUTANTS, Mutant
-from tests.helpers import shipped_models, sweep
+from tests.helpers import copy_specs, shipped_models, sweep
 
 COMPOSED = [m for m in shipped_models() if m.kind != "table" and m.tier == "default"]
 
@@ -133,7 +133,7 @@ def test_compiled_steps_equal_interpreted_steps_in_every_reachable_state(model: 
 def test_compiled_steps_equal_interpreted_steps_on_a_spec_mutant(
     mutant: Mutant, tmp_path: Path
 ) -> None:
-    shutil.copytree(specs_dir(), tmp_path / "specs")
+    copy_specs(tmp_path)
     shutil.copytree(models_dir(), tmp_path / "models")
     mutant.plant(tmp_path / "specs")
     for name in mutant.models:

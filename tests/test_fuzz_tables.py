@@ -26,6 +26,7 @@ from fsm_core import SpecError, load_spec
 from fsm_core._errors import SHOWN_FAULTS
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.check import load_model
+from tests.helpers import copy_specs
 from tests.test_spec_faults import BASE, write_specs
 
 # A fraction of the profile's examples: each loads (and proves) a table.
@@ -216,7 +217,7 @@ def assert_refusal(error: SpecError, file: str) -> None:
 def shipped_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of specs/ and models/bench/ with room for model files in models/."""
     root = tmp_path_factory.mktemp("shipped")
-    shutil.copytree(specs_dir(), root / "specs")
+    copy_specs(root)
     shutil.copytree(models_dir() / "bench", root / "models" / "bench")
     return root
 
@@ -227,7 +228,7 @@ def _small_specs(root: Path) -> Path:
 
 def _shipped_specs(root: Path) -> Path:
     specs = root / "specs"
-    shutil.copytree(specs_dir(), specs, ignore=shutil.ignore_patterns("*.toml"))
+    shutil.copytree(specs_dir(), specs, ignore=shutil.ignore_patterns("*.toml", "vectors"))
     shutil.copy(specs_dir() / "clauses.toml", specs)
     return specs
 

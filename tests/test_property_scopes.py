@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fsm_core._paths import models_dir, specs_dir
+from fsm_core._paths import models_dir
 from fsm_core.check import Model, check, load_model
 from fsm_core.check._composed import _tree
 from fsm_core.check._composed._compiled import CompiledEngine, _Tracked
@@ -28,7 +28,7 @@ from fsm_core.check._property import (
     unscoped_reads,
 )
 from fsm_core.check._system import compose
-from tests.helpers import reachable, reached, shipped_models
+from tests.helpers import copy_specs, reachable, reached, shipped_models
 from tests.test_compiled import SAMPLE, agree
 
 TREES = [
@@ -66,7 +66,7 @@ notifies it breaks ``teardown_runs_once``, which the child's next notification s
 
 def closes_again(tmp_path: Path) -> Model:
     """activation_tree over a copy of the specs whose joining parent closes again."""
-    shutil.copytree(specs_dir(), tmp_path / "specs")
+    copy_specs(tmp_path)
     shutil.copytree(models_dir(), tmp_path / "models")
     table = tmp_path / "specs" / "activation.toml"
     old, new = CLOSES_AGAIN

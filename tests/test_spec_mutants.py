@@ -30,6 +30,7 @@ from fsm_core.tools._mutants import (
     Kill,
     Mutant,
     MutantError,
+    _copy_tables,
     configure,
     format_table,
     run,
@@ -358,6 +359,16 @@ def test_run_mutants_uses_processes_and_keeps_catalogue_order() -> None:
         (True, "children_settle_before_own_idle@a"),
         (True, "teardown_runs_once"),
     ]
+
+
+def test_a_mutants_copy_holds_the_tables_and_models_but_not_the_vectors(tmp_path: Path) -> None:
+    """Each mutant is checked over a copy of specs/: it once took the port kit's 27 MB of
+    vectors along, which no check reads."""
+    _copy_tables(tmp_path, None)
+    copied = {p.name for p in (tmp_path / "specs").iterdir()}
+    assert {"agent.toml", "activation.toml", "wiring.toml", "clauses.toml"} <= copied
+    assert "vectors" not in copied
+    assert (tmp_path / "models" / "agent_races.toml").is_file()
 
 
 # --- the command ----------------------------------------------------------------------------------

@@ -607,10 +607,15 @@ BY_NAME = {m.name: m for m in MUTANTS}
 # --- running -------------------------------------------------------------------------------------
 
 
+_NOT_TABLES = shutil.ignore_patterns("vectors")
+"""What a copy of the tables leaves out: ``specs/vectors``, the port kit's vector files."""
+
+
 def _copy_tables(root: Path, specs: Path | None) -> None:
     """``root/specs`` and ``root/models``: the tables (``specs``, default the shipped ones)
-    and the shipped models, as siblings."""
-    shutil.copytree(specs or specs_dir(), root / "specs")
+    and the shipped models, as siblings. Not the conformance vectors (27 MB a mutant, and no
+    check reads them)."""
+    shutil.copytree(specs or specs_dir(), root / "specs", ignore=_NOT_TABLES)
     shutil.copytree(models_dir(), root / "models")
 
 
