@@ -434,15 +434,17 @@ class _Refused(FsmError):
 
 def _acp(args: argparse.Namespace) -> int:
     """Serve until the client closes stdin. The ACP package (and pydantic) load only here."""
+    # Refused before the ACP package loads (a third of a second of pydantic models).
+    if sys.stdin is None:
+        raise _Refused("acp: standard input is closed (<&-): the client's requests arrive there")
+    if args.model is not None and args.hold is not None:
+        raise _Refused("--hold applies to the echo model only; drop it or --model")
+
     import asyncio  # noqa: PLC0415
 
     from fsm_core import acp  # noqa: PLC0415 - the other subcommands need not load it
     from fsm_core.runtime import Hooks, ModelAdapter  # noqa: PLC0415
 
-    if sys.stdin is None:
-        raise _Refused("acp: standard input is closed (<&-): the client's requests arrive there")
-    if args.model is not None and args.hold is not None:
-        raise _Refused("--hold applies to the echo model only; drop it or --model")
     model: ModelAdapter
     if args.model is None:
         model = acp.EchoModel(hold=args.hold)
