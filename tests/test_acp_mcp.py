@@ -434,6 +434,7 @@ def test_an_agent_killed_outright_still_has_its_servers_stopped(tmp_path: Path) 
     assert [pid for pid in started if not exits(pid)] == []
 
 
+@pytest.mark.slow  # 300 processes: CI's slow stage; every change runs the reaping tests above
 def test_leak_measure_100_sessions_with_a_server_leave_no_process(tmp_path: Path) -> None:
     """The issue's measure: 100 sessions opened, prompted once and closed, each with a stdio
     server that forks a child and a prompt hook that leaves a child running behind it; every

@@ -16,8 +16,12 @@ from fsm_core._paths import models_dir
 from fsm_core.check import check, load_model
 from fsm_core.check._composed._tree import KEEPS_INBOX, NO_TURN_AFTER_CLOSE, REFUSES_DRAINING
 from fsm_core.check._report import format_trace
+from fsm_core.check._system import build
 from fsm_core.tools._row_edits import DropCall, Edit, SetCall, apply_edits, dump_toml
 from tests.helpers import copy_specs, edit, exactly
+from tests.test_check_cli import Run, default_run
+
+__all__ = ["default_run"]  # test_check_cli's fixture, shared
 
 # --- the declaration ----------------------------------------------------------------------------
 
@@ -411,10 +415,15 @@ def test_without_the_shut_a_teardown_waits_on_a_model_turn(tmp_path: Path) -> No
     )
 
 
-def test_the_shipped_wiring_proves_no_turn_after_close_and_keeps_the_inbox() -> None:
-    report = check(load_model(models_dir() / "agent_tree.toml"))
-    assert report.violation is None
-    assert {NO_TURN_AFTER_CLOSE, KEEPS_INBOX} <= {p.name for p in report.properties}
+def test_the_shipped_wiring_proves_no_turn_after_close_and_keeps_the_inbox(
+    default_run: Run,
+) -> None:
+    """agent_tree checks both properties, and the default ``fsm-core check`` (run once per
+    pytest run, ``test_check_cli.default_run``) finds it ok."""
+    built = build(load_model(models_dir() / "agent_tree.toml"))
+    assert {NO_TURN_AFTER_CLOSE, KEEPS_INBOX} <= {p.name for p in built.properties}
+    rows = [line.split() for line in default_run.out.splitlines()]
+    assert [row[1] for row in rows if row[:1] == ["agent_tree"]] == ["ok"]
 
 
 def test_a_teardown_that_clears_its_agents_inbox_discards_a_childs_prompt(tmp_path: Path) -> None:
