@@ -115,6 +115,34 @@ def test_a_verdict_that_reads_a_slot_is_no_symmetry(monkeypatch: pytest.MonkeyPa
     assert fault.startswith("verdict of ")
 
 
+def test_a_step_whose_rows_read_a_slot_is_no_symmetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proof compares what steps take, not only where they lead: a step relabelled (the
+    same successor, another row) only where a.1 is ahead of a.2 is found out. Before the labels
+    were compared, the untaken rows a reduced search reports rested on the argument alone."""
+    built = build(_model("activation_tree", symmetry=True))
+    reduction = built.reduction
+    assert reduction is not None
+    reps = explore(built.system, max_states=3000).parent
+    engine: Any = reduction.engine
+    slot = {x: i for i, x in enumerate(engine.layout.names)}
+    fair = engine.steps
+    first = engine.moves[0].row
+    other = next(i for i, m in enumerate(engine.moves) if m.row != first)
+
+    def unfair(state: Any) -> list[tuple[int, Any]]:
+        full = engine.unpack(state)
+        one, two = full[slot["a.1"]], full[slot["a.2"]]
+        steps = list(fair(state))
+        if two is not None and repr(one) < repr(two):
+            return [(0 if label == other else other, t) for label, t in steps]
+        return steps
+
+    monkeypatch.setattr(engine, "steps", unfair)
+    fault = next(orbit_faults(reduction, reps))
+    assert fault.startswith("steps of "), fault
+    assert fault.endswith(" by orbit or by what they take"), fault
+
+
 @pytest.mark.parametrize("name", sweep(TREES, str, fast={"activation_chain"}))
 def test_the_reduced_search_finds_what_the_unreduced_one_finds(name: str) -> None:
     whole = check(_model(name, symmetry=False))

@@ -39,8 +39,9 @@ Why it is sound, and what was checked rather than assumed:
   hands its parent (``child_settled(failed, last)``) is folded by an update that ignores the
   order (``children := not last``, ``failure := failure or failed``), whichever child goes
   first; no listener calls a sibling (specs/README.md, What listeners re-enter). The proof
-  compares verdicts and successor orbits, not the rows a step takes: which rows a reduced
-  search reports never taken (``untaken``) rests on the same argument, not on the proof.
+  compares verdicts, successor orbits and what each step takes (its rows and reactions, less
+  the nodes they name), so the rows a reduced search reports never taken (``untaken``) and
+  the effects nothing re-enters are proven the unreduced search's too.
 - *Traces*: a representative's path is not a run. :func:`concrete_trace` replays it in the
   unreduced system, at each step taking a successor in the next representative's orbit, so
   every counterexample printed is executable as printed, and names the property as the
@@ -58,6 +59,7 @@ from fsm_core.check._composed._compiled import CompiledEngine
 from fsm_core.check._composed._compose import Engine
 from fsm_core.check._composed._tree import TreeWiring
 from fsm_core.check._explore import Grouped
+from fsm_core.check._moves import Move
 
 Key = tuple[Any, ...]
 """A subtree's sort key: its node's slots' number (:attr:`Siblings._ids`), then its admitted
@@ -296,24 +298,51 @@ class Reduction:
         return state if self._compiled is None else self._compiled.pack(state)
 
 
+def _told(move: Move) -> tuple[Hashable, ...]:
+    """What a step's ``move`` tells a report, less the nodes it names: each call in it, its
+    reactions' included, as (the effect it ran inside, event, arguments, row, where it stopped).
+    Sorted: a permutation of siblings may reorder the calls a teardown makes to them. A report's
+    ``untaken`` rows and unreacted effects are read from exactly these."""
+    calls: list[tuple[str, str, Hashable, str | None, str]] = []
+
+    def walk(m: Move, within: str) -> None:
+        calls.append((within, m.event, m.args, m.row, m.stopped))
+        for effect, nested in m.inside:
+            walk(nested, effect)
+
+    walk(move, "")
+    return tuple(sorted(calls, key=repr))
+
+
 def orbit_faults(reduction: Reduction, states: Iterable[Any]) -> Iterator[str]:
     """Where a sibling permutation of one of ``states`` (as the engine stores them) is not a
     symmetry: its verdict (the property broken, less the node it names; quiescent) differs, or
-    its successors fall in other orbits. Empty proves the reduction exact for the model when
-    ``states`` holds every representative the reduced search reaches (or every reachable state):
-    by induction on the distance, every orbit the unreduced system reaches at distance d is
-    then reached by the reduced search at d, with one verdict for the whole orbit."""
+    its steps do: each step, as the orbit it leads to and what its move tells the report (the
+    rows taken, the reactions made: :func:`_told`), must have its like from every member. Empty
+    proves the reduction exact for the model when ``states`` holds every representative the
+    reduced search reaches (or every reachable state): by induction on the distance, every
+    orbit the unreduced system reaches at distance d is then reached by the reduced search at
+    d, with one verdict for the whole orbit and the same rows and reactions taken from it."""
     engine = reduction.engine
     canon = reduction.canonical
     siblings = reduction.siblings
+    told: dict[int, tuple[Hashable, ...]] = {}
 
     def verdict(s: Any) -> tuple[str | None, bool]:
         broken = engine.first_violated(s)
         return broken and broken.partition("@")[0], engine.quiescent(s)
 
+    def steps(s: Any) -> set[tuple[tuple[Hashable, ...], Any]]:
+        out = set()
+        for label, t in engine.steps(s):
+            if label not in told:
+                told[label] = _told(engine.moves[label])
+            out.add((told[label], canon(t)))
+        return out
+
     for s in states:
         full = engine.unpack(s)
-        want: set[Any] | None = None
+        want: set[tuple[tuple[Hashable, ...], Any]] | None = None
         judged = verdict(s)
         for p in siblings.permuted(full):
             if p == full:
@@ -323,6 +352,6 @@ def orbit_faults(reduction: Reduction, states: Iterable[Any]) -> Iterator[str]:
                 yield f"verdict of {p} differs from {full}'s"
                 continue
             if want is None:
-                want = {canon(t) for _, t in engine.steps(s)}
-            if {canon(t) for _, t in engine.steps(packed)} != want:
-                yield f"successors of {p} differ from those of {full} by orbit"
+                want = steps(s)
+            if steps(packed) != want:
+                yield f"steps of {p} differ from those of {full} by orbit or by what they take"
