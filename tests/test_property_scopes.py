@@ -18,7 +18,8 @@ import pytest
 from fsm_core._paths import models_dir
 from fsm_core.check import Model, check, load_model
 from fsm_core.check._composed import _tree
-from fsm_core.check._composed._compiled import CompiledEngine, _Tracked
+from fsm_core.check._composed._compiled import CompiledEngine
+from fsm_core.check._composed._search import Tracked
 from fsm_core.check._property import (
     Conjunction,
     Part,
@@ -118,7 +119,7 @@ def test_a_scoped_search_keeps_the_answer_of_a_test_of_a_position_it_did_not_rea
     """Only the answer is kept, so the search serves every state that answers the same; a
     position the search read (or wrote) is read as usual, its value deciding the test."""
     tests: list[Any] = []
-    view = _Tracked(["active", ("settled",), None], {0}, set(), tests)
+    view = Tracked(["active", ("settled",), None], {0}, set(), tests)
     assert not ask(view, 1, _vacant)
     assert tests == [(1, _vacant, False)]
     assert view.read == {0}

@@ -13,7 +13,7 @@ same steps, in the same order, with the same moves and the same properties;
   from the start. Here a step is a depth-first search over its reaction points: at each, the
   path that lets no listener in runs on, and each listener call runs on a copy of the path as
   it is there, so plans that agree up to a point share the work before it, and a call the table
-  refuses costs one lookup. Each path records where it branched (:attr:`_Path.order`): the
+  refuses costs one lookup. Each path records where it branched (:attr:`StepPath.order`): the
   interpreted engine's plans come in the order of these records, and so do the steps here.
 - **Steps memoized without budgets.** No hook, property or row reads a budget: a budget only
   decides whether a call may be made. So the steps a call begins are searched once per state
@@ -26,7 +26,7 @@ same steps, in the same order, with the same moves and the same properties;
   resumes it. A call whose row performs no effect changes only its instance's variables, so
   its step is also cached by those variables (with the call, which is memoized by them).
 - **Searches scoped by what they read.** In a tree, a call's search from a state that breaks
-  no property records the positions it reads (:attr:`_Path.reads`: the instances it runs, what
+  no property records the positions it reads (:attr:`StepPath.reads`: the instances it runs, what
   the wiring's hooks and the properties read); a state that agrees there takes its steps from
   that search (:meth:`CompiledEngine._recall`), its next states being that state with what the
   search wrote. Where a hook only asks a question of a position the search does not otherwise
@@ -54,49 +54,54 @@ same steps, in the same order, with the same moves and the same properties;
 Instances of different tables (a tree's nodes and its door) each run their own table's code
 (:class:`_Code`, generated once per table). The layout must hold the instances first, then
 the budgets (the positions named ``budget.*``, contiguous), then the rest, the record of what
-broke among it.
+broke among it. What a step's search is made of (its paths and frames, the calls a step may
+begin with, what a scoped search keeps) is in :mod:`._search`; this module runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableSequence, Sequence
+from collections.abc import Callable, Sequence
 from math import prod
-from operator import add, ge, itemgetter, sub
-from typing import Any, overload
+from operator import add
+from typing import Any
 
 from fsm_core.check._composed._compose import Args, Engine, Wiring
+from fsm_core.check._composed._search import (
+    Aim,
+    Branch,
+    Call,
+    Frame,
+    Group,
+    Known,
+    MoveKey,
+    Notice,
+    Option,
+    Out,
+    Searched,
+    Start,
+    Step,
+    StepPath,
+    Test,
+    affords,
+    budgets_left,
+    fold,
+    projection,
+)
 from fsm_core.check._moves import Move
 from fsm_core.check._property import Conjunction, Predicate, Reading, requires_name
 from fsm_core.table._codegen import (
     IGNORED,
     REFUSED,
-    RowCode,
     compile_contracts,
     compile_predicates,
     compile_rows,
     compile_stability,
 )
-from fsm_core.table._expr import Value, show
+from fsm_core.table._expr import show
 from fsm_core.table._machine import Machine
-
-Notice = tuple[str, Args]
-"""A performed effect as a listener sees it: its name and arguments."""
-
-MoveKey = tuple[
-    int, str, Args, str | None, tuple[tuple[Notice, Any], ...], Notice | None, int | None
-]
-"""A move as plain data, cheap to hash: (instance, event, args, row, inside, stopped, target)."""
 
 SELF = -1
 """An offer's ``on`` in :attr:`CompiledEngine._offers`: the instance the call names."""
-
-_Out = list[tuple[MoveKey, tuple[Any, ...], tuple[int, ...], tuple[int, ...]]]
-"""Steps as a search finds them: (move, next state, what it spent of each budget, the path's
-:attr:`_Path.order`)."""
-
-_Step = tuple[int, int, int]
-"""A memoized step: (label, the number of the next state without its budgets times the number
-of budgets' codes, the number of what it spent)."""
 
 NOTICED = 200_000
 """At most this many of :meth:`CompiledEngine._notice`'s answers are kept (a few hundred bytes
@@ -105,282 +110,6 @@ each, beside states the engine keeps anyway); the default models keep under 3,00
 _Seen = tuple[int, Sequence[Any], tuple[Any, ...], Notice]
 """What a listener observes at an effect: the instance, its variables when a listener last
 observed it, the state, and the effect."""
-
-_Group = tuple[int, int, int, int, tuple[int, ...]]
-"""Memoized steps to one next state: (the first's label, the number of the next state without
-its budgets times the number of budgets' codes, the number of what each spent, how many, and
-every label in order)."""
-
-_Test = tuple[int, Callable[[Any], bool], bool]
-"""A test a scoped search asked of a position it did not read (:meth:`_Tracked.test`): the
-position, the test, and its answer there."""
-
-
-def _fold(steps: list[_Step]) -> list[_Group]:
-    """``steps`` grouped by where they lead (the state without its budgets, and what they spend),
-    in the order of each group's first step."""
-    if len(steps) == 1:
-        ((label, base, k),) = steps
-        return [(label, base, k, 1, (label,))]
-    where: dict[tuple[int, int], list[int]] = {}
-    for label, base, k in steps:
-        every = where.get((base, k))
-        if every is None:
-            where[base, k] = [label]
-        else:
-            every.append(label)
-    return [(every[0], base, k, len(every), tuple(every)) for (base, k), every in where.items()]
-
-
-class _Frame:
-    """One event firing in a path: its row, where its code resumes, and what ran inside it.
-
-    Its sequences are tuples, so a path's copy copies each frame shallowly.
-    """
-
-    __slots__ = (
-        "aimed", "args", "effect", "event", "i", "inside", "pending", "point", "resume", "row",
-        "target", "via",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        i: int,
-        event: str,
-        args: Args,
-        row: RowCode,
-        via: Notice | None,
-        aimed: int | None,
-        target: int | None,
-    ) -> None:
-        self.i = i
-        self.aimed = aimed
-        """The instance the call names when routed (the step's, or a listener's), as its move
-        shows it."""
-        self.target = target
-        """The instance the wiring's targets read as the one named: :attr:`aimed`, or the
-        calling frame's."""
-        self.event = event
-        self.args = args
-        self.row = row
-        self.resume = 0
-        self.inside: tuple[tuple[Notice, MoveKey], ...] = ()
-        self.pending: Sequence[tuple[int, str, Args]] = ()
-        """The wired reactions of the effect in progress still to fire, in order."""
-        self.effect: Notice = ("", ())
-        """The effect in progress (the last one the code handed over)."""
-        self.point = False
-        """True iff the effect in progress is a reaction point not yet branched on."""
-        self.via = via
-        """The effect this firing re-entered through; None for the step's own event."""
-
-    def copy(self) -> _Frame:
-        f = _Frame.__new__(_Frame)
-        f.i, f.event, f.args, f.row, f.via = self.i, self.event, self.args, self.row, self.via
-        f.aimed, f.target = self.aimed, self.target
-        f.resume, f.inside, f.pending = self.resume, self.inside, self.pending
-        f.effect, f.point = self.effect, self.point
-        return f
-
-
-class _Path:
-    """One way a step goes, in progress: copied at each reaction point it branches on."""
-
-    __slots__ = (
-        "done", "frames", "nodes", "observed", "order", "reads", "refused", "spent", "start",
-        "store", "target", "tests", "used", "view", "wrote",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        start: tuple[Any, ...],
-        spent: tuple[int, ...],
-        target: int | None,
-        reads: set[int] | None = None,
-        tests: list[_Test] | None = None,
-    ) -> None:
-        self.start = start
-        self.reads = reads
-        """When the search is scoped (:meth:`CompiledEngine._scoped`): the positions of
-        ``start`` it read, shared by every path of the search; else None."""
-        self.tests = tests
-        """When the search is scoped: the tests of positions it did not read, with their
-        answers (:meth:`_Tracked.test`), shared by every path of the search."""
-        self.wrote: set[int] = set()
-        """The positions the wiring's hooks wrote on this path (scoped searches only)."""
-        self.target = target
-        """The instance the step's call named, when the wiring routed it to another."""
-        self.refused = -1
-        """The instance whose table refused a call a binding effect handed on (-1: none)."""
-        self.store: list[Any] = list(start)
-        self.view: MutableSequence[Any] | None = None
-        """:meth:`hooked`'s answer, once asked (:attr:`store` is never replaced)."""
-        self.nodes: dict[int, list[Value]] = {}
-        """A tree's instances touched by the step, as mutable copies of their slots."""
-        self.observed: dict[int, Sequence[Any]] = {}
-        """The last state of each instance a listener observed (the step's start until then)."""
-        self.used = 0
-        """Listener calls made so far."""
-        self.spent = spent
-        """What the step has spent of each budget."""
-        self.frames: list[_Frame] = []
-        self.done: MoveKey | None = None
-        self.order: tuple[int, ...] = ()
-        """Where the path is in the search: at each reaction point it branched at, 0 for no
-        listener call, else 1 + the call's index in :attr:`CompiledEngine._options`. The
-        interpreted engine's plans come in the order of these tuples."""
-
-    def fork(self) -> _Path:
-        p = _Path.__new__(_Path)
-        p.start, p.used, p.spent, p.done = self.start, self.used, self.spent, self.done
-        p.reads, p.wrote, p.tests = self.reads, set(self.wrote), self.tests
-        p.target, p.refused = self.target, self.refused
-        p.order = self.order
-        p.store = self.store[:]
-        p.view = None
-        p.nodes = {i: v[:] for i, v in self.nodes.items()} if self.nodes else {}
-        p.observed = self.observed.copy()
-        p.frames = [f.copy() for f in self.frames]
-        return p
-
-    def live(self, i: int) -> list[Value]:
-        node = self.nodes.get(i)
-        if node is None:
-            node = self.nodes[i] = list(self.store[i])
-            if self.reads is not None:
-                self.reads.add(i)
-        return node
-
-    def hooked(self) -> MutableSequence[Any]:
-        """The store as the wiring's hooks and predicates get it: recording what they read
-        and write when the search is scoped."""
-        view = self.view
-        if view is None:
-            reads = self.reads
-            view = self.view = (
-                self.store
-                if reads is None or self.tests is None
-                else _Tracked(self.store, reads, self.wrote, self.tests)
-            )
-        return view
-
-    def changed(self) -> set[int]:
-        """The positions this path may have changed: the instances it touched, and what the
-        hooks wrote."""
-        return self.wrote.union(self.nodes)
-
-    def flush(self) -> None:
-        for i, values in self.nodes.items():
-            self.store[i] = tuple(values)
-
-
-_Local = list[tuple[int, Any, str] | None]
-"""A local call's step, once searched: its label, the instance's variables after it, and what it
-recorded broken (the one item is None until then)."""
-
-_Start = tuple[int, int, str, Args, int, _Local | None, int | None]
-"""A call a step may begin with: (instance, its row or :data:`IGNORED`, event, arguments, the
-number of what it spends, its step if it is local (see :attr:`_Call.local`), else None, the
-step's target). The calls are memoized by the variables of the instance they are fired on, so
-a local call's step is kept with it."""
-
-
-class _Call:
-    """A call a step may begin with, from one state without its budgets, and the steps it
-    begins, searched within a bound on the budgets."""
-
-    __slots__ = (
-        "args", "bound", "event", "found", "groups", "i", "local", "orders", "pruned", "spent",
-        "stale", "steps", "target",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        i: int,
-        found: int,
-        event: str,
-        args: Args,
-        spent: int,
-        local: _Local | None,
-        target: int | None,
-    ) -> None:
-        self.i, self.event, self.args, self.target = i, event, args, target
-        self.found = found
-        """The row the table fires, or :data:`IGNORED`."""
-        self.local = local
-        """Not None iff the step changes nothing but the instance's variables (and may record
-        a broken property): no hook acts on the event, and its row performs no effect. Then it
-        holds the step, once searched (:meth:`CompiledEngine._local_step`)."""
-        self.spent = spent
-        """The number of what the call itself spends."""
-        self.bound = -1
-        """The code of the budgets its steps were searched within (-1: not searched yet)."""
-        self.steps: list[_Step] = []
-        self.groups: list[_Group] | None = None
-        """:attr:`steps` folded (:func:`_fold`), once asked; None when they have changed since."""
-        self.orders: list[tuple[int, ...]] = []
-        """Each step's :attr:`_Path.order`."""
-        self.pruned: list[_Branch] = []
-        """The listener calls the bound left out, where the search met them: a wider bound
-        resumes the search there."""
-        self.stale = False
-        """True iff :attr:`steps` were recalled from another state's search that left
-        listener calls out (:meth:`CompiledEngine._recall`): a wider bound searches again."""
-
-    def fold(self) -> list[_Group]:
-        self.groups = _fold(self.steps)
-        return self.groups
-
-
-_Option = tuple[int, int, str, Args, tuple[int, ...], int, int | None]
-"""A listener call a reaction point may make: (its index in the calls, its row or
-:data:`IGNORED`, event, arguments, what the path has spent with it, the instance it is fired
-on, the instance it names when routed)."""
-
-_Aim = tuple[int, int, int | None, str, Args, tuple[int, ...]]
-"""A listener call resolved at a reaction point: (its index in the calls, the instance it is
-fired on, the instance it names when routed, event, arguments, what it spends)."""
-
-_Branch = tuple["_Path", list[_Option]]
-"""A path as it was at a reaction point, and listener calls to branch on there."""
-
-
-class _Searched:
-    """A scoped search's outcome, as :meth:`CompiledEngine._recall` replays it on another
-    state: the positions (of a state without its budgets) its next states may differ in,
-    the values there of each next state, and each step as (label, next state's index, the
-    number of what it spent), with each step's :attr:`_Path.order`; and the tests it asked of
-    positions it did not read, which a state must answer the same to be replayed."""
-
-    __slots__ = ("bound", "folded", "groups", "orders", "pick", "places", "steps", "tests")
-
-    def __init__(
-        self,
-        places: tuple[int, ...],
-        groups: tuple[tuple[Any, ...], ...],
-        steps: list[tuple[int, int, int]],
-        orders: list[tuple[int, ...]],
-        bound: int,
-        tests: tuple[_Test, ...],
-    ) -> None:
-        self.places, self.groups, self.steps, self.orders = places, groups, steps, orders
-        self.tests = tests
-        self.pick: Callable[[Sequence[Any]], tuple[Any, ...]] = (
-            itemgetter(*places) if len(places) > 1 else lambda state: (state[places[0]],)
-        )
-        """The values at :attr:`places` of a state without its budgets, as :attr:`groups`
-        holds them (there is always one place: the record of what broke)."""
-        self.bound = bound
-        """The code of the budgets the search was within; the model's when it left no
-        listener call out (then it serves every budgets)."""
-        self.folded = _fold(steps)
-        """The steps folded (:func:`_fold`), a next state's number standing for the next state
-        (distinct values make distinct next states)."""
-
-
-_Known = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, list[_Searched]]]
-"""Scoped searches of one call that read the positions named (sorted): the positions, what
-gives the values there, and the searches by those values (one per bound)."""
 
 
 class _Code:
@@ -453,7 +182,7 @@ class CompiledEngine(Engine):
             )
         self._bound: tuple[int, ...] = ()
         """The budgets the search in progress assumes."""
-        self._pruned: list[_Branch] = []
+        self._pruned: list[Branch] = []
         """The listener calls the search in progress left out for its bound."""
 
         def spending(event: str, args: Args, on: int | None) -> tuple[int, ...]:
@@ -488,7 +217,7 @@ class CompiledEngine(Engine):
         self._spending = spending
         self._aiming = frozenset(q for q, (aim, _, _) in enumerate(self._options) if aim)
         """The listener calls aimed at another instance, by their index in the calls."""
-        self._aims: dict[tuple[int, str], tuple[tuple[_Aim, ...], tuple[int, ...]]] = {}
+        self._aims: dict[tuple[int, str], tuple[tuple[Aim, ...], tuple[int, ...]]] = {}
         """Per instance and reaction effect, the listener calls a reaction point there may
         make, resolved (:meth:`Wiring.aim`), and the instances they are fired on."""
         self._branching = bool(self._options) and w.max_reactions > 0
@@ -503,7 +232,7 @@ class CompiledEngine(Engine):
         recorded broken), () if it is refused, None if it reached further (it is searched
         each time)."""
         self._width = len(w.machines[0].names)
-        self._taken: dict[tuple[Any, ...], tuple[list[_Option], list[_Option]]] = {}
+        self._taken: dict[tuple[Any, ...], tuple[list[Option], list[Option]]] = {}
         """The listener calls taken at a reaction point, by the instance and the effect, the
         variables there of every instance a listener's call there is fired on (the notifying
         instance's, and those of the instances its aimed calls reach), what the path has spent
@@ -526,17 +255,17 @@ class CompiledEngine(Engine):
         self._keys: list[tuple[Any, ...]] = []
         """The states without their budgets, by number."""
         self._key_of: dict[tuple[Any, ...], int] = {}
-        self._calls_of: list[list[_Call] | None] = []
+        self._calls_of: list[list[Call] | None] = []
         """The calls a step may begin with from each state without its budgets."""
-        self._takes_at: dict[tuple[Any, ...], list[_Start]] = {}
+        self._takes_at: dict[tuple[Any, ...], list[Start]] = {}
         """:meth:`_taken_at`'s answers."""
         self._offered: list[list[_Decided]] = [[] for _ in w.instances]
         """:meth:`_offered_at`'s answers, per instance: by each set of positions deciding
         them read, by the values there."""
-        self._steps_of: list[list[_Step] | None] = []
+        self._steps_of: list[list[Step] | None] = []
         """Without listener calls: the steps from each state without its budgets."""
-        self._groups_of: list[list[_Group] | None] = []
-        """Those steps folded (:func:`_fold`), once asked."""
+        self._groups_of: list[list[Group] | None] = []
+        """Those steps folded (:func:`fold`), once asked."""
         self._verdicts: list[tuple[str | None, bool] | None] = []
         """What :meth:`first_violated` and :meth:`quiescent` say of each, once asked."""
         self._budgets: dict[int, tuple[int, ...]] = {}
@@ -570,8 +299,8 @@ class CompiledEngine(Engine):
         self._recheck = {k: tuple(found) for k, found in parts.items()}
         """Per position, the parts of ``always`` properties whose scope holds it: what a
         scoped notification rechecks when a step changed the position."""
-        self._searched: dict[tuple[Any, ...], list[_Known]] = {}
-        """Scoped searches' outcomes (:class:`_Searched`), by the call, then by the positions
+        self._searched: dict[tuple[Any, ...], list[Known]] = {}
+        """Scoped searches' outcomes (:class:`Searched`), by the call, then by the positions
         the search read, then by the values there. A search within a bound serves every state
         whose budgets the bound covers: steps its budgets do not cover are none of its steps
         anyway."""
@@ -711,7 +440,7 @@ class CompiledEngine(Engine):
         else:
             groups = self._groups_of[key]
             if groups is None:
-                groups = self._groups_of[key] = _fold(self._unbranched(key, code))
+                groups = self._groups_of[key] = fold(self._unbranched(key, code))
             lists, after = [groups], self._spend(code)
         out: list[tuple[int, int]] = []
         labels: list[tuple[int, ...]] = []
@@ -726,7 +455,7 @@ class CompiledEngine(Engine):
                     labels.append(every)
         return out, count, labels
 
-    def _unbranched(self, key: int, code: int) -> list[_Step]:
+    def _unbranched(self, key: int, code: int) -> list[Step]:
         """Without listener calls: every step of a call spends what the call does, so a state
         without budgets has one list of steps, searched at once."""
         found = self._steps_of[key]
@@ -741,7 +470,7 @@ class CompiledEngine(Engine):
             self._steps_of[key] = found
         return found
 
-    def _ready(self, key: int, code: int) -> tuple[list[_Call], list[int]]:
+    def _ready(self, key: int, code: int) -> tuple[list[Call], list[int]]:
         """The calls a step may begin with from the state numbered ``key * codes + code``, their
         steps memoized within a bound that covers its budgets, and what each numbered spending
         leaves of them (a step whose spending they do not cover is none of this state's)."""
@@ -753,22 +482,22 @@ class CompiledEngine(Engine):
             full_state = self.unpack(key * self._codes + code)
             calls = self._calls_of[key] = []
             broken = full_state[self.broken]
-            run: _Call | None = None
+            run: Call | None = None
             for start in self._starts(full_state):
                 if start[5] is None or broken:
                     run = None
-                    calls.append(_Call(*start))
+                    calls.append(Call(*start))
                     continue
                 # A local call has one step, whatever the budgets: done now, never widened.
                 # Calls in a row that are local make one call of their steps, each spending
                 # what its call does (a step the budgets do not cover is dropped anyway).
                 if run is None:
-                    run = _Call(*start)
+                    run = Call(*start)
                     run.spent, run.bound, run.local = self._free, top, None
                     calls.append(run)
                 run.steps.append(self._local_step(full_state, start, key))
         after = self._spend(code)
-        ready: list[_Call] = []
+        ready: list[Call] = []
         for c in calls:
             if after[c.spent] < 0:
                 continue  # the budgets do not cover the call itself
@@ -800,28 +529,28 @@ class CompiledEngine(Engine):
         if len(after) < len(self._spendings):
             have = self._budget(code)
             for spent in self._spendings[len(after) :]:
-                left = _left(have, spent)
+                left = budgets_left(have, spent)
                 after.append(-1 if left is None else self._code(left))
         return after
 
-    def _covered(self, c: _Call, code: int) -> bool:
+    def _covered(self, c: Call, code: int) -> bool:
         """True iff ``c``'s bound covers the budgets coded ``code``."""
         where = c.bound * self._codes + code
-        found = _affords(self._budget(c.bound), self._budget(code))
+        found = affords(self._budget(c.bound), self._budget(code))
         self._covers[where] = found
         return found
 
-    def _starts(self, state: tuple[Any, ...]) -> list[_Start]:
+    def _starts(self, state: tuple[Any, ...]) -> list[Start]:
         """The calls the environment and the driver may begin a step with from ``state``, and
         the table takes there."""
         slots = range(len(self.wiring.instances))
         instances = (0,) if self._flat else [i for i in slots if state[i] is not None]
-        out: list[_Start] = []
+        out: list[Start] = []
         for i in instances:
             out += self._offered_at(state, i)
         return out
 
-    def _offered_at(self, state: tuple[Any, ...], i: int) -> list[_Start]:
+    def _offered_at(self, state: tuple[Any, ...], i: int) -> list[Start]:
         """The calls naming ``i`` that the tables take from ``state`` and the wiring offers
         there. Memoized by what deciding them read: the instances the calls are fired on and
         the positions :meth:`Wiring.offers` read. Deciding is deterministic, so a state that
@@ -842,12 +571,12 @@ class CompiledEngine(Engine):
         reads = tuple(sorted(reading.read))
         entry = next((e for e in memo if e[0] == reads), None)
         if entry is None:
-            entry = (reads, _projection(reads), {})
+            entry = (reads, projection(reads), {})
             memo.append(entry)
         entry[2][entry[1](state)] = found
         return found
 
-    def _taken_at(self, state: tuple[Any, ...], i: int) -> list[_Start]:
+    def _taken_at(self, state: tuple[Any, ...], i: int) -> list[Start]:
         """The calls naming ``i`` that the tables take from ``state``, in the order of its
         offers. Memoized by ``i`` and the variables of the instances they are fired on."""
         ons, calls = self._offers[self._group[i]]
@@ -882,7 +611,7 @@ class CompiledEngine(Engine):
                 ]
         return found
 
-    def _steps(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
+    def _steps(self, state: tuple[Any, ...], start: Start) -> list[Step]:
         """The steps a call without listener calls begins from ``state``."""
         i, found, event, args, spent, local, target = start
         if not state[self.broken]:
@@ -891,13 +620,13 @@ class CompiledEngine(Engine):
             handing = found != IGNORED and self._tables[i].handing[found]
             if handing and event not in self._hooked_events:
                 return self._handed_step(state, start)
-        out: _Out = []
-        path = _Path(state, self._spendings[spent], target)
+        out: Out = []
+        path = StepPath(state, self._spendings[spent], target)
         self._enter(path, found, i, event, args, None)
         self._run(path, out, [])
         return [self._step(key, nxt, spent) for key, nxt, spent, _ in out]
 
-    def _handed_step(self, state: tuple[Any, ...], start: _Start) -> list[_Step]:
+    def _handed_step(self, state: tuple[Any, ...], start: Start) -> list[Step]:
         """The steps of a call whose row only hands it on through binding effects (whose
         wiring reads nothing and fires only on instances the step's target decides): when
         the calls it hands on perform no effect either (or are ignored, or refused), the step
@@ -912,8 +641,8 @@ class CompiledEngine(Engine):
             where = (*call, *(state[k] for k in to))
             known = self._handed.get(where)
         if known is None:
-            out: _Out = []
-            path = _Path(state, self._spendings[spent], target)
+            out: Out = []
+            path = StepPath(state, self._spendings[spent], target)
             self._enter(path, found, i, event, args, None)
             self._run(path, out, [])
             if where is None or where not in self._handed:
@@ -931,7 +660,7 @@ class CompiledEngine(Engine):
         return [(label, self._key(tuple(rest)) * self._codes, spent)]
 
     def _remember(
-        self, call: tuple[Any, ...], out: _Out, state: tuple[Any, ...], refused: int
+        self, call: tuple[Any, ...], out: Out, state: tuple[Any, ...], refused: int
     ) -> None:
         """Keep a handed-on step's outcome in :attr:`_handed` (None if it reached past the
         calls it handed on: it is searched every time). ``refused`` is the instance that
@@ -958,7 +687,7 @@ class CompiledEngine(Engine):
         if self._handed_to[call] == to:
             self._handed[(*call, *(state[k] for k in to))] = outcome
 
-    def _step(self, key: MoveKey, nxt: tuple[Any, ...], spent: tuple[int, ...]) -> _Step:
+    def _step(self, key: MoveKey, nxt: tuple[Any, ...], spent: tuple[int, ...]) -> Step:
         label = self._label_of.get(key)
         if label is None:
             label = self._label(key)
@@ -979,7 +708,7 @@ class CompiledEngine(Engine):
         return found
 
     def _memoize(
-        self, state: tuple[Any, ...], c: _Call, first: bool, scoped: bool, key: int
+        self, state: tuple[Any, ...], c: Call, first: bool, scoped: bool, key: int
     ) -> None:
         """Search the steps ``c`` begins from ``state`` (numbered ``key`` without its budgets)
         within its bound: all of them the ``first`` time, else only those the last bound left
@@ -995,21 +724,21 @@ class CompiledEngine(Engine):
         scoped = first and scoped and self._scoping
         if scoped and self._recall(state, c, key):
             return
-        out: _Out = []
+        out: Out = []
         bound = self._bound = self._budget(c.bound)
-        work: list[tuple[_Path, list[_Option], int, bool]] = []
+        work: list[tuple[StepPath, list[Option], int, bool]] = []
         pruned, self._pruned = self._pruned, []
         reads: set[int] | None = None
-        tests: list[_Test] = []
+        tests: list[Test] = []
         if first:
             if scoped:
                 reads, self._written = {c.i}, set()
-            path = _Path(state, self._spendings[c.spent], c.target, reads, tests)
+            path = StepPath(state, self._spendings[c.spent], c.target, reads, tests)
             self._enter(path, c.found, c.i, c.event, c.args, None)
             self._run(path, out, work)
         else:
             for snap, options in c.pruned:
-                fits = [o for o in options if _affords(bound, o[4])]
+                fits = [o for o in options if affords(bound, o[4])]
                 if len(fits) < len(options):
                     self._pruned.append((snap, [o for o in options if o not in fits]))
                 if fits:
@@ -1028,7 +757,7 @@ class CompiledEngine(Engine):
         if reads is not None:
             self._keep(state, c, reads, tests, out)
 
-    def _recall(self, state: tuple[Any, ...], c: _Call, key: int) -> bool:
+    def _recall(self, state: tuple[Any, ...], c: Call, key: int) -> bool:
         """Take ``c``'s steps from a scoped search of the same call, within a bound that covers
         ``c``'s, from a state that agrees with ``state`` (numbered ``key`` without its budgets)
         on every position that search read; False if none was kept.
@@ -1038,7 +767,7 @@ class CompiledEngine(Engine):
         rechecks read (:meth:`_scoped_notice`). Every choice in it is decided by those, so a
         search from a state that agrees there makes the same choices and writes the same
         values: its next states are ``state`` with those values written. A test the search
-        asked of a position it did not read (:meth:`_Tracked.test`) must have the same answer
+        asked of a position it did not read (:meth:`Tracked.test`) must have the same answer
         in ``state``.
         """
         memo = self._searched.get((c.i, c.found, c.event, c.args, c.target, c.spent))
@@ -1056,7 +785,7 @@ class CompiledEngine(Engine):
                     where = bound * self._codes + code
                     fits = covers.get(where)
                     if fits is None:
-                        fits = covers[where] = _affords(self._budget(bound), self._budget(code))
+                        fits = covers[where] = affords(self._budget(bound), self._budget(code))
                     if not fits:
                         continue
                 c.bound = bound
@@ -1080,10 +809,10 @@ class CompiledEngine(Engine):
         return False
 
     def _keep(
-        self, state: tuple[Any, ...], c: _Call, reads: set[int], tests: list[_Test], out: _Out
+        self, state: tuple[Any, ...], c: Call, reads: set[int], tests: list[Test], out: Out
     ) -> None:
         """Keep the outcome of ``c``'s first search from ``state``, scoped, read ``reads``,
-        asked ``tests`` and stepped ``out`` (whose steps :attr:`_Call.steps` holds), for
+        asked ``tests`` and stepped ``out`` (whose steps :attr:`Call.steps` holds), for
         :meth:`_recall`. A test of a position the search also read is decided by the value
         read."""
         lo, hi = self._lo, self._hi
@@ -1093,7 +822,7 @@ class CompiledEngine(Engine):
         for (_, nxt, _, _), (label, _, k) in zip(out, c.steps, strict=True):
             g = groups.setdefault(tuple(nxt[p] for p in places), len(groups))
             steps.append((label, g, k))
-        searched = _Searched(
+        searched = Searched(
             tuple(p if p < lo else p - (hi - lo) for p in places),
             tuple(groups),
             steps,
@@ -1105,11 +834,11 @@ class CompiledEngine(Engine):
         memo = self._searched.setdefault((c.i, c.found, c.event, c.args, c.target, c.spent), [])
         entry = next((e for e in memo if e[0] == where), None)
         if entry is None:
-            entry = (where, _projection(where), {})
+            entry = (where, projection(where), {})
             memo.append(entry)
         entry[2].setdefault(entry[1](state), []).append(searched)
 
-    def _local_step(self, state: tuple[Any, ...], start: _Start, key: int = -1) -> _Step:
+    def _local_step(self, state: tuple[Any, ...], start: Start, key: int = -1) -> Step:
         """The one step of a local call from ``state`` (``key``: the number of the state
         without its budgets, when the caller has it): the instance's variables after it, and
         what it recorded broken, are those of the step searched from the same variables,
@@ -1122,8 +851,8 @@ class CompiledEngine(Engine):
         lo, hi = self._lo, self._hi
         known = local[0]
         if known is None:
-            out: _Out = []
-            path = _Path(state, self._spendings[spent], target)
+            out: Out = []
+            path = StepPath(state, self._spendings[spent], target)
             self._enter(path, found, i, event, args, None)
             self._run(path, out, [])
             ((move, nxt, _, _),) = out  # no performed effect: no reaction point, no branch
@@ -1162,12 +891,12 @@ class CompiledEngine(Engine):
 
     # --- one step, every plan --------------------------------------------------------------------
 
-    def _drain(self, work: list[tuple[_Path, list[_Option], int, bool]], out: _Out) -> None:
+    def _drain(self, work: list[tuple[StepPath, list[Option], int, bool]], out: Out) -> None:
         """Branch on every listener call pushed on ``work``, and on those the branches push.
 
         The branches are run in the interpreted engine's plan stack order (the latest point
         first, a point's listener calls last one first), though the steps are sorted by their
-        :attr:`_Path.order` in the end anyway. A snapshot ``kept`` for a wider bound is
+        :attr:`StepPath.order` in the end anyway. A snapshot ``kept`` for a wider bound is
         copied for every call; else the last call runs on the snapshot itself.
         """
         while work:
@@ -1183,7 +912,7 @@ class CompiledEngine(Engine):
             self._enter(p, found, on, event, args, p.frames[-1].effect, aimed)
             self._run(p, out, work)
 
-    def _branches(self, path: _Path, f: _Frame) -> tuple[list[_Option], list[_Option]]:
+    def _branches(self, path: StepPath, f: Frame) -> tuple[list[Option], list[Option]]:
         """The listener calls ``path`` may make at ``f``'s reaction point, of those the table
         takes there (the others make the plan invalid): the ones whose spending fits the
         bound, and the ones it does not."""
@@ -1204,7 +933,7 @@ class CompiledEngine(Engine):
         fits, beyond = found
         return self._offered_now(path, fits), self._offered_now(path, beyond)
 
-    def _offered_now(self, path: _Path, options: list[_Option]) -> list[_Option]:
+    def _offered_now(self, path: StepPath, options: list[Option]) -> list[Option]:
         offers, aimed, seen = self.wiring.offers, self._aiming, path.hooked()
         return [
             o
@@ -1212,12 +941,12 @@ class CompiledEngine(Engine):
             if o[0] not in aimed or offers(seen, o[5] if o[6] is None else o[6], o[2], o[3])
         ]
 
-    def _aimed(self, i: int, name: str) -> tuple[tuple[_Aim, ...], tuple[int, ...]]:
+    def _aimed(self, i: int, name: str) -> tuple[tuple[Aim, ...], tuple[int, ...]]:
         """The listener calls a reaction point at the effect ``name`` of ``i`` may make, as
         the wiring resolves them, and the instances they are fired on (``i`` first)."""
         found = self._aims.get((i, name))
         if found is None:
-            aims: list[_Aim] = []
+            aims: list[Aim] = []
             for q, (aim, event, args) in enumerate(self._options):
                 where = self.wiring.aim(i, name, aim)
                 if where is not None:
@@ -1228,23 +957,23 @@ class CompiledEngine(Engine):
             found = self._aims[i, name] = (tuple(aims), reached)
         return found
 
-    def _takes(self, path: _Path, aims: tuple[_Aim, ...]) -> tuple[list[_Option], list[_Option]]:
+    def _takes(self, path: StepPath, aims: tuple[Aim, ...]) -> tuple[list[Option], list[Option]]:
         bound, spent = self._bound, path.spent
-        fits: list[_Option] = []
-        beyond: list[_Option] = []
+        fits: list[Option] = []
+        beyond: list[Option] = []
         for q, on, named, event, args, cost in aims:
             node = path.store if self._flat else path.live(on)
             found = self._tables[on].lookups[event](node, args)
             if found != REFUSED:
                 total = tuple(map(add, spent, cost))
-                (fits if _affords(bound, total) else beyond).append(
+                (fits if affords(bound, total) else beyond).append(
                     (q, found, event, args, total, on, named)
                 )
         return fits, beyond
 
     def _enter(
         self,
-        path: _Path,
+        path: StepPath,
         found: int,
         i: int,
         event: str,
@@ -1266,12 +995,12 @@ class CompiledEngine(Engine):
                 path.done = (i, event, args, None, (), None, aimed)
             return
         target = aimed if aimed is not None or not frames else frames[-1].target
-        frames.append(_Frame(i, event, args, self._tables[i].rows[found], via, aimed, target))
+        frames.append(Frame(i, event, args, self._tables[i].rows[found], via, aimed, target))
         if event in self._hooked_events:
             self.wiring.before(path.hooked(), i, event, args)
 
     def _run(
-        self, path: _Path, out: _Out, work: list[tuple[_Path, list[_Option], int, bool]]
+        self, path: StepPath, out: Out, work: list[tuple[StepPath, list[Option], int, bool]]
     ) -> None:
         """Run ``path`` to its end and record its step in ``out``; its reaction points push
         their branches on ``work``."""
@@ -1329,7 +1058,7 @@ class CompiledEngine(Engine):
                 return
         self._finish(path, out)
 
-    def _perform(self, path: _Path, f: _Frame, out: _Out) -> bool:
+    def _perform(self, path: StepPath, f: Frame, out: Out) -> bool:
         """Perform ``f``'s effect in progress: its hooks and checks, then queue its wired
         reactions and its reaction point. False iff a property broke there (the step ended)."""
         name, values = f.effect
@@ -1393,7 +1122,7 @@ class CompiledEngine(Engine):
 
     def _scoped_notice(
         self,
-        path: _Path,
+        path: StepPath,
         before: Sequence[Any],
         now: Sequence[Any],
         at: Notice,
@@ -1432,7 +1161,7 @@ class CompiledEngine(Engine):
         node = self.wiring.instances[i]
         return f"{prop}@{node}" if node else prop
 
-    def _stop(self, path: _Path, prop: str | None, at: Notice, out: _Out) -> None:
+    def _stop(self, path: StepPath, prop: str | None, at: Notice, out: Out) -> None:
         """End the step at the effect ``at``, recording ``prop`` as broken (None: the state
         there breaks a property between steps, which needs no record)."""
         path.flush()
@@ -1455,7 +1184,7 @@ class CompiledEngine(Engine):
         assert nested is not None
         out.append((nested, tuple(path.store), path.spent, path.order))
 
-    def _finish(self, path: _Path, out: _Out) -> None:
+    def _finish(self, path: StepPath, out: Out) -> None:
         """The step ran out: prove the step invariants of every instance it touched."""
         store = path.store
         if path.reads is not None:
@@ -1474,70 +1203,9 @@ class CompiledEngine(Engine):
         out.append((path.done, tuple(store), path.spent, path.order))
 
 
-_Decided = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, list[_Start]]]
+_Decided = tuple[tuple[int, ...], Callable[[Sequence[Any]], Any], dict[Any, list[Start]]]
 """Answers decided by reading the positions named (sorted), by the values there: the
 positions, what gives the values, and the answers."""
-
-
-def _projection(reads: tuple[int, ...]) -> Callable[[Sequence[Any]], Any]:
-    """What gives a state's values at ``reads``, hashable."""
-    if len(reads) > 1:
-        return itemgetter(*reads)
-    if reads:
-        (k,) = reads
-        return lambda state: state[k]
-    return lambda _: ()
-
-
-# Reading types a slice as a Sequence; over a list store it is one, mutable as the ABC says.
-class _Tracked(Reading, MutableSequence[Any]):  # type: ignore[misc]
-    """A scoped search's store as the wiring's hooks and predicates see it: what they read is
-    added to the search's reads (``read``), what they write to the path's writes."""
-
-    __slots__ = ("store", "tests", "wrote")
-
-    def __init__(
-        self, store: list[Any], reads: set[int], wrote: set[int], tests: list[_Test]
-    ) -> None:
-        super().__init__(store, reads)
-        self.store, self.wrote, self.tests = store, wrote, tests
-
-    def test(self, k: int, test: Callable[[Any], bool]) -> bool:
-        """A position the search has neither read nor written on this path holds its value in
-        the search's start: the answer is recorded with the test (a state whose value there
-        gives the same answer is searched the same), not the position as read."""
-        if k in self.read or k in self.wrote:
-            return test(self[k])
-        answer = test(self.store[k])
-        self.tests.append((k, test, answer))
-        return answer
-
-    @overload
-    def __setitem__(self, k: int, value: Any) -> None: ...
-    @overload
-    def __setitem__(self, k: slice, value: Iterable[Any]) -> None: ...
-    def __setitem__(self, k: int | slice, value: Any) -> None:
-        if isinstance(k, slice):
-            raise TypeError("a hook writes one position at a time")
-        self.wrote.add(k % len(self.store))
-        self.store[k] = value
-
-    def __delitem__(self, k: int | slice) -> None:
-        raise TypeError("a hook never removes a position")
-
-    def insert(self, index: int, value: Any) -> None:
-        raise TypeError("a hook never inserts a position")
-
-
-def _affords(have: tuple[int, ...], spent: tuple[int, ...]) -> bool:
-    """True iff budgets ``have`` cover spending ``spent`` (:func:`_left` is not None)."""
-    return all(map(ge, have, spent))
-
-
-def _left(have: tuple[int, ...], spent: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The budgets left after spending ``spent`` of ``have``; None if they do not cover it."""
-    left = tuple(map(sub, have, spent))
-    return None if any(x < 0 for x in left) else left
 
 
 def _notice(n: Notice) -> str:
