@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from fsm_core._paths import models_dir
 from fsm_core.check import Model, check, load_model
 from fsm_core.check._check import Report
 from fsm_core.check._composed._compose import Engine
-from fsm_core.check._composed._symmetry import Siblings, orbit_faults
+from fsm_core.check._composed._symmetry import Reduction, Siblings, orbit_faults
 from fsm_core.check._composed._tree import TreeWiring
 from fsm_core.check._explore import System, explore
 from fsm_core.check._parallel import Source
@@ -95,20 +96,32 @@ def test_every_sibling_permutation_of_a_representative_is_a_symmetry(name: str) 
     assert any(reduction.orbit_size(s) > 1 for s in result.parent)
 
 
-def test_a_verdict_that_reads_a_slot_is_no_symmetry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The proof can fail: a property that holds of a.1 but not of a.2 is found out."""
+def _first_slot_ahead() -> tuple[Reduction, Any, Any, Callable[[Any], bool]]:
+    """activation_tree's reduction, the first 3,000 representatives its reduced search
+    reaches, its engine, and a test of a stored state that reads the slots' order (a.1 ahead
+    of a.2): what no symmetry may depend on."""
     built = build(_model("activation_tree", symmetry=True))
     reduction = built.reduction
     assert reduction is not None
     reps = explore(built.system, max_states=3000).parent
     engine: Any = reduction.engine
     slot = {x: i for i, x in enumerate(engine.layout.names)}
+
+    def ahead(state: Any) -> bool:
+        full = engine.unpack(state)
+        one, two = full[slot["a.1"]], full[slot["a.2"]]
+        return two is not None and repr(one) < repr(two)
+
+    return reduction, reps, engine, ahead
+
+
+def test_a_verdict_that_reads_a_slot_is_no_symmetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proof can fail: a property that holds of a.1 but not of a.2 is found out."""
+    reduction, reps, engine, ahead = _first_slot_ahead()
     fair = engine.first_violated
 
     def unfair(state: Any) -> str | None:
-        full = engine.unpack(state)
-        one, two = full[slot["a.1"]], full[slot["a.2"]]
-        return "first_slot_ahead" if two is not None and repr(one) < repr(two) else fair(state)
+        return "first_slot_ahead" if ahead(state) else fair(state)
 
     monkeypatch.setattr(engine, "first_violated", unfair)
     fault = next(orbit_faults(reduction, reps))
@@ -119,21 +132,14 @@ def test_a_step_whose_rows_read_a_slot_is_no_symmetry(monkeypatch: pytest.Monkey
     """The proof compares what steps take, not only where they lead: a step relabelled (the
     same successor, another row) only where a.1 is ahead of a.2 is found out. Before the labels
     were compared, the untaken rows a reduced search reports rested on the argument alone."""
-    built = build(_model("activation_tree", symmetry=True))
-    reduction = built.reduction
-    assert reduction is not None
-    reps = explore(built.system, max_states=3000).parent
-    engine: Any = reduction.engine
-    slot = {x: i for i, x in enumerate(engine.layout.names)}
+    reduction, reps, engine, ahead = _first_slot_ahead()
     fair = engine.steps
     first = engine.moves[0].row
     other = next(i for i, m in enumerate(engine.moves) if m.row != first)
 
     def unfair(state: Any) -> list[tuple[int, Any]]:
-        full = engine.unpack(state)
-        one, two = full[slot["a.1"]], full[slot["a.2"]]
         steps = list(fair(state))
-        if two is not None and repr(one) < repr(two):
+        if ahead(state):
             return [(0 if label == other else other, t) for label, t in steps]
         return steps
 
