@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from fsm_core._errors import SpecError
 from fsm_core._paths import models_dir, specs_dir
 from fsm_core.cli import main
 from fsm_core.table._lines import key_lines
@@ -242,6 +243,22 @@ def test_a_table_written_back_reads_as_the_same_data(table: str) -> None:
     text = dump_toml(data)
     assert tomllib.loads(text) == data
     assert list(tomllib.loads(text)) == list(data)  # the sections keep their order
+
+
+@pytest.mark.parametrize(
+    "table", ["agent.toml", "activation.toml", "admission.toml", "wiring.toml"]
+)
+def test_every_key_of_a_table_written_back_is_cited_at_its_own_line(table: str) -> None:
+    """A fault at any key, header or array entry of the rewritten copy (one fault per place,
+    nested tables' headers and keys included) is cited at the line of the same place in the
+    table as written."""
+    original = (specs_dir() / table).read_text(encoding="utf-8")
+    planted = _mutants.Planted(f"specs/{table}", original, dump_toml(tomllib.loads(original)))
+    places = key_lines(planted.planted)
+    faults = [SpecError(planted.display, str(path), "f", line) for path, line in places.items()]
+    cited = planted.cite_table(SpecError.of(faults)).faults
+    want = key_lines(original)
+    assert [(f.where, f.line) for f in cited] == [(str(p), want[p]) for p in places]
 
 
 def test_a_fault_in_a_planted_table_cites_the_line_of_the_table_as_written() -> None:
