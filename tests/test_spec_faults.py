@@ -855,6 +855,36 @@ def test_faults_in_a_rows_on_and_doc_are_reported_with_its_others(tmp_path: Path
     ]
 
 
+def test_every_fault_of_an_invariant_is_reported_at_its_line(tmp_path: Path) -> None:
+    """(An invariant stopped at its first fault: its doc and clauses went unread, as did the
+    ``while`` of a step invariant whose ``unchanged`` was wrong.)"""
+    text = edit(BASE, 'holds = "phase == busy implies holder == live"', 'holds = "holdr == live"')
+    text = edit(
+        text,
+        'doc = "A running job\'s holder is live."\nclauses = ["C.start"]',
+        'doc = 7\nclauses = ["C.nope"]',
+    )
+    text += (
+        '\n[[invariants]]\nid = "holder_kept"\nunchanged = "holdr"\nwhile = "phse == busy"\n'
+        'doc = "The holder stays while busy."\nclauses = ["C.start"]\n'
+    )
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_specs(tmp_path, {"t.toml": text}))
+    kept, holds = 'id = "holder_kept"', 'holds = "holdr'
+    assert [str(e) for e in caught.value.faults] == [
+        f"specs/t.toml:{line_of(text, holds)}: invariant 'busy_is_live': unknown "
+        "name 'holdr' (did you mean 'holder'?) in 'holdr == live'",
+        f"specs/t.toml:{line_of(text, 'doc = 7')}: invariant 'busy_is_live': doc must be a "
+        "string, found int",
+        f"specs/t.toml:{line_of(text, 'C.nope')}: invariant 'busy_is_live': unknown clause "
+        "'C.nope' (see specs/clauses.toml)",
+        f"specs/t.toml:{line_of(text, 'unchanged', kept)}: invariant 'holder_kept': unknown "
+        "variable 'holdr' in unchanged (did you mean 'holder'? variables: holder, queued, count)",
+        f"specs/t.toml:{line_of(text, 'while', kept)}: invariant 'holder_kept': unknown name "
+        "'phse' (did you mean 'phase'?) in 'phse == busy'",
+    ]
+
+
 def test_every_fault_of_a_clause_catalogue_is_reported_at_its_line(tmp_path: Path) -> None:
     """(The catalogue stopped at its first fault.)"""
     text = edit(CLAUSES, 'quote = "A waking submit starts a job."', 'quote = "A submit starts."')

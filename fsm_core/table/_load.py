@@ -918,7 +918,7 @@ class _TableParser:
         return tuple(pair_rules)
 
     def _invariants(self) -> tuple[tuple[Invariant, ...], tuple[Stability, ...]]:
-        f, base = self.f, self.base
+        f = self.f
         invariants: list[Invariant] = []
         stable: list[Stability] = []
         seen: dict[str, int] = {}
@@ -937,25 +937,62 @@ class _TableParser:
                     f.fail(where, f"duplicate invariant id: invariants[{i}] repeats {first}", "id")
                 seen[iid] = i
                 if step_form:
-                    var = f.text(where, inv["unchanged"], "unchanged")
-                    if var not in self.var_types or var == self.state_var:
-                        names = [n for n in self.var_types if n != self.state_var]
-                        f.fail(
-                            where,
-                            f"unknown variable {echo(var)} in unchanged "
-                            f"({did_you_mean(var, names)}variables: {known(names)})",
-                            "unchanged",
-                        )
-                    text = f.text(where, inv["while"], "while")
-                    predicate = _bool_expr(f, where, text, base, "while")
-                    doc = f.text(where, inv["doc"], "doc")
-                    stable.append(Stability(iid, var, predicate, text, doc, self._tags(where, inv)))
-                    continue
-                text = f.text(where, inv["holds"], "holds")
-                predicate = _bool_expr(f, where, text, base, "holds")
-                doc = f.text(where, inv["doc"], "doc")
-                invariants.append(Invariant(iid, predicate, text, doc, self._tags(where, inv)))
+                    stability = self._stability(where, iid, inv)
+                    if stability is not None:
+                        stable.append(stability)
+                else:
+                    invariant = self._invariant(where, iid, inv)
+                    if invariant is not None:
+                        invariants.append(invariant)
         return tuple(invariants), tuple(stable)
+
+    def _invariant(self, where: str, iid: str, inv: Mapping[str, Any]) -> Invariant | None:
+        """The state invariant ``inv``, or None after recording each of its keys' faults (its
+        predicate, doc and tags are read apart, as a row's keys are)."""
+        f = self.f
+        found = len(f.faults)
+        text = doc = ""
+        predicate: Expr = Lit(True)
+        tags: tuple[str, ...] = ()
+        with f.each():
+            text = f.text(where, inv["holds"], "holds")
+            predicate = _bool_expr(f, where, text, self.base, "holds")
+        with f.each():
+            doc = f.text(where, inv["doc"], "doc")
+        with f.each():
+            tags = self._tags(where, inv)
+        if len(f.faults) > found:
+            return None
+        return Invariant(iid, predicate, text, doc, tags)
+
+    def _stability(self, where: str, iid: str, inv: Mapping[str, Any]) -> Stability | None:
+        """The step invariant ``inv`` (``unchanged`` ``while``), or None after recording each
+        of its keys' faults."""
+        f = self.f
+        found = len(f.faults)
+        var = text = doc = ""
+        predicate: Expr = Lit(True)
+        tags: tuple[str, ...] = ()
+        with f.each():
+            var = f.text(where, inv["unchanged"], "unchanged")
+            if var not in self.var_types or var == self.state_var:
+                names = [n for n in self.var_types if n != self.state_var]
+                f.fail(
+                    where,
+                    f"unknown variable {echo(var)} in unchanged "
+                    f"({did_you_mean(var, names)}variables: {known(names)})",
+                    "unchanged",
+                )
+        with f.each():
+            text = f.text(where, inv["while"], "while")
+            predicate = _bool_expr(f, where, text, self.base, "while")
+        with f.each():
+            doc = f.text(where, inv["doc"], "doc")
+        with f.each():
+            tags = self._tags(where, inv)
+        if len(f.faults) > found:
+            return None
+        return Stability(iid, var, predicate, text, doc, tags)
 
 
 def _constant(f: _File, name: str, value: object) -> int:
