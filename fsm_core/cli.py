@@ -375,6 +375,15 @@ def _parser(words: Sequence[str] = ()) -> argparse.ArgumentParser:
         metavar="TEXT",
         help="echo model only: a prompt that is exactly TEXT waits until it is cancelled",
     )
+    p_acp.add_argument(
+        "--sessions",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep each session's durable log in DIR (SESSION_ID.jsonl) and serve session/load, "
+        "so an editor reopens a conversation in a later process (default: sessions end with "
+        "the process)",
+    )
     for seam, when in (
         ("prompt", "before a turn's first step; a block ends the turn (stop reason refusal)"),
         ("tool", "before each approved tool call; a block answers the call blocked"),
@@ -439,6 +448,8 @@ def _acp(args: argparse.Namespace) -> int:
         raise _Refused("acp: standard input is closed (<&-): the client's requests arrive there")
     if args.model is not None and args.hold is not None:
         raise _Refused("--hold applies to the echo model only; drop it or --model")
+    if args.sessions is not None:
+        _directory("--sessions", args.sessions)
 
     import asyncio  # noqa: PLC0415
 
@@ -465,7 +476,8 @@ def _acp(args: argparse.Namespace) -> int:
     if ours is _on_interrupt:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        asyncio.run(acp.serve(model, hooks=hooks))
+        sessions = args.sessions.absolute() if args.sessions is not None else None
+        asyncio.run(acp.serve(model, hooks=hooks, sessions=sessions))
     finally:
         if ours is _on_interrupt and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _on_interrupt)

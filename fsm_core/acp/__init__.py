@@ -16,6 +16,8 @@ talks JSON-RPC on its stdin and stdout. Each ACP session is one agent, in a
 - a refused turn is left out of every later request (the history rule of the durable log);
 - ``session/cancel``, and ``$/cancel_request`` naming a running prompt, are
   ``agent.cancel(USER)`` (seed 000); the pending prompt answers ``cancelled``;
+- with ``--sessions DIR`` each session's log is kept there and ``session/load`` takes it up
+  in a later process, streaming the conversation before it answers;
 - ``session/close`` disposes the agent; an unknown session is ``-32002``; closing stdin
   cancels every running prompt (``USER``: the client left), answers each ``cancelled``,
   writes out every answer, disposes every agent, then the process exits;

@@ -21,24 +21,32 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import enum
 import importlib
 import itertools
 import json
 import logging
 import os
+import re
 import selectors
 import signal
 import stat
 import sys
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any, cast, final
 
 import acp
 from acp import PROTOCOL_VERSION, RequestError, run_agent
-from acp.helpers import update_agent_message_text, update_agent_thought_text
+from acp.helpers import (
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_user_message_text,
+)
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
@@ -48,6 +56,7 @@ from acp.schema import (
     CloseSessionResponse,
     Implementation,
     InitializeResponse,
+    LoadSessionResponse,
     McpCapabilities,
     NewSessionResponse,
     PermissionOption,
@@ -64,7 +73,7 @@ from acp.schema import (
 )
 from pydantic import BaseModel, ValidationError
 
-from fsm_core._errors import ECHO_LIMIT, echo, named
+from fsm_core._errors import ECHO_LIMIT, UsageError, echo, named
 from fsm_core.acp._mcp import McpServers, ServerFailed, skip_line, stdio_servers
 from fsm_core.runtime import (
     USER,
@@ -78,6 +87,8 @@ from fsm_core.runtime import (
     Reply,
     Request,
     Runtime,
+    Session,
+    SessionError,
     Tool,
     ToolApproval,
     TurnEnded,
@@ -197,6 +208,27 @@ def _wire_id(data: Mapping[str, Any]) -> str:
     return f"{data['turn']}.{data['step']}.{data['id']}"
 
 
+_KEPT_ID = re.compile(r"session-[0-9a-f]{32}")
+"""The id of a session kept in the sessions directory (``--sessions``): the only names
+``session/load`` looks for there, so no id reaches another path."""
+
+
+class _Opening(enum.Enum):
+    """Whether a kept session's log is made (``session/new``) or taken up (``session/load``)."""
+
+    NEW = "new"
+    LOAD = "load"
+
+
+def _working_directory(cwd: str) -> None:
+    """Refuse a ``cwd`` that is not an absolute path to a directory (hooks run there: one that
+    cannot start there decides nothing, a gate let through)."""
+    if not os.path.isabs(cwd):
+        raise _invalid_params(f"cwd {echo(cwd)} is not an absolute path (ACP: it must be)")
+    if not os.path.isdir(cwd):
+        raise _invalid_params(f"cwd {echo(cwd)} is not a directory")
+
+
 class _Streaming:
     """The model seam as the adapter lends it: tell the client a step began, ask the model,
     stream its reply text to the client, all inside the turn (before the prompt answers)."""
@@ -243,9 +275,17 @@ class AcpAgent:
     """An ACP agent (``acp.Agent``): each session is one agent, in a runtime of its own."""
 
     def __init__(
-        self, model: ModelAdapter, *, hooks: Hooks | None = None, tools: Sequence[Tool] = ()
+        self,
+        model: ModelAdapter,
+        *,
+        hooks: Hooks | None = None,
+        tools: Sequence[Tool] = (),
+        sessions: Path | None = None,
     ) -> None:
         self._model = _Streaming(self, model)
+        self._kept = sessions
+        """Where each session's durable log is kept (``SESSION_ID.jsonl``), so that
+        ``session/load`` can take it up again in a later process; None: kept nowhere."""
         self._hooks = hooks if hooks is not None else Hooks()
         self._tools = tuple(tools)
         self.mcp = McpServers()
@@ -279,7 +319,7 @@ class AcpAgent:
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
-                load_session=False,
+                load_session=self._kept is not None,
                 prompt_capabilities=PromptCapabilities(
                     image=False, audio=False, embedded_context=False
                 ),
@@ -294,12 +334,61 @@ class AcpAgent:
     async def new_session(
         self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
     ) -> NewSessionResponse:
-        if not os.path.isabs(cwd):
-            raise _invalid_params(f"cwd {echo(cwd)} is not an absolute path (ACP: it must be)")
-        if not os.path.isdir(cwd):
-            # Hooks run there: one that cannot start there decides nothing (a gate let through).
-            raise _invalid_params(f"cwd {echo(cwd)} is not a directory")
-        session_id = f"session-{next(self._ids)}"
+        _working_directory(cwd)
+        if self._kept is None:
+            session_id, log = f"session-{next(self._ids)}", None
+        else:  # kept past this process: an id no other process of this agent gives
+            session_id = f"session-{uuid.uuid4().hex}"
+            log = self._log(session_id, _Opening.NEW)
+        await self._open(session_id, cwd, mcp_servers, log)
+        return NewSessionResponse(session_id=session_id)
+
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> LoadSessionResponse:
+        """Take up a session an earlier process of this agent kept (``--sessions``): its agent
+        is created on the session's log, and the conversation so far is streamed to the client
+        (``user_message_chunk``, ``agent_message_chunk``, each tool call and its result) before
+        the answer, as ACP asks."""
+        if self._kept is None:
+            raise _invalid_params("this agent keeps no sessions: start it with --sessions DIR")
+        _working_directory(cwd)
+        if not _KEPT_ID.fullmatch(session_id):
+            raise RequestError(
+                -32002, "Resource not found", {"details": f"no session {echo(session_id)}"}
+            )
+        if session_id in self._sessions:
+            raise RequestError(
+                -32600, "Invalid request", {"details": f"{session_id} is open already"}
+            )
+        session = await self._open(
+            session_id, cwd, mcp_servers, self._log(session_id, _Opening.LOAD)
+        )
+        await self._replay(session)
+        return LoadSessionResponse()
+
+    def _log(self, session_id: str, opening: _Opening) -> Session:
+        """The durable log of ``session_id`` in the sessions directory: a new file for a new
+        session, the file an earlier process kept for a loaded one (refused if there is none,
+        or if it is not a session's log: nothing of it is taken up)."""
+        assert self._kept is not None
+        path = self._kept / f"{session_id}.jsonl"
+        if opening is _Opening.LOAD and not path.is_file():
+            raise RequestError(
+                -32002,
+                "Resource not found",
+                {"details": f"no session {session_id} in {echo(str(self._kept))}"},
+            )
+        try:
+            return Session(path)
+        except SessionError as error:
+            raise _invalid_params(str(error)) from None
+
+    async def _open(
+        self, session_id: str, cwd: str, mcp_servers: list[Any] | None, log: Session | None
+    ) -> _Session:
+        """Start the session's MCP servers and its agent, in a runtime of its own, on ``log``
+        (a fresh in-memory log when None)."""
         try:
             await self.mcp.start(session_id, cwd, stdio_servers(mcp_servers or []))
         except ValueError as refused:  # a server this agent does not run
@@ -316,12 +405,32 @@ class AcpAgent:
         events.on("turn/end", self._turn_ended)
         events.on("agent/tool-approval", self._approve)
         try:
-            handle = await runtime.create_agent(session_id)
+            handle = await runtime.create_agent(session_id, log)
+        except UsageError as held:  # another process of the agent has the session open
+            await self.mcp.stop(session_id)
+            await runtime.aclose()
+            raise RequestError(-32600, "Invalid request", {"details": str(held)}) from None
         except BaseException:  # the runtime is closing: its servers go too
             await self.mcp.stop(session_id)
             raise
-        self._sessions[session_id] = _Session(session_id, cwd, runtime, handle)
-        return NewSessionResponse(session_id=session_id)
+        session = self._sessions[session_id] = _Session(session_id, cwd, runtime, handle)
+        return session
+
+    async def _replay(self, session: _Session) -> None:
+        """Stream a loaded session's conversation to the client in the log's order: each user
+        message and reply, and each tool call and its result as a live turn reports them."""
+        lines = self._lines
+        for event in session.handle.agent.session.events:
+            if lines is not None:  # every line of it arrives: it waits for a slow client
+                await lines.room_for_updates()
+            text = str(event.data.get("text", ""))
+            if event.type == "user/message":
+                await self._send_update(session.id, update_user_message_text(text))
+            elif event.type == "assistant/message" and text:  # not a reply of tool calls only
+                await self._send_update(session.id, update_agent_message_text(text))
+            elif event.type in ("tool/call", "tool/result"):
+                await self._report_event(session.id, event.type, event.data)
+        session.reported = len(session.handle.agent.session.events)
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
         session = self._session(session_id)
@@ -438,29 +547,33 @@ class AcpAgent:
         events = session.handle.agent.session.events
         new, session.reported = events[session.reported :], len(events)
         for event in new:
-            data = event.data
-            if event.type == "tool/call":
-                await self._send_update(
-                    session_id,
-                    ToolCallStart(
-                        session_update="tool_call",
-                        tool_call_id=_wire_id(data),
-                        title=str(data["name"]),
-                        kind="other",
-                        status="pending",
-                        raw_input=_thawed(data["args"]),
-                    ),
-                )
-            elif event.type == "tool/result":
-                await self._send_update(
-                    session_id,
-                    ToolCallProgress(
-                        session_update="tool_call_update",
-                        tool_call_id=_wire_id(data),
-                        status="completed" if data["ok"] else "failed",
-                        raw_output={"result": _thawed(data["result"])},
-                    ),
-                )
+            await self._report_event(session_id, event.type, event.data)
+
+    async def _report_event(self, session_id: str, kind: str, data: Mapping[str, Any]) -> None:
+        """A ``tool/call`` (``tool_call``, pending) or ``tool/result`` (``tool_call_update``,
+        completed or failed) of the session's log, told to the client."""
+        if kind == "tool/call":
+            await self._send_update(
+                session_id,
+                ToolCallStart(
+                    session_update="tool_call",
+                    tool_call_id=_wire_id(data),
+                    title=str(data["name"]),
+                    kind="other",
+                    status="pending",
+                    raw_input=_thawed(data["args"]),
+                ),
+            )
+        elif kind == "tool/result":
+            await self._send_update(
+                session_id,
+                ToolCallProgress(
+                    session_update="tool_call_update",
+                    tool_call_id=_wire_id(data),
+                    status="completed" if data["ok"] else "failed",
+                    raw_output={"result": _thawed(data["result"])},
+                ),
+            )
 
     async def _approve(
         self, payload: ToolApproval, next: Callable[[ToolApproval], Awaitable[bool]]
@@ -658,6 +771,11 @@ class _Lines:
         """Set iff reading may go on: fewer than ANSWER_LIMIT answers wait (since the last
         pause, fewer than half of them), or the client's end is closed."""
         self._room.set()
+        self._update_room = asyncio.Event()
+        """Set iff an update queued now is written as it is: fewer than UPDATE_LIMIT updates
+        wait (since they last reached it, at most half of them), or the client's end is
+        closed (see :meth:`room_for_updates`)."""
+        self._update_room.set()
         self._writer: asyncio.Task[None] | None = None
         self._broken: BaseException | None = None
         self._open: dict[Any, int] = {}
@@ -689,6 +807,7 @@ class _Lines:
             self._asking[message["params"]["sessionId"]] = message["id"]
         if message.get("method") == "session/update":
             if self._updates >= UPDATE_LIMIT:
+                self._update_room.clear()
                 if not self._merge(message):
                     self.dropped += 1
                     if self.dropped == 1:
@@ -715,6 +834,13 @@ class _Lines:
                 )
         self._start()
         await written
+
+    async def room_for_updates(self) -> None:
+        """Wait until an update sent now is neither merged nor dropped: for updates that must
+        all arrive as sent (a loaded session's conversation), unlike a turn's progress."""
+        if self._updates >= UPDATE_LIMIT:
+            self._update_room.clear()
+        await self._update_room.wait()
 
     def _merge(self, message: dict[str, Any]) -> bool:
         """Join ``message``'s text onto the last update waiting, if it is the same session and
@@ -767,6 +893,8 @@ class _Lines:
             self._queue.popleft()
             if out.written is None:
                 self._updates -= 1
+                if self._updates <= UPDATE_LIMIT // 2:
+                    self._update_room.set()
             else:
                 self._answers -= 1
                 if self._answers <= ANSWER_LIMIT // 2:
@@ -786,6 +914,7 @@ class _Lines:
     def _fail(self, error: BaseException) -> None:
         self._broken = error
         self._answered.set()
+        self._update_room.set()
         while self._queue:
             out = self._queue.popleft()
             if out.written is not None and not out.written.done():
@@ -1030,20 +1159,22 @@ async def serve(
     *,
     hooks: Hooks | None = None,
     tools: Sequence[Tool] = (),
+    sessions: Path | None = None,
 ) -> None:
     """Serve ``model`` as an ACP agent on ``streams`` (a reader of the client's lines and an
     async ``write(bytes)``; default: this process's stdin and stdout) until the client closes
     its side; then answer what is pending (see :meth:`AcpAgent.client_left`), dispose every
     session and return once all their work has settled and every answer is written.
     ``hooks`` are the hook commands (:class:`~fsm_core.Hooks`), run in each session's
-    ``cwd``; ``tools`` the tools every session offers its model."""
+    ``cwd``; ``tools`` the tools every session offers its model; ``sessions`` a directory
+    where each session's durable log is kept, so a later process serves ``session/load``."""
     reader, write = streams if streams is not None else await _stdio()
     if streams is None:  # SIGTERM stops the agent as Ctrl-C does: its MCP servers are reaped
         with contextlib.suppress(ValueError, RuntimeError):  # not in the main thread
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGTERM, signal.raise_signal, signal.SIGINT
             )
-    await _serve(AcpAgent(model, hooks=hooks, tools=tools), reader, write)
+    await _serve(AcpAgent(model, hooks=hooks, tools=tools, sessions=sessions), reader, write)
 
 
 async def _serve(

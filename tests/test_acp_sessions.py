@@ -1,0 +1,270 @@
+"""``fsm-core acp --sessions DIR``: each session's durable log kept in DIR, and ``session/load``
+taking a session up again in a later process, its conversation streamed to the client first."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm_core import AbortSignal, Hooks
+from fsm_core.acp._adapter import UPDATE_LIMIT, AcpAgent, _serve
+from tests.test_acp_mcp import ToolModel
+
+
+class Adder:
+    """A tool: the sum of ``a`` and ``b``."""
+
+    name = "add"
+
+    async def execute(self, args: Mapping[str, Any], signal: AbortSignal) -> Any:
+        return args["a"] + args["b"]
+
+
+class Client:
+    """An ACP client speaking JSON-RPC lines to an :class:`AcpAgent` served in this process,
+    keeping every ``session/update`` it is sent and allowing every tool call."""
+
+    def __init__(self, model: ToolModel, sessions: Path | None) -> None:
+        agent = AcpAgent(model, hooks=Hooks(), tools=(Adder(),), sessions=sessions)
+        self.reader = asyncio.StreamReader()
+        self.answers: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.updates: list[dict[str, Any]] = []
+        self.ids = iter(range(1, 1 << 30))
+        self.task = asyncio.ensure_future(_serve(agent, self.reader, self._write))
+
+    async def _write(self, data: bytes) -> None:
+        message = json.loads(data)
+        if message.get("method") == "session/request_permission":
+            outcome = {"outcome": "selected", "optionId": "allow_once"}
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"outcome": outcome}}
+            self.reader.feed_data(json.dumps(answer).encode() + b"\n")
+        elif message.get("method") == "session/update":
+            self.updates.append(message["params"]["update"])
+        else:
+            self.answers[message["id"]].set_result(message)
+
+    async def ask(self, method: str, **params: Any) -> dict[str, Any]:
+        rid = next(self.ids)
+        self.answers[rid] = asyncio.get_running_loop().create_future()
+        line = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        self.reader.feed_data(json.dumps(line).encode() + b"\n")
+        return await self.answers[rid]
+
+    async def result(self, method: str, **params: Any) -> Any:
+        answer = await self.ask(method, **params)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    async def prompt(self, sid: str, text: str) -> str:
+        prompt = [{"type": "text", "text": text}]
+        answer = await self.result("session/prompt", sessionId=sid, prompt=prompt)
+        return str(answer["stopReason"])
+
+    async def close(self) -> None:
+        self.reader.feed_eof()
+        await self.task
+
+
+def shown(update: Mapping[str, Any]) -> tuple[str, ...]:
+    """A ``session/update`` as (kind, what it says)."""
+    kind = update["sessionUpdate"]
+    if kind.endswith("_chunk"):
+        return (kind, update["content"]["text"])
+    if kind.startswith("tool_call"):
+        return (kind, update["toolCallId"], update.get("status", ""))
+    return (kind, json.dumps(update, sort_keys=True))
+
+
+def test_a_kept_session_is_loaded_by_a_later_agent_with_its_conversation_first(
+    tmp_path: Path,
+) -> None:
+    kept = tmp_path / "sessions"
+    kept.mkdir()
+
+    async def first() -> tuple[str, list[tuple[str, ...]]]:
+        client = Client(ToolModel(), kept)
+        sid = str(
+            (await client.result("session/new", cwd=str(tmp_path), mcpServers=[]))["sessionId"]
+        )
+        assert await client.prompt(sid, "hello") == "end_turn"
+        assert await client.prompt(sid, 'call add {"a": 2, "b": 3}') == "end_turn"
+        await client.close()
+        return sid, [shown(u) for u in client.updates]
+
+    sid, live = asyncio.run(first())
+    assert re.fullmatch(r"session-[0-9a-f]{32}", sid)
+    assert [p.name for p in kept.iterdir() if not p.name.startswith(".")] == [f"{sid}.jsonl"]
+
+    model = ToolModel()
+
+    async def later() -> tuple[dict[str, Any], list[tuple[str, ...]], list[tuple[str, ...]]]:
+        client = Client(model, kept)
+        init = await client.result("initialize", protocolVersion=1)
+        loaded = await client.result(
+            "session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[]
+        )
+        assert loaded == {} or set(loaded) <= {"modes", "configOptions", "_meta"}
+        replayed = [shown(u) for u in client.updates]
+        assert await client.prompt(sid, "again") == "end_turn"
+        await client.close()
+        return init, replayed, [shown(u) for u in client.updates[len(replayed) :]]
+
+    init, replayed, after = asyncio.run(later())
+    assert init["agentCapabilities"]["loadSession"] is True
+    # The conversation in the log's order: what the live client saw, each user message first.
+    assert replayed == [
+        ("user_message_chunk", "hello"),
+        ("agent_message_chunk", "echo: hello"),
+        ("user_message_chunk", 'call add {"a": 2, "b": 3}'),
+        ("tool_call", "2.1.c1", "pending"),
+        ("tool_call_update", "2.1.c1", "completed"),
+        ("agent_message_chunk", "ok: 5"),
+    ]
+    # What the live client was told of the conversation, less its progress (thoughts, calls
+    # under way).
+    told = [u for u in live if u[0] != "agent_thought_chunk" and u[-1] != "in_progress"]
+    assert [u for u in replayed if u[0] != "user_message_chunk"] == told
+    assert after == [("agent_thought_chunk", "step 1"), ("agent_message_chunk", "echo: again")]
+    # The model was given the conversation the loaded session holds.
+    texts = [(m["role"], m.get("text")) for m in model.requests[-1].messages]
+    assert texts[0] == ("user", "hello") and texts[-1] == ("user", "again")
+
+
+def test_a_long_conversation_is_replayed_whole_however_many_updates_it_takes(
+    tmp_path: Path,
+) -> None:
+    """Past UPDATE_LIMIT waiting updates, a turn's progress is merged or dropped; a loaded
+    conversation is not progress: it waits for the client instead. (Queued all at once, the
+    chunks past the limit were merged into one reply or dropped.)"""
+    prompts = [f"p{i}" for i in range(UPDATE_LIMIT // 2 + 22)]
+
+    async def first() -> str:
+        client = Client(ToolModel(), tmp_path)
+        sid = str(
+            (await client.result("session/new", cwd=str(tmp_path), mcpServers=[]))["sessionId"]
+        )
+        for text in prompts:
+            assert await client.prompt(sid, text) == "end_turn"
+        await client.close()
+        return sid
+
+    sid = asyncio.run(first())
+
+    async def later() -> list[tuple[str, ...]]:
+        client = Client(ToolModel(), tmp_path)
+        await client.result("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        await client.close()
+        return [shown(u) for u in client.updates]
+
+    expected = [
+        chunk
+        for text in prompts
+        for chunk in (("user_message_chunk", text), ("agent_message_chunk", f"echo: {text}"))
+    ]
+    assert len(expected) > UPDATE_LIMIT
+    assert asyncio.run(later()) == expected
+
+
+@pytest.mark.parametrize(
+    ("sid", "code", "detail"),
+    [
+        ("../../etc/passwd", -32002, "no session '../../etc/passwd'"),
+        ("session-1", -32002, "no session 'session-1'"),
+        ("session-" + "0" * 32, -32002, f"no session session-{'0' * 32} in "),
+    ],
+    ids=["a-path", "an-unkept-shape", "not-there"],
+)
+def test_session_load_refuses_what_is_not_a_kept_session(
+    tmp_path: Path, sid: str, code: int, detail: str
+) -> None:
+    async def main() -> dict[str, Any]:
+        client = Client(ToolModel(), tmp_path)
+        answer = await client.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        await client.close()
+        return answer
+
+    error = asyncio.run(main())["error"]
+    assert error["code"] == code
+    assert error["data"]["details"].startswith(detail), error
+
+
+def test_session_load_without_a_sessions_directory_says_how_to_keep_them(tmp_path: Path) -> None:
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        client = Client(ToolModel(), None)
+        init = await client.result("initialize", protocolVersion=1)
+        sid = "session-" + "0" * 32
+        answer = await client.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        await client.close()
+        return init, answer
+
+    init, answer = asyncio.run(main())
+    assert init["agentCapabilities"]["loadSession"] is False
+    assert answer["error"]["code"] == -32602
+    assert "start it with --sessions DIR" in json.dumps(answer["error"])
+
+
+def test_a_session_open_here_or_in_another_agent_is_not_loaded_twice(tmp_path: Path) -> None:
+    """The log has one writer: a second load, in this agent or another, is refused, and the
+    session goes on where it is open."""
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any], str]:
+        one, two = Client(ToolModel(), tmp_path), Client(ToolModel(), tmp_path)
+        sid = str((await one.result("session/new", cwd=str(tmp_path), mcpServers=[]))["sessionId"])
+        assert await one.prompt(sid, "hi") == "end_turn"  # the log is written at its first event
+        here = await one.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        there = await two.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        still = await one.prompt(sid, "hello")
+        await one.close()
+        await two.close()
+        return here, there, still
+
+    here, there, still = asyncio.run(main())
+    assert (here["error"]["code"], here["error"]["data"]["details"]) == (
+        -32600,
+        f"{here_sid(here)} is open already",
+    )
+    assert there["error"]["code"] == -32600
+    assert "session-" in there["error"]["data"]["details"]
+    assert still == "end_turn"
+
+
+def here_sid(answer: dict[str, Any]) -> str:
+    """The session id an "is open already" refusal names."""
+    return str(answer["error"]["data"]["details"].split()[0])
+
+
+def test_a_kept_file_that_is_not_a_session_log_is_refused_naming_it(tmp_path: Path) -> None:
+    sid = "session-" + "a" * 32
+    (tmp_path / f"{sid}.jsonl").write_bytes(b'{"seq": 1, "type": "user/message"}\n\xff\n')
+
+    async def main() -> dict[str, Any]:
+        client = Client(ToolModel(), tmp_path)
+        answer = await client.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        await client.close()
+        return answer
+
+    error = asyncio.run(main())["error"]
+    assert error["code"] == -32602
+    assert f"{sid}.jsonl" in error["data"]["details"], error
+
+
+def test_acp_refuses_a_sessions_directory_that_is_not_one(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    done = subprocess.run(
+        [sys.executable, "-m", "fsm_core.acp", "--sessions", str(missing)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"fsm-core: --sessions {missing}: no such directory\n"
