@@ -73,6 +73,18 @@ class Client:
         await self.task
 
 
+def load_once(kept: Path, sid: str) -> dict[str, Any]:
+    """The answer to ``session/load`` of ``sid`` from an agent keeping sessions in ``kept``."""
+
+    async def main() -> dict[str, Any]:
+        client = Client(ToolModel(), kept)
+        answer = await client.ask("session/load", cwd=str(kept), sessionId=sid, mcpServers=[])
+        await client.close()
+        return answer
+
+    return asyncio.run(main())
+
+
 def shown(update: Mapping[str, Any]) -> tuple[str, ...]:
     """A ``session/update`` as (kind, what it says)."""
     kind = update["sessionUpdate"]
@@ -185,13 +197,7 @@ def test_a_long_conversation_is_replayed_whole_however_many_updates_it_takes(
 def test_session_load_refuses_what_is_not_a_kept_session(
     tmp_path: Path, sid: str, code: int, detail: str
 ) -> None:
-    async def main() -> dict[str, Any]:
-        client = Client(ToolModel(), tmp_path)
-        answer = await client.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
-        await client.close()
-        return answer
-
-    error = asyncio.run(main())["error"]
+    error = load_once(tmp_path, sid)["error"]
     assert error["code"] == code
     assert error["data"]["details"].startswith(detail), error
 
@@ -215,7 +221,7 @@ def test_a_session_open_here_or_in_another_agent_is_not_loaded_twice(tmp_path: P
     """The log has one writer: a second load, in this agent or another, is refused, and the
     session goes on where it is open."""
 
-    async def main() -> tuple[dict[str, Any], dict[str, Any], str]:
+    async def main() -> tuple[str, dict[str, Any], dict[str, Any], str]:
         one, two = Client(ToolModel(), tmp_path), Client(ToolModel(), tmp_path)
         sid = str((await one.result("session/new", cwd=str(tmp_path), mcpServers=[]))["sessionId"])
         assert await one.prompt(sid, "hi") == "end_turn"  # the log is written at its first event
@@ -224,34 +230,23 @@ def test_a_session_open_here_or_in_another_agent_is_not_loaded_twice(tmp_path: P
         still = await one.prompt(sid, "hello")
         await one.close()
         await two.close()
-        return here, there, still
+        return sid, here, there, still
 
-    here, there, still = asyncio.run(main())
+    sid, here, there, still = asyncio.run(main())
     assert (here["error"]["code"], here["error"]["data"]["details"]) == (
         -32600,
-        f"{here_sid(here)} is open already",
+        f"{sid} is open already",
     )
     assert there["error"]["code"] == -32600
-    assert "session-" in there["error"]["data"]["details"]
+    assert f"{sid}.jsonl" in there["error"]["data"]["details"], there
     assert still == "end_turn"
-
-
-def here_sid(answer: dict[str, Any]) -> str:
-    """The session id an "is open already" refusal names."""
-    return str(answer["error"]["data"]["details"].split()[0])
 
 
 def test_a_kept_file_that_is_not_a_session_log_is_refused_naming_it(tmp_path: Path) -> None:
     sid = "session-" + "a" * 32
     (tmp_path / f"{sid}.jsonl").write_bytes(b'{"seq": 1, "type": "user/message"}\n\xff\n')
 
-    async def main() -> dict[str, Any]:
-        client = Client(ToolModel(), tmp_path)
-        answer = await client.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
-        await client.close()
-        return answer
-
-    error = asyncio.run(main())["error"]
+    error = load_once(tmp_path, sid)["error"]
     assert error["code"] == -32602
     assert f"{sid}.jsonl" in error["data"]["details"], error
 

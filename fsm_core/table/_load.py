@@ -951,16 +951,12 @@ class _TableParser:
         predicate, doc and tags are read apart, as a row's keys are)."""
         f = self.f
         found = len(f.faults)
-        text = doc = ""
+        text = ""
         predicate: Expr = Lit(True)
-        tags: tuple[str, ...] = ()
         with f.each():
             text = f.text(where, inv["holds"], "holds")
             predicate = _bool_expr(f, where, text, self.base, "holds")
-        with f.each():
-            doc = f.text(where, inv["doc"], "doc")
-        with f.each():
-            tags = self._tags(where, inv)
+        doc, tags = self._described(where, inv)
         if len(f.faults) > found:
             return None
         return Invariant(iid, predicate, text, doc, tags)
@@ -970,9 +966,8 @@ class _TableParser:
         of its keys' faults."""
         f = self.f
         found = len(f.faults)
-        var = text = doc = ""
+        var = text = ""
         predicate: Expr = Lit(True)
-        tags: tuple[str, ...] = ()
         with f.each():
             var = f.text(where, inv["unchanged"], "unchanged")
             if var not in self.var_types or var == self.state_var:
@@ -986,13 +981,21 @@ class _TableParser:
         with f.each():
             text = f.text(where, inv["while"], "while")
             predicate = _bool_expr(f, where, text, self.base, "while")
+        doc, tags = self._described(where, inv)
+        if len(f.faults) > found:
+            return None
+        return Stability(iid, var, predicate, text, doc, tags)
+
+    def _described(self, where: str, inv: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+        """An invariant's doc and clauses, each read apart (a fault in either is recorded)."""
+        f = self.f
+        doc = ""
+        tags: tuple[str, ...] = ()
         with f.each():
             doc = f.text(where, inv["doc"], "doc")
         with f.each():
             tags = self._tags(where, inv)
-        if len(f.faults) > found:
-            return None
-        return Stability(iid, var, predicate, text, doc, tags)
+        return doc, tags
 
 
 def _constant(f: _File, name: str, value: object) -> int:
