@@ -10,13 +10,18 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from acp import spawn_agent_process, text_block
+from acp.interfaces import Client as AcpClient
 
 from fsm_core import AbortSignal, Hooks
 from fsm_core.acp._adapter import UPDATE_LIMIT, AcpAgent, _serve
+from tests.acp.scenarios import PATIENT, Recorder
 from tests.test_acp_mcp import ToolModel
+
+PATIENT_KW: dict[str, Any] = {"transport_kwargs": PATIENT}
 
 
 class Adder:
@@ -249,6 +254,46 @@ def test_a_kept_file_that_is_not_a_session_log_is_refused_naming_it(tmp_path: Pa
     error = load_once(tmp_path, sid)["error"]
     assert error["code"] == -32602
     assert f"{sid}.jsonl" in error["data"]["details"], error
+
+
+def test_the_official_python_client_loads_a_session_a_killed_agent_kept(tmp_path: Path) -> None:
+    """Over the wire, as an editor does it, with the ACP package's own client (which parses
+    every message into the protocol's types): the first agent process is killed outright
+    mid-session; a second one loads the session, replaying what the log holds."""
+    kept = tmp_path / "sessions"
+    kept.mkdir()
+    command = [sys.executable, "-m", "fsm_core.acp", "--sessions", str(kept)]
+
+    async def first(client: Recorder) -> str:
+        async with spawn_agent_process(cast(AcpClient, client), *command, **PATIENT_KW) as (
+            conn,
+            process,
+        ):
+            await conn.initialize(protocol_version=1)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            answer = await conn.prompt(session_id=sid, prompt=[text_block("hello")])
+            assert answer.stop_reason == "end_turn"
+            process.kill()
+            return sid
+
+    async def later(client: Recorder, sid: str) -> tuple[bool, Any]:
+        async with spawn_agent_process(cast(AcpClient, client), *command, **PATIENT_KW) as (
+            conn,
+            _,
+        ):
+            hello = await conn.initialize(protocol_version=1)
+            loaded = await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+            capabilities = hello.agent_capabilities
+            return capabilities is not None and capabilities.load_session is True, loaded
+
+    sid = asyncio.run(first(Recorder()))
+    client = Recorder()
+    advertised, loaded = asyncio.run(later(client, sid))
+    assert advertised and loaded is not None
+    assert client.take(sid) == [
+        ["user_message_chunk", "hello"],
+        ["agent_message_chunk", "echo: hello"],
+    ]
 
 
 def test_acp_refuses_a_sessions_directory_that_is_not_one(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ PATIENT = {"shutdown_timeout": 60.0}
 def compact(update: Mapping[str, Any]) -> list[Any]:
     """A session update as a short list both SDKs' tests compare: its kind and what counts."""
     kind = update["sessionUpdate"]
-    if kind in ("agent_thought_chunk", "agent_message_chunk"):
+    if kind in ("agent_thought_chunk", "agent_message_chunk", "user_message_chunk"):
         return [kind, update["content"]["text"]]
     if kind == "tool_call":
         return [
