@@ -19,7 +19,11 @@ from acp.interfaces import Client as AcpClient
 from fsm_core import AbortSignal, Hooks
 from fsm_core.acp._adapter import UPDATE_LIMIT, AcpAgent, _serve
 from tests.acp.scenarios import PATIENT, Recorder
+from tests.acp.test_official_clients import TAP, npm_prefix, wire
+from tests.acp.wire import Wire
 from tests.test_acp_mcp import ToolModel
+
+__all__ = ["npm_prefix", "wire"]  # test_official_clients' fixtures, shared
 
 PATIENT_KW: dict[str, Any] = {"transport_kwargs": PATIENT}
 
@@ -256,10 +260,13 @@ def test_a_kept_file_that_is_not_a_session_log_is_refused_naming_it(tmp_path: Pa
     assert f"{sid}.jsonl" in error["data"]["details"], error
 
 
-def test_the_official_python_client_loads_a_session_a_killed_agent_kept(tmp_path: Path) -> None:
+def test_the_official_python_client_loads_a_session_a_killed_agent_kept(
+    tmp_path: Path, wire: Wire | None
+) -> None:
     """Over the wire, as an editor does it, with the ACP package's own client (which parses
     every message into the protocol's types): the first agent process is killed outright
-    mid-session; a second one loads the session, replaying what the log holds."""
+    mid-session; a second one loads the session, replaying what the log holds, and every
+    message of that load is valid by the v1 schema the TypeScript SDK's npm package ships."""
     kept = tmp_path / "sessions"
     kept.mkdir()
     command = [sys.executable, "-m", "fsm_core.acp", "--sessions", str(kept)]
@@ -276,8 +283,11 @@ def test_the_official_python_client_loads_a_session_a_killed_agent_kept(tmp_path
             process.kill()
             return sid
 
+    log = tmp_path / "wire.jsonl"
+    tapped = [sys.executable, str(TAP), str(log), *command]
+
     async def later(client: Recorder, sid: str) -> tuple[bool, Any]:
-        async with spawn_agent_process(cast(AcpClient, client), *command, **PATIENT_KW) as (
+        async with spawn_agent_process(cast(AcpClient, client), *tapped, **PATIENT_KW) as (
             conn,
             _,
         ):
@@ -294,6 +304,11 @@ def test_the_official_python_client_loads_a_session_a_killed_agent_kept(tmp_path
         ["user_message_chunk", "hello"],
         ["agent_message_chunk", "echo: hello"],
     ]
+    if wire is None:
+        print("node is absent: no schema from the npm package to check the wire against")
+        return
+    count, faults = wire.faults(log)
+    assert (count, faults) == (6, [])  # initialize and load, their answers, two chunks
 
 
 def test_acp_refuses_a_sessions_directory_that_is_not_one(tmp_path: Path) -> None:
