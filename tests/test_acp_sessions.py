@@ -17,7 +17,8 @@ from acp import spawn_agent_process, text_block
 from acp.interfaces import Client as AcpClient
 
 from fsm_core import AbortSignal, Hooks
-from fsm_core.acp._adapter import UPDATE_LIMIT, AcpAgent, _serve
+from fsm_core.acp._adapter import AcpAgent, _serve
+from fsm_core.acp._lines import UPDATE_LIMIT
 from tests.acp.scenarios import PATIENT, Recorder
 from tests.acp.test_official_clients import TAP, npm_prefix, wire
 from tests.acp.wire import Wire

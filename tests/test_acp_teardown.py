@@ -10,7 +10,8 @@ import pytest
 from acp.schema import CloseSessionResponse, TextContentBlock
 
 from fsm_core.acp import AcpAgent, EchoModel, serve
-from fsm_core.acp._adapter import LINE_LIMIT, UPDATE_LIMIT, _Lines, _serve
+from fsm_core.acp._adapter import _serve
+from fsm_core.acp._lines import LINE_LIMIT, UPDATE_LIMIT, Lines
 from fsm_core.runtime import USER, Hooks
 
 pytestmark = pytest.mark.timeout(30)
@@ -178,7 +179,7 @@ def _chunk(kind: str, text: str) -> dict[str, Any]:
     }
 
 
-def _not_read() -> tuple[_Lines, asyncio.Event, list[bytes]]:
+def _not_read() -> tuple[Lines, asyncio.Event, list[bytes]]:
     """Output to a client that reads (into the list) only once the event is set."""
     reading = asyncio.Event()
     written: list[bytes] = []
@@ -187,7 +188,7 @@ def _not_read() -> tuple[_Lines, asyncio.Event, list[bytes]]:
         await reading.wait()
         written.append(data)
 
-    return _Lines(asyncio.StreamReader(), write, at_end=lambda: None), reading, written
+    return Lines(asyncio.StreamReader(), write, at_end=lambda: None), reading, written
 
 
 def test_updates_for_a_client_that_stopped_reading_are_bounded_merged_then_dropped() -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from fsm_core._errors import ECHO_LIMIT, echo
 from fsm_core.acp import EchoModel, serve
-from fsm_core.acp._adapter import ANSWER_LIMIT, LINE_LIMIT, READ_LIMIT
+from fsm_core.acp._lines import ANSWER_LIMIT, LINE_LIMIT, READ_LIMIT
 
 AGENT = (sys.executable, "-m", "fsm_core.acp")
 BIG = "s" * (1 << 20)
