@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import enum
 import importlib
 import itertools
 import logging
@@ -174,13 +173,6 @@ _KEPT_ID = re.compile(r"session-[0-9a-f]{32}")
 ``session/load`` looks for there, so no id reaches another path."""
 
 
-class _Opening(enum.Enum):
-    """Whether a kept session's log is made (``session/new``) or taken up (``session/load``)."""
-
-    NEW = "new"
-    LOAD = "load"
-
-
 def _working_directory(cwd: str) -> None:
     """Refuse a ``cwd`` that is not an absolute path to a directory (hooks run there: one that
     cannot start there decides nothing, a gate let through)."""
@@ -300,7 +292,7 @@ class AcpAgent:
             session_id, log = f"session-{next(self._ids)}", None
         else:  # kept past this process: an id no other process of this agent gives
             session_id = f"session-{uuid.uuid4().hex}"
-            log = self._log(session_id, _Opening.NEW)
+            log = self._log(session_id)
         await self._open(session_id, cwd, mcp_servers, log)
         return NewSessionResponse(session_id=session_id)
 
@@ -322,26 +314,22 @@ class AcpAgent:
             raise RequestError(
                 -32600, "Invalid request", {"details": f"{session_id} is open already"}
             )
-        session = await self._open(
-            session_id, cwd, mcp_servers, self._log(session_id, _Opening.LOAD)
-        )
-        await self._replay(session)
-        return LoadSessionResponse()
-
-    def _log(self, session_id: str, opening: _Opening) -> Session:
-        """The durable log of ``session_id`` in the sessions directory: a new file for a new
-        session, the file an earlier process kept for a loaded one (refused if there is none,
-        or if it is not a session's log: nothing of it is taken up)."""
-        assert self._kept is not None
-        path = self._kept / f"{session_id}.jsonl"
-        if opening is _Opening.LOAD and not path.is_file():
+        if not (self._kept / f"{session_id}.jsonl").is_file():
             raise RequestError(
                 -32002,
                 "Resource not found",
                 {"details": f"no session {session_id} in {echo(str(self._kept))}"},
             )
+        session = await self._open(session_id, cwd, mcp_servers, self._log(session_id))
+        await self._replay(session)
+        return LoadSessionResponse()
+
+    def _log(self, session_id: str) -> Session:
+        """The durable log of ``session_id`` in the sessions directory, loaded if a file is
+        there (refused if it is not a session's log: nothing of it is taken up)."""
+        assert self._kept is not None
         try:
-            return Session(path)
+            return Session(self._kept / f"{session_id}.jsonl")
         except SessionError as error:
             raise _invalid_params(str(error)) from None
 
