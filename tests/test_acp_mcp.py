@@ -20,14 +20,14 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from acp import PROTOCOL_VERSION
 
-from fsm_core import AbortSignal, Hooks, Reply, Request, ToolCall, ToolSpec
+from fsm_core import AbortSignal, Hooks, Reply, Request, Tool, ToolCall, ToolSpec
 from fsm_core.acp._adapter import AcpAgent, _serve
 from fsm_core.acp._mcp import TOOLS_LIMIT
 from tests.helpers import alive, exits
@@ -77,10 +77,19 @@ class ToolModel:
 class Wire:
     """An ACP client speaking JSON-RPC lines to an :class:`AcpAgent` served in this process."""
 
-    def __init__(self, model: ToolModel, hooks: Hooks | None = None) -> None:
-        self.agent = AcpAgent(model, hooks=hooks)
+    def __init__(
+        self,
+        model: ToolModel,
+        hooks: Hooks | None = None,
+        *,
+        tools: Sequence[Tool] = (),
+        sessions: Path | None = None,
+    ) -> None:
+        self.agent = AcpAgent(model, hooks=hooks, tools=tools, sessions=sessions)
         self.reader = asyncio.StreamReader()
         self.answers: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.updates: list[dict[str, Any]] = []
+        """Every ``session/update`` the agent sent, in order."""
         self.texts: list[str] = []
         self.ids = itertools.count(1)
         self.task = asyncio.ensure_future(_serve(self.agent, self.reader, self._write))
@@ -93,6 +102,7 @@ class Wire:
             self.reader.feed_data(json.dumps(answer).encode() + b"\n")
         elif "method" in message:
             update = message["params"]["update"]
+            self.updates.append(update)
             if update.get("sessionUpdate") == "agent_message_chunk":
                 self.texts.append(update["content"]["text"])
         else:

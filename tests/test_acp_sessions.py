@@ -17,12 +17,12 @@ from acp import spawn_agent_process, text_block
 from acp.interfaces import Client as AcpClient
 
 from fsm_core import AbortSignal, Hooks
-from fsm_core.acp._adapter import AcpAgent, _serve
 from fsm_core.acp._lines import UPDATE_LIMIT
 from tests.acp.scenarios import PATIENT, Recorder
 from tests.acp.test_official_clients import TAP, npm_prefix, wire
 from tests.acp.wire import Wire
 from tests.test_acp_mcp import ToolModel
+from tests.test_acp_mcp import Wire as Served
 
 __all__ = ["npm_prefix", "wire"]  # test_official_clients' fixtures, shared
 
@@ -38,57 +38,17 @@ class Adder:
         return args["a"] + args["b"]
 
 
-class Client:
-    """An ACP client speaking JSON-RPC lines to an :class:`AcpAgent` served in this process,
-    keeping every ``session/update`` it is sent and allowing every tool call."""
-
-    def __init__(self, model: ToolModel, sessions: Path | None) -> None:
-        agent = AcpAgent(model, hooks=Hooks(), tools=(Adder(),), sessions=sessions)
-        self.reader = asyncio.StreamReader()
-        self.answers: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.updates: list[dict[str, Any]] = []
-        self.ids = iter(range(1, 1 << 30))
-        self.task = asyncio.ensure_future(_serve(agent, self.reader, self._write))
-
-    async def _write(self, data: bytes) -> None:
-        message = json.loads(data)
-        if message.get("method") == "session/request_permission":
-            outcome = {"outcome": "selected", "optionId": "allow_once"}
-            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"outcome": outcome}}
-            self.reader.feed_data(json.dumps(answer).encode() + b"\n")
-        elif message.get("method") == "session/update":
-            self.updates.append(message["params"]["update"])
-        else:
-            self.answers[message["id"]].set_result(message)
-
-    async def ask(self, method: str, **params: Any) -> dict[str, Any]:
-        rid = next(self.ids)
-        self.answers[rid] = asyncio.get_running_loop().create_future()
-        line = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        self.reader.feed_data(json.dumps(line).encode() + b"\n")
-        return await self.answers[rid]
-
-    async def result(self, method: str, **params: Any) -> Any:
-        answer = await self.ask(method, **params)
-        assert "result" in answer, answer
-        return answer["result"]
-
-    async def prompt(self, sid: str, text: str) -> str:
-        prompt = [{"type": "text", "text": text}]
-        answer = await self.result("session/prompt", sessionId=sid, prompt=prompt)
-        return str(answer["stopReason"])
-
-    async def close(self) -> None:
-        self.reader.feed_eof()
-        await self.task
+def served(model: ToolModel, sessions: Path | None) -> Served:
+    """An agent served in this process, with the add tool, keeping sessions in ``sessions``."""
+    return Served(model, Hooks(), tools=(Adder(),), sessions=sessions)
 
 
 def load_once(kept: Path, sid: str) -> dict[str, Any]:
     """The answer to ``session/load`` of ``sid`` from an agent keeping sessions in ``kept``."""
 
     async def main() -> dict[str, Any]:
-        client = Client(ToolModel(), kept)
-        answer = await client.ask("session/load", cwd=str(kept), sessionId=sid, mcpServers=[])
+        client = served(ToolModel(), kept)
+        answer = await client.send("session/load", cwd=str(kept), sessionId=sid, mcpServers=[])
         await client.close()
         return answer
 
@@ -112,7 +72,7 @@ def test_a_kept_session_is_loaded_by_a_later_agent_with_its_conversation_first(
     kept.mkdir()
 
     async def first() -> tuple[str, list[tuple[str, ...]]]:
-        client = Client(ToolModel(), kept)
+        client = served(ToolModel(), kept)
         sid = str(
             (await client.result("session/new", cwd=str(tmp_path), mcpServers=[]))["sessionId"]
         )
@@ -128,7 +88,7 @@ def test_a_kept_session_is_loaded_by_a_later_agent_with_its_conversation_first(
     model = ToolModel()
 
     async def later() -> tuple[dict[str, Any], list[tuple[str, ...]], list[tuple[str, ...]]]:
-        client = Client(model, kept)
+        client = served(model, kept)
         init = await client.result("initialize", protocolVersion=1)
         loaded = await client.result(
             "session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[]
@@ -169,7 +129,7 @@ def test_a_long_conversation_is_replayed_whole_however_many_updates_it_takes(
     prompts = [f"p{i}" for i in range(UPDATE_LIMIT // 2 + 22)]
 
     async def first() -> str:
-        client = Client(ToolModel(), tmp_path)
+        client = served(ToolModel(), tmp_path)
         sid = str(
             (await client.result("session/new", cwd=str(tmp_path), mcpServers=[]))["sessionId"]
         )
@@ -181,7 +141,7 @@ def test_a_long_conversation_is_replayed_whole_however_many_updates_it_takes(
     sid = asyncio.run(first())
 
     async def later() -> list[tuple[str, ...]]:
-        client = Client(ToolModel(), tmp_path)
+        client = served(ToolModel(), tmp_path)
         await client.result("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
         await client.close()
         return [shown(u) for u in client.updates]
@@ -214,10 +174,10 @@ def test_session_load_refuses_what_is_not_a_kept_session(
 
 def test_session_load_without_a_sessions_directory_says_how_to_keep_them(tmp_path: Path) -> None:
     async def main() -> tuple[dict[str, Any], dict[str, Any]]:
-        client = Client(ToolModel(), None)
+        client = served(ToolModel(), None)
         init = await client.result("initialize", protocolVersion=1)
         sid = "session-" + "0" * 32
-        answer = await client.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        answer = await client.send("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
         await client.close()
         return init, answer
 
@@ -232,11 +192,11 @@ def test_a_session_open_here_or_in_another_agent_is_not_loaded_twice(tmp_path: P
     session goes on where it is open."""
 
     async def main() -> tuple[str, dict[str, Any], dict[str, Any], str]:
-        one, two = Client(ToolModel(), tmp_path), Client(ToolModel(), tmp_path)
+        one, two = served(ToolModel(), tmp_path), served(ToolModel(), tmp_path)
         sid = str((await one.result("session/new", cwd=str(tmp_path), mcpServers=[]))["sessionId"])
         assert await one.prompt(sid, "hi") == "end_turn"  # the log is written at its first event
-        here = await one.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
-        there = await two.ask("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        here = await one.send("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
+        there = await two.send("session/load", cwd=str(tmp_path), sessionId=sid, mcpServers=[])
         still = await one.prompt(sid, "hello")
         await one.close()
         await two.close()
