@@ -951,11 +951,7 @@ class _TableParser:
         predicate, doc and tags are read apart, as a row's keys are)."""
         f = self.f
         found = len(f.faults)
-        text = ""
-        predicate: Expr = Lit(True)
-        with f.each():
-            text = f.text(where, inv["holds"], "holds")
-            predicate = _bool_expr(f, where, text, self.base, "holds")
+        text, predicate = self._predicate(where, inv, "holds")
         doc, tags = self._described(where, inv)
         if len(f.faults) > found:
             return None
@@ -966,8 +962,7 @@ class _TableParser:
         of its keys' faults."""
         f = self.f
         found = len(f.faults)
-        var = text = ""
-        predicate: Expr = Lit(True)
+        var = ""
         with f.each():
             var = f.text(where, inv["unchanged"], "unchanged")
             if var not in self.var_types or var == self.state_var:
@@ -978,13 +973,21 @@ class _TableParser:
                     f"({did_you_mean(var, names)}variables: {known(names)})",
                     "unchanged",
                 )
-        with f.each():
-            text = f.text(where, inv["while"], "while")
-            predicate = _bool_expr(f, where, text, self.base, "while")
+        text, predicate = self._predicate(where, inv, "while")
         doc, tags = self._described(where, inv)
         if len(f.faults) > found:
             return None
         return Stability(iid, var, predicate, text, doc, tags)
+
+    def _predicate(self, where: str, inv: Mapping[str, Any], key: str) -> tuple[str, Expr]:
+        """An invariant's predicate at ``key`` (``holds``, ``while``): its text and expression
+        (a fault is recorded, and ``true`` stands in)."""
+        text = ""
+        predicate: Expr = Lit(True)
+        with self.f.each():
+            text = self.f.text(where, inv[key], key)
+            predicate = _bool_expr(self.f, where, text, self.base, key)
+        return text, predicate
 
     def _described(self, where: str, inv: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
         """An invariant's doc and clauses, each read apart (a fault in either is recorded)."""
